@@ -1,0 +1,440 @@
+//! The store traits and their contract: what a store must do atomically, which clock it
+//! uses and what each outcome means.
+//!
+//! A store implements [`Store`] and [`HistoryStore`], then either [`LeaseStore`] (Redis
+//! `lease`, PostgreSQL, SQLite/libSQL: claims with a lease, takeover, handover) or
+//! [`ClaimStore`] (RabbitMQ, NATS, the naive Redis strategies: one winner per slot, no lease).
+//! [`crate::memory::MemoryStore`] is the reference implementation of both, and
+//! [`crate::testkit`] (feature `testkit`) is the conformance suite a store runs against
+//! itself. [B-44]
+//!
+//! All traits are object safe: the scheduler holds an `Arc<dyn LeaseStore>` or
+//! `Arc<dyn ClaimStore>`. Every call the scheduler makes is bounded by its own timeout
+//! (`store_timeout_ms`), so a store need not, but should, also bound its driver calls.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+
+/// Milliseconds since 1970-01-01T00:00:00Z.
+pub type EpochMs = i64;
+
+/// A job name: 1–128 ASCII letters, digits, `_` and `-`, the same rule on every store. [B-04]
+///
+/// ```
+/// use anarchon_core::JobName;
+/// assert!(JobName::new("nightly-report_2").is_ok());
+/// assert!(JobName::new("has space").is_err());
+/// assert!(JobName::new("").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobName(Arc<str>);
+
+impl JobName {
+    /// Checks the naming rule.
+    pub fn new(name: impl AsRef<str>) -> Result<Self> {
+        let name = name.as_ref();
+        let valid = !name.is_empty()
+            && name.len() <= 128
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if valid {
+            Ok(JobName(Arc::from(name)))
+        } else {
+            Err(Error::InvalidJobName { name: name.to_owned() })
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobName {
+    type Error = Error;
+    fn try_from(value: String) -> Result<Self> {
+        JobName::new(value)
+    }
+}
+
+impl From<JobName> for String {
+    fn from(value: JobName) -> Self {
+        value.0.to_string()
+    }
+}
+
+impl fmt::Display for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// One run: a job and one of its slots. Displayed as `<job>:<slot-ms>`, the unit of
+/// deduplication in every store. [B-08]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunKey {
+    /// The job.
+    pub job: JobName,
+    /// The slot, epoch ms.
+    pub slot: EpochMs,
+}
+
+impl RunKey {
+    /// A run key.
+    pub fn new(job: JobName, slot: EpochMs) -> Self {
+        RunKey { job, slot }
+    }
+}
+
+impl fmt::Display for RunKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.job, self.slot)
+    }
+}
+
+/// Whether a slot may start while an earlier run of the same job holds a live lease. [B-12]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overlap {
+    /// Skip the slot with reason `overlap` (default).
+    #[default]
+    Skip,
+    /// Let runs overlap; each slot still starts once.
+    Allow,
+}
+
+/// What the scheduler tells a store once, in `start()`.
+#[derive(Debug, Clone)]
+pub struct Prepare {
+    /// The jobs this instance registered (may be empty: an API server that only reads
+    /// history).
+    pub jobs: Vec<JobName>,
+    /// This instance's id.
+    pub instance_id: String,
+}
+
+/// Everything every store does: set up, tell the time, close. [B-33, B-34]
+///
+/// # Contract
+/// - [`Store::prepare`] checks the connection and the server version, then creates the
+///   tables/keys it needs. Many instances may call it at the same moment: it must be safe
+///   (advisory lock, `IF NOT EXISTS`). An older schema is migrated; a newer one is refused
+///   with [`Error::SchemaTooNew`] and nothing is changed. Failures map to
+///   [`Error::Unavailable`], [`Error::ServerTooOld`], [`Error::Corrupt`].
+/// - [`Store::now`] is the store's clock in epoch ms (Redis `TIME`, the database clock; the
+///   host clock for SQLite). Lease deadlines are judged on this clock. [B-20]
+/// - [`Store::close`] closes the connections the store opened itself; connections, pools and
+///   clients the user passed in stay open. Nothing is sent after it returns.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A short name for messages and events (`"sqlite"`, `"redis"`).
+    fn kind(&self) -> &'static str;
+
+    /// Connects, checks versions, creates or migrates the schema.
+    async fn prepare(&self, prepare: &Prepare) -> Result<()>;
+
+    /// The store's clock, epoch ms.
+    async fn now(&self) -> Result<EpochMs>;
+
+    /// Closes what the store opened itself.
+    async fn close(&self) -> Result<()>;
+}
+
+/// Reading and writing history. [B-36, B-37]
+///
+/// # Contract
+/// - [`HistoryStore::history`] returns the latest attempts of a job from all instances,
+///   newest first (by `started_at`, then attempt), at most `count`; it works from a process
+///   that registered no jobs.
+/// - [`HistoryStore::record_manual`] inserts or replaces the record of a manual run, keyed by
+///   (job, slot, instance); the scheduler calls it at start (status `running`) and finish.
+/// - [`HistoryStore::known_jobs`] lists every job name any instance registered or ran.
+#[async_trait]
+pub trait HistoryStore: Store {
+    /// The latest `count` attempts of `job`, newest first.
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>>;
+
+    /// The newest attempt of `job`.
+    async fn last_run(&self, job: &JobName) -> Result<Option<HistoryRecord>> {
+        Ok(self.history(job, 1).await?.into_iter().next())
+    }
+
+    /// Records a manual run (start and finish), keyed by (job, slot, instance).
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+
+    /// The names of all jobs known to the store, sorted.
+    async fn known_jobs(&self) -> Result<Vec<JobName>>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Lease stores
+// ---------------------------------------------------------------------------------------
+
+/// A request to claim a slot under a lease. [B-10, B-11, B-12, B-15]
+#[derive(Debug, Clone)]
+pub struct LeaseClaim {
+    /// The run to claim.
+    pub run: RunKey,
+    /// When the slot was due (epoch ms, instance clock); usually `run.slot`.
+    pub scheduled_at: EpochMs,
+    /// This instance.
+    pub instance_id: String,
+    /// Lease length from the store's now.
+    pub lease_ms: u64,
+    /// Store-clock deadline: a claim evaluated after it has no effect and returns
+    /// [`ClaimOutcome::Late`]. It is `slot + max_late_ms` for scheduled claims and
+    /// `slot + catch_up_ms` for catch-up. [B-10]
+    pub not_after: EpochMs,
+    /// Overlap policy of the job. [B-12]
+    pub overlap: Overlap,
+    /// `Scheduled` or `CatchUp`.
+    pub reason: Reason,
+    /// Retention to apply to the job's older runs.
+    pub retention: Retention,
+}
+
+/// A lease held by this instance: the fence every write of the owner is conditional on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The run.
+    pub run: RunKey,
+    /// The attempt this lease belongs to (1, 2, ...).
+    pub attempt: u32,
+    /// The per-job, strictly increasing fencing token of this attempt.
+    pub fence: u64,
+    /// The owner.
+    pub instance_id: String,
+    /// Why the attempt started.
+    pub reason: Reason,
+    /// When the slot was due.
+    pub scheduled_at: EpochMs,
+    /// When the attempt started (store clock).
+    pub started_at: EpochMs,
+    /// When the lease ends (store clock).
+    pub expires_at: EpochMs,
+}
+
+/// The answer to a [`LeaseClaim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This instance won: a run row in `running` with attempt 1 and a history row `running`.
+    Won(Lease),
+    /// Another claim for this slot came first (whatever the run's status now). [B-11]
+    Taken,
+    /// The store's clock was past `not_after`: nothing was written. [B-10]
+    Late {
+        /// The store's clock when the claim was judged.
+        store_now: EpochMs,
+    },
+    /// `overlap: skip` and an earlier run of the job holds a live lease: nothing was
+    /// written. [B-12]
+    Overlap {
+        /// The slot of the run that holds the lease.
+        running_slot: EpochMs,
+    },
+}
+
+/// The answer for one lease of a batched heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renewed to this store-clock deadline.
+    Renewed {
+        /// The new deadline.
+        expires_at: EpochMs,
+    },
+    /// The lease is no longer this attempt's (taken over, finished, released, pruned). [B-16]
+    Lost,
+}
+
+/// How an owner finishes its attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    /// `Succeeded` or `Failed`.
+    pub status: RunStatus,
+    /// The error (for `Failed`).
+    pub error: Option<String>,
+    /// Retention to apply to the job's runs after recording this one. [B-37]
+    pub retention: Retention,
+}
+
+/// The answer to an owner's conditional write (finish, release).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerWrite {
+    /// Written.
+    Done,
+    /// The fence no longer matches: another attempt owns the run, nothing was written. [B-16]
+    Lost,
+}
+
+/// A request to take over an unfinished run whose lease ended. [B-14, B-15, B-17]
+#[derive(Debug, Clone)]
+pub struct Takeover {
+    /// The run.
+    pub run: RunKey,
+    /// The attempt the backup saw; the takeover only succeeds if it is still current.
+    pub seen_attempt: u32,
+    /// This instance.
+    pub instance_id: String,
+    /// Lease length.
+    pub lease_ms: u64,
+    /// Crash starts allowed (`max_attempts`).
+    pub max_attempts: u32,
+    /// The job's next slot is already due, so an expired run is marked `interrupted`
+    /// instead of being started again. [B-15]
+    pub superseded: bool,
+}
+
+/// The answer to a [`Takeover`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeoverOutcome {
+    /// This instance owns the next attempt (reason `takeover`).
+    Won(Lease),
+    /// The lease is still live (or another backup already took over).
+    Live,
+    /// The run is finished (or gone): stop watching it.
+    Finished(RunStatus),
+    /// The crash budget was used up: the run is now `failed` ("exhausted"). [B-14]
+    Exhausted,
+    /// `superseded` was set and the lease had ended: the run is now `interrupted`. [B-15]
+    Interrupted,
+}
+
+/// What a backup sees of an unfinished or finished run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunView {
+    /// The run.
+    pub run: RunKey,
+    /// Its status.
+    pub status: RunStatus,
+    /// The current attempt.
+    pub attempt: u32,
+    /// The current owner; `None` after a handover released it.
+    pub owner: Option<String>,
+    /// The lease deadline (store clock).
+    pub expires_at: EpochMs,
+    /// The store's clock when read, to judge `expires_at` against.
+    pub store_now: EpochMs,
+}
+
+impl RunView {
+    /// Unfinished and its lease ended (expired or released): a backup may take it over.
+    pub fn is_takeable(&self) -> bool {
+        self.status == RunStatus::Running && (self.owner.is_none() || self.expires_at <= self.store_now)
+    }
+}
+
+/// A store that claims slots under a lease and lets backups take over. [B-11..B-21]
+///
+/// # Contract
+/// Every operation is atomic with respect to every other instance. All times are on the
+/// store's clock ([`Store::now`]).
+///
+/// - [`LeaseStore::claim`]: if the store's now is past `not_after` → `Late`, nothing written.
+///   Else, every earlier run of the job that is `running` with an ended lease is marked
+///   `interrupted` (its running history row too) [B-15]. Then if a run row for the slot
+///   exists → `Taken`. Else if `overlap` is `Skip` and an earlier run of the job is `running`
+///   with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
+///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
+///   (`running`) → `Won`. Then prune the job to `retention`. One round trip where the store
+///   allows.
+/// - [`LeaseStore::heartbeat`]: for each lease, if the run is `running` and its (attempt,
+///   owner) match, set the deadline to `now + lease_ms` → `Renewed`; else `Lost`. One round
+///   trip for the whole batch; answers in the order given.
+/// - [`LeaseStore::finish`]: conditional on (job, slot, attempt, owner) and status
+///   `running`: set the run and its attempt's history row to the status, `finished_at = now`,
+///   error; prune to retention → `Done`; else `Lost` and nothing written.
+/// - [`LeaseStore::release`] (graceful handover) [B-17]: conditional like `finish`: the run
+///   stays `running` with no owner and an ended lease, marked as handed over; the attempt's
+///   history row becomes `interrupted` ("handed over"). Notifies subscribers of
+///   [`LeaseStore::subscribe_releases`] where the store can.
+/// - [`LeaseStore::take_over`]: if the run is missing or final → `Finished`. If its attempt
+///   is not `seen_attempt` or its lease is live (owner set and deadline in the future) →
+///   `Live`. Else its current history row becomes `interrupted` (unless already final, as
+///   after a release). Then: if `superseded` → run `interrupted`, `Interrupted`. Else if the
+///   run was released (handover) the counted starts stay the same; otherwise they go up by 1
+///   and, if that passes `max_attempts`, the run becomes `failed` with error "exhausted" →
+///   `Exhausted`. Otherwise attempt + 1, this owner, a new lease and fence, a new history row
+///   `running` with reason `takeover` → `Won`.
+/// - [`LeaseStore::runs`] reads the given runs (missing ones are left out);
+///   [`LeaseStore::unfinished_runs`] lists every `running` run of the given jobs.
+#[async_trait]
+pub trait LeaseStore: HistoryStore {
+    /// Claims a slot. See the trait's contract.
+    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome>;
+    /// Renews every given lease in one call; answers in the order given.
+    async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>>;
+    /// Records the end of an attempt.
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite>;
+    /// Hands a run over at once (graceful stop).
+    async fn release(&self, lease: &Lease) -> Result<OwnerWrite>;
+    /// Takes over an unfinished run whose lease ended.
+    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome>;
+    /// Reads runs (backup watch); missing runs are left out.
+    async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>>;
+    /// Every unfinished run of these jobs (orphans and runs to watch on start).
+    async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>>;
+    /// A stream of released runs for fast handover (Redis pub/sub, PostgreSQL NOTIFY), or
+    /// `None` where the store has none; backups then poll every heartbeat. Trait objects
+    /// cannot be asked for a second trait, so this optional ability is a method.
+    fn subscribe_releases(&self) -> Option<tokio::sync::broadcast::Receiver<RunKey>> {
+        None
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Claim-only stores
+// ---------------------------------------------------------------------------------------
+
+/// A request to claim a slot on a claim-only store. [B-22..B-29]
+#[derive(Debug, Clone)]
+pub struct SlotClaim {
+    /// The run.
+    pub run: RunKey,
+    /// This instance.
+    pub instance_id: String,
+    /// Deadline on the store's clock where it has one, else the instance's. [B-10]
+    pub not_after: EpochMs,
+}
+
+/// The answer to a [`SlotClaim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotOutcome {
+    /// This instance won the slot.
+    Won,
+    /// Another instance won it.
+    Taken,
+    /// Too late: nothing was written.
+    Late,
+    /// The answer was lost (connection dropped during the publish): the slot is skipped
+    /// rather than risk a duplicate. [B-29]
+    Unknown,
+}
+
+/// A store that picks one instance per slot and keeps no lease: no backup, takeover,
+/// overlap check, catch-up or retry. [B-22]
+///
+/// # Contract
+/// - [`ClaimStore::claim_slot`]: exactly one concurrent claim of a run key gets `Won` while
+///   the store remembers the key (slot TTL, duplicate window, stream id order); the others
+///   get `Taken`. When the answer is lost → `Unknown`.
+/// - [`ClaimStore::record`]: inserts or replaces the history record keyed by (job, slot,
+///   attempt, instance), keeping at most `retention.size` per job (count only). [B-28]
+#[async_trait]
+pub trait ClaimStore: HistoryStore {
+    /// Claims a slot.
+    async fn claim_slot(&self, claim: &SlotClaim) -> Result<SlotOutcome>;
+    /// Records an attempt (at start and at finish).
+    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+}
