@@ -14,7 +14,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// An interval such as `"10s"` could not be parsed or is not positive. [B-01]
-    #[error("invalid interval {input:?}: {reason}; write it like \"250ms\", \"10s\", \"1h30m\" or \"2d\"")]
+    #[error(
+        "invalid interval {input:?}: {reason}; write it like \"250ms\", \"10s\", \"1h30m\" or \"2d\""
+    )]
     InvalidInterval {
         /// What was given.
         input: String,
@@ -22,7 +24,9 @@ pub enum Error {
         reason: String,
     },
     /// A cron expression could not be parsed. [B-02]
-    #[error("invalid cron expression {expression:?}: {reason}; use 5 fields (minute hour day month weekday) or 6 with seconds first")]
+    #[error(
+        "invalid cron expression {expression:?}: {reason}; use 5 fields (minute hour day month weekday) or 6 with seconds first"
+    )]
     InvalidCron {
         /// What was given.
         expression: String,
@@ -36,7 +40,9 @@ pub enum Error {
         name: String,
     },
     /// An `at` time could not be understood. [B-03]
-    #[error("invalid time {input:?} for an `at` job: {reason}; give RFC 3339 (\"2026-12-01T09:00:00Z\") or milliseconds since the epoch")]
+    #[error(
+        "invalid time {input:?} for an `at` job: {reason}; give RFC 3339 (\"2026-12-01T09:00:00Z\") or milliseconds since the epoch"
+    )]
     InvalidAt {
         /// What was given.
         input: String,
@@ -89,7 +95,9 @@ pub enum Error {
         source: BoxError,
     },
     /// A store call did not answer within its timeout.
-    #[error("{store} store did not answer `{operation}` within {after:?}; check the server and the network")]
+    #[error(
+        "{store} store did not answer `{operation}` within {after:?}; check the server and the network"
+    )]
     Timeout {
         /// The store kind.
         store: &'static str,
@@ -109,7 +117,9 @@ pub enum Error {
         required: String,
     },
     /// The store's schema was written by a newer anarchon.
-    #[error("{store} schema {location} has version {found}, newer than this anarchon supports ({supported}); upgrade anarchon, nothing was changed")]
+    #[error(
+        "{store} schema {location} has version {found}, newer than this anarchon supports ({supported}); upgrade anarchon, nothing was changed"
+    )]
     SchemaTooNew {
         /// The store kind.
         store: &'static str,
@@ -156,7 +166,10 @@ pub enum Error {
 impl Error {
     /// Shorthand for an [`Error::InvalidOption`].
     pub fn invalid_option(option: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidOption { option, reason: reason.into() }
+        Error::InvalidOption {
+            option,
+            reason: reason.into(),
+        }
     }
 
     /// Shorthand for an [`Error::Store`] wrapping a driver error.
@@ -165,12 +178,19 @@ impl Error {
         operation: &'static str,
         source: impl Into<BoxError>,
     ) -> Self {
-        Error::Store { store, operation, source: source.into() }
+        Error::Store {
+            store,
+            operation,
+            source: source.into(),
+        }
     }
 
     /// True for errors that may pass when the call is tried again (unavailable, timeout).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. } | Error::Store { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::Timeout { .. } | Error::Store { .. }
+        )
     }
 }
 
@@ -184,7 +204,9 @@ impl Error {
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_owned() };
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
     let rest = &url[scheme_end + 3..];
     let authority_end = rest.find('/').unwrap_or(rest.len());
     let authority = &rest[..authority_end];

@@ -144,6 +144,9 @@ pub struct Retention {
 
 impl Default for Retention {
     fn default() -> Self {
-        Retention { size: 100, ttl_ms: None }
+        Retention {
+            size: 100,
+            ttl_ms: None,
+        }
     }
 }

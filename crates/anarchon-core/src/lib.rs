@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod history;
+pub mod memory;
 pub mod slot;
 pub mod store;
 

@@ -42,11 +42,15 @@ impl JobName {
         let name = name.as_ref();
         let valid = !name.is_empty()
             && name.len() <= 128
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if valid {
             Ok(JobName(Arc::from(name)))
         } else {
-            Err(Error::InvalidJobName { name: name.to_owned() })
+            Err(Error::InvalidJobName {
+                name: name.to_owned(),
+            })
         }
     }
 
@@ -331,7 +335,8 @@ pub struct RunView {
 impl RunView {
     /// Unfinished and its lease ended (expired or released): a backup may take it over.
     pub fn is_takeable(&self) -> bool {
-        self.status == RunStatus::Running && (self.owner.is_none() || self.expires_at <= self.store_now)
+        self.status == RunStatus::Running
+            && (self.owner.is_none() || self.expires_at <= self.store_now)
     }
 }
 

@@ -1,0 +1,620 @@
+//! The in-memory reference store: a [`LeaseStore`] and a [`ClaimStore`] in one process.
+//!
+//! It is the executable model of the contract in [`crate::store`]: every store must behave
+//! like it under the conformance kit. Its clock is tokio's, anchored to the system clock at
+//! creation, so under `tokio::time::pause()` leases expire exactly when the test advances
+//! time. It can also be made unavailable or unresponsive, to test the scheduler's timeouts
+//! and self-fencing.
+//!
+//! ```
+//! # tokio_test_block_on(async {
+//! use anarchon_core::memory::MemoryStore;
+//! use anarchon_core::Store;
+//! let store = MemoryStore::new();
+//! assert!(store.now().await.unwrap() > 1_600_000_000_000);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::error::{Error, Result};
+use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+use crate::store::{
+    ClaimOutcome, ClaimStore, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, RunKey, RunView, SlotClaim, SlotOutcome,
+    Store, Takeover, TakeoverOutcome,
+};
+
+const HEALTHY: u8 = 0;
+const UNAVAILABLE: u8 = 1;
+const HANGING: u8 = 2;
+
+/// How the in-memory store answers, to simulate an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Answers normally.
+    Healthy,
+    /// Every call fails at once with [`Error::Unavailable`].
+    Unavailable,
+    /// Every call hangs until the scheduler's timeout (a dead connection).
+    Hanging,
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    status: RunStatus,
+    attempt: u32,
+    counted_starts: u32,
+    owner: Option<String>,
+    expires_at: EpochMs,
+}
+
+#[derive(Default)]
+struct State {
+    runs: BTreeMap<RunKey, Run>,
+    /// Per job, every attempt record (lease and claim-only runs, manual runs).
+    history: HashMap<JobName, Vec<HistoryRecord>>,
+    fences: HashMap<JobName, u64>,
+    jobs: BTreeSet<JobName>,
+    /// Claim-only: the run keys claimed.
+    claimed: BTreeSet<RunKey>,
+}
+
+/// The in-memory reference store. Clone it to share one store between several schedulers
+/// (instances) in one process.
+#[derive(Clone)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    anchor_ms: EpochMs,
+    anchor: tokio::time::Instant,
+    releases: broadcast::Sender<RunKey>,
+    health: Arc<AtomicU8>,
+    fast_handover: bool,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    /// A new, empty store whose clock starts at the system time.
+    pub fn new() -> Self {
+        let anchor_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as EpochMs)
+            .unwrap_or(0);
+        Self::starting_at(anchor_ms)
+    }
+
+    /// A new, empty store whose clock reads `epoch_ms` now and then follows tokio's clock.
+    pub fn starting_at(epoch_ms: EpochMs) -> Self {
+        MemoryStore {
+            state: Arc::default(),
+            anchor_ms: epoch_ms,
+            anchor: tokio::time::Instant::now(),
+            releases: broadcast::channel(1024).0,
+            health: Arc::new(AtomicU8::new(HEALTHY)),
+            fast_handover: true,
+        }
+    }
+
+    /// Turns off release notifications, so backups must poll (as on a store without them).
+    pub fn without_fast_handover(mut self) -> Self {
+        self.fast_handover = false;
+        self
+    }
+
+    /// Makes every call succeed, fail or hang from now on.
+    pub fn set_health(&self, health: Health) {
+        let v = match health {
+            Health::Healthy => HEALTHY,
+            Health::Unavailable => UNAVAILABLE,
+            Health::Hanging => HANGING,
+        };
+        self.health.store(v, Ordering::SeqCst);
+    }
+
+    /// The store's clock, without the health check (for tests).
+    pub fn clock_ms(&self) -> EpochMs {
+        self.anchor_ms + self.anchor.elapsed().as_millis() as EpochMs
+    }
+
+    async fn gate(&self) -> Result<()> {
+        match self.health.load(Ordering::SeqCst) {
+            UNAVAILABLE => Err(Error::Unavailable {
+                store: "memory",
+                target: "memory".into(),
+                source: "simulated outage".into(),
+            }),
+            HANGING => {
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the model in a consistent state (every
+        // mutation is a few field writes), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    fn next_fence(&mut self, job: &JobName) -> u64 {
+        let f = self.fences.entry(job.clone()).or_insert(0);
+        *f += 1;
+        *f
+    }
+
+    fn history_row(&mut self, run: &RunKey, attempt: u32) -> Option<&mut HistoryRecord> {
+        self.history
+            .get_mut(&run.job)?
+            .iter_mut()
+            .find(|r| !r.manual && r.slot == run.slot && r.attempt == attempt)
+    }
+
+    fn set_row(
+        &mut self,
+        run: &RunKey,
+        attempt: u32,
+        status: RunStatus,
+        now: EpochMs,
+        error: Option<&str>,
+    ) {
+        if let Some(row) = self.history_row(run, attempt)
+            && row.status == RunStatus::Running
+        {
+            row.status = status;
+            row.finished_at = Some(now);
+            row.error = error.map(str::to_owned);
+        }
+    }
+
+    fn prune(&mut self, job: &JobName, retention: Retention, now: EpochMs) {
+        let running: BTreeSet<EpochMs> = self
+            .runs
+            .iter()
+            .filter(|(k, r)| &k.job == job && r.status == RunStatus::Running)
+            .map(|(k, _)| k.slot)
+            .collect();
+        let Some(rows) = self.history.get_mut(job) else {
+            return;
+        };
+        // Distinct runs, newest slot first; a manual run counts as a run of its own.
+        let mut slots: Vec<(EpochMs, bool)> = rows.iter().map(|r| (r.slot, r.manual)).collect();
+        slots.sort_unstable_by(|a, b| b.cmp(a));
+        slots.dedup();
+        let keep: BTreeSet<(EpochMs, bool)> = slots
+            .iter()
+            .take(retention.size.max(1) as usize)
+            .copied()
+            .collect();
+        let ttl_cut = retention.ttl_ms.map(|t| now - t as EpochMs);
+        let expired =
+            |r: &HistoryRecord| ttl_cut.is_some_and(|cut| r.finished_at.is_some_and(|f| f < cut));
+        let mut dropped = BTreeSet::new();
+        rows.retain(|r| {
+            let keep_it = running.contains(&r.slot) && !r.manual
+                || keep.contains(&(r.slot, r.manual)) && !expired(r);
+            if !keep_it && !r.manual {
+                dropped.insert(r.slot);
+            }
+            keep_it
+        });
+        for slot in dropped {
+            let key = RunKey::new(job.clone(), slot);
+            if rows.iter().all(|r| r.manual || r.slot != slot) {
+                self.runs.remove(&key);
+                self.claimed.remove(&key);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        self.gate().await?;
+        self.lock().jobs.extend(prepare.jobs.iter().cloned());
+        Ok(())
+    }
+
+    async fn now(&self) -> Result<EpochMs> {
+        self.gate().await?;
+        Ok(self.clock_ms())
+    }
+
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for MemoryStore {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        self.gate().await?;
+        let st = self.lock();
+        let mut rows = st.history.get(job).cloned().unwrap_or_default();
+        rows.sort_by(|a, b| (b.started_at, b.attempt).cmp(&(a.started_at, a.attempt)));
+        rows.truncate(count);
+        Ok(rows)
+    }
+
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let mut st = self.lock();
+        st.jobs.insert(record.job.clone());
+        let rows = st.history.entry(record.job.clone()).or_default();
+        match rows
+            .iter_mut()
+            .find(|r| r.manual && r.slot == record.slot && r.instance_id == record.instance_id)
+        {
+            Some(row) => *row = record.clone(),
+            None => rows.push(record.clone()),
+        }
+        st.prune(&record.job, retention, now);
+        Ok(())
+    }
+
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        self.gate().await?;
+        Ok(self.lock().jobs.iter().cloned().collect())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        if now > claim.not_after {
+            return Ok(ClaimOutcome::Late { store_now: now });
+        }
+        let mut st = self.lock();
+        let job = &claim.run.job;
+        st.jobs.insert(job.clone());
+        // [B-15] Earlier runs whose lease ended unfinished are replaced by this slot.
+        let ended: Vec<(RunKey, u32)> = st
+            .runs
+            .iter()
+            .filter(|(k, r)| {
+                &k.job == job
+                    && k.slot < claim.run.slot
+                    && r.status == RunStatus::Running
+                    && (r.owner.is_none() || r.expires_at <= now)
+            })
+            .map(|(k, r)| (k.clone(), r.attempt))
+            .collect();
+        for (key, attempt) in ended {
+            if let Some(run) = st.runs.get_mut(&key) {
+                run.status = RunStatus::Interrupted;
+                run.owner = None;
+            }
+            st.set_row(
+                &key,
+                attempt,
+                RunStatus::Interrupted,
+                now,
+                Some("replaced by the next slot"),
+            );
+        }
+        if st.runs.contains_key(&claim.run) {
+            return Ok(ClaimOutcome::Taken);
+        }
+        if claim.overlap == Overlap::Skip
+            && let Some((k, _)) = st.runs.iter().find(|(k, r)| {
+                &k.job == job
+                    && k.slot < claim.run.slot
+                    && r.status == RunStatus::Running
+                    && r.owner.is_some()
+                    && r.expires_at > now
+            })
+        {
+            return Ok(ClaimOutcome::Overlap {
+                running_slot: k.slot,
+            });
+        }
+        let fence = st.next_fence(job);
+        let expires_at = now + claim.lease_ms as EpochMs;
+        st.runs.insert(
+            claim.run.clone(),
+            Run {
+                status: RunStatus::Running,
+                attempt: 1,
+                counted_starts: 1,
+                owner: Some(claim.instance_id.clone()),
+                expires_at,
+            },
+        );
+        st.history
+            .entry(job.clone())
+            .or_default()
+            .push(HistoryRecord {
+                job: job.clone(),
+                slot: claim.run.slot,
+                scheduled_at: claim.scheduled_at,
+                instance_id: claim.instance_id.clone(),
+                manual: false,
+                attempt: 1,
+                reason: claim.reason,
+                status: RunStatus::Running,
+                fence,
+                started_at: now,
+                finished_at: None,
+                error: None,
+            });
+        st.prune(job, claim.retention, now);
+        Ok(ClaimOutcome::Won(Lease {
+            run: claim.run.clone(),
+            attempt: 1,
+            fence,
+            instance_id: claim.instance_id.clone(),
+            reason: claim.reason,
+            scheduled_at: claim.scheduled_at,
+            started_at: now,
+            expires_at,
+        }))
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let mut st = self.lock();
+        Ok(leases
+            .iter()
+            .map(|lease| match st.runs.get_mut(&lease.run) {
+                Some(run)
+                    if run.status == RunStatus::Running
+                        && run.attempt == lease.attempt
+                        && run.owner.as_deref() == Some(&lease.instance_id) =>
+                {
+                    run.expires_at = now + lease_ms as EpochMs;
+                    Renewal::Renewed {
+                        expires_at: run.expires_at,
+                    }
+                }
+                _ => Renewal::Lost,
+            })
+            .collect())
+    }
+
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let mut st = self.lock();
+        match st.runs.get_mut(&lease.run) {
+            Some(run)
+                if run.status == RunStatus::Running
+                    && run.attempt == lease.attempt
+                    && run.owner.as_deref() == Some(&lease.instance_id) =>
+            {
+                run.status = finish.status;
+                run.owner = None;
+            }
+            _ => return Ok(OwnerWrite::Lost),
+        }
+        if let Some(row) = st.history_row(&lease.run, lease.attempt) {
+            row.status = finish.status;
+            row.finished_at = Some(now);
+            row.error = finish.error.clone();
+        }
+        st.prune(&lease.run.job, finish.retention, now);
+        Ok(OwnerWrite::Done)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        {
+            let mut st = self.lock();
+            match st.runs.get_mut(&lease.run) {
+                Some(run)
+                    if run.status == RunStatus::Running
+                        && run.attempt == lease.attempt
+                        && run.owner.as_deref() == Some(&lease.instance_id) =>
+                {
+                    run.owner = None;
+                    run.expires_at = now;
+                }
+                _ => return Ok(OwnerWrite::Lost),
+            }
+            st.set_row(
+                &lease.run,
+                lease.attempt,
+                RunStatus::Interrupted,
+                now,
+                Some("handed over"),
+            );
+        }
+        if self.fast_handover {
+            let _ = self.releases.send(lease.run.clone());
+        }
+        Ok(OwnerWrite::Done)
+    }
+
+    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let mut st = self.lock();
+        let Some(run) = st.runs.get(&t.run).cloned() else {
+            return Ok(TakeoverOutcome::Finished(RunStatus::Interrupted));
+        };
+        if run.status.is_final() {
+            return Ok(TakeoverOutcome::Finished(run.status));
+        }
+        let released = run.owner.is_none();
+        if run.attempt != t.seen_attempt || (!released && run.expires_at > now) {
+            return Ok(TakeoverOutcome::Live);
+        }
+        st.set_row(
+            &t.run,
+            run.attempt,
+            RunStatus::Interrupted,
+            now,
+            Some("lease expired"),
+        );
+        if t.superseded {
+            if let Some(r) = st.runs.get_mut(&t.run) {
+                r.status = RunStatus::Interrupted;
+            }
+            return Ok(TakeoverOutcome::Interrupted);
+        }
+        let counted = if released {
+            run.counted_starts
+        } else {
+            run.counted_starts + 1
+        };
+        if counted > t.max_attempts {
+            if let Some(r) = st.runs.get_mut(&t.run) {
+                r.status = RunStatus::Failed;
+            }
+            return Ok(TakeoverOutcome::Exhausted);
+        }
+        let fence = st.next_fence(&t.run.job);
+        let expires_at = now + t.lease_ms as EpochMs;
+        let attempt = run.attempt + 1;
+        let first = st
+            .history_row(&t.run, 1)
+            .map(|r| r.scheduled_at)
+            .unwrap_or(t.run.slot);
+        if let Some(r) = st.runs.get_mut(&t.run) {
+            *r = Run {
+                status: RunStatus::Running,
+                attempt,
+                counted_starts: counted,
+                owner: Some(t.instance_id.clone()),
+                expires_at,
+            };
+        }
+        st.history
+            .entry(t.run.job.clone())
+            .or_default()
+            .push(HistoryRecord {
+                job: t.run.job.clone(),
+                slot: t.run.slot,
+                scheduled_at: first,
+                instance_id: t.instance_id.clone(),
+                manual: false,
+                attempt,
+                reason: Reason::Takeover,
+                status: RunStatus::Running,
+                fence,
+                started_at: now,
+                finished_at: None,
+                error: None,
+            });
+        Ok(TakeoverOutcome::Won(Lease {
+            run: t.run.clone(),
+            attempt,
+            fence,
+            instance_id: t.instance_id.clone(),
+            reason: Reason::Takeover,
+            scheduled_at: first,
+            started_at: now,
+            expires_at,
+        }))
+    }
+
+    async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let st = self.lock();
+        Ok(runs
+            .iter()
+            .filter_map(|k| st.runs.get(k).map(|r| view(k, r, now)))
+            .collect())
+    }
+
+    async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let st = self.lock();
+        Ok(st
+            .runs
+            .iter()
+            .filter(|(k, r)| r.status == RunStatus::Running && jobs.contains(&k.job))
+            .map(|(k, r)| view(k, r, now))
+            .collect())
+    }
+
+    fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
+        self.fast_handover.then(|| self.releases.subscribe())
+    }
+}
+
+fn view(key: &RunKey, run: &Run, now: EpochMs) -> RunView {
+    RunView {
+        run: key.clone(),
+        status: run.status,
+        attempt: run.attempt,
+        owner: run.owner.clone(),
+        expires_at: run.expires_at,
+        store_now: now,
+    }
+}
+
+#[async_trait]
+impl ClaimStore for MemoryStore {
+    async fn claim_slot(&self, claim: &SlotClaim) -> Result<SlotOutcome> {
+        self.gate().await?;
+        if self.clock_ms() > claim.not_after {
+            return Ok(SlotOutcome::Late);
+        }
+        let mut st = self.lock();
+        st.jobs.insert(claim.run.job.clone());
+        Ok(if st.claimed.insert(claim.run.clone()) {
+            SlotOutcome::Won
+        } else {
+            SlotOutcome::Taken
+        })
+    }
+
+    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.gate().await?;
+        let now = self.clock_ms();
+        let mut st = self.lock();
+        let rows = st.history.entry(record.job.clone()).or_default();
+        match rows.iter_mut().find(|r| {
+            r.slot == record.slot
+                && r.attempt == record.attempt
+                && r.instance_id == record.instance_id
+                && r.manual == record.manual
+        }) {
+            Some(row) => *row = record.clone(),
+            None => rows.push(record.clone()),
+        }
+        st.prune(
+            &record.job,
+            Retention {
+                ttl_ms: None,
+                ..retention
+            },
+            now,
+        );
+        Ok(())
+    }
+}
