@@ -7,6 +7,9 @@ pub mod history;
 pub mod memory;
 pub mod slot;
 pub mod store;
+#[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+pub mod testkit;
 
 pub use error::{BoxError, Error, Result, redact_url};
 pub use history::{HistoryRecord, Reason, Retention, RunStatus};

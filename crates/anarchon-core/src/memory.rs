@@ -258,7 +258,9 @@ impl HistoryStore for MemoryStore {
         self.gate().await?;
         let st = self.lock();
         let mut rows = st.history.get(job).cloned().unwrap_or_default();
-        rows.sort_by(|a, b| (b.started_at, b.attempt).cmp(&(a.started_at, a.attempt)));
+        rows.sort_by(|a, b| {
+            (b.started_at, b.slot, b.attempt).cmp(&(a.started_at, a.slot, a.attempt))
+        });
         rows.truncate(count);
         Ok(rows)
     }

@@ -160,7 +160,7 @@ pub trait Store: Send + Sync + 'static {
 ///
 /// # Contract
 /// - [`HistoryStore::history`] returns the latest attempts of a job from all instances,
-///   newest first (by `started_at`, then attempt), at most `count`; it works from a process
+///   newest first (by `started_at`, then slot, then attempt, all descending), at most `count`; it works from a process
 ///   that registered no jobs.
 /// - [`HistoryStore::record_manual`] inserts or replaces the record of a manual run, keyed by
 ///   (job, slot, instance); the scheduler calls it at start (status `running`) and finish.

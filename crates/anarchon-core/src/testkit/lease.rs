@@ -1,0 +1,630 @@
+//! Store-level conformance tests for [`LeaseStore`]: each calls the trait directly and checks
+//! one clause of the contract in [`crate::store`].
+
+use std::sync::Arc;
+
+use crate::history::{Reason, Retention, RunStatus};
+use crate::store::{
+    ClaimOutcome, EpochMs, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap, OwnerWrite,
+    Prepare, Renewal, Takeover, TakeoverOutcome,
+};
+use crate::testkit::{key, sleep_ms, unique_job};
+
+/// Lease length used by the store-level tests.
+pub const LEASE_MS: u64 = 600;
+/// Long enough for a [`LEASE_MS`] lease to have ended on any store's clock.
+pub const PAST_LEASE_MS: u64 = 900;
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __lease_store_tests {
+    ($factory:path, [$($mode:ident)?]) => {
+        $crate::__kit_tests!($factory, [$($mode)?], lease,
+            b10_claim_after_deadline_is_late_and_writes_nothing,
+            b11_one_of_concurrent_claims_wins,
+            b11_claim_of_a_claimed_slot_is_taken_even_after_finish,
+            b12_overlap_skip_refuses_while_an_earlier_lease_is_live,
+            b12_overlap_allow_starts_beside_a_live_run,
+            b13_batched_heartbeat_renews_only_current_owners,
+            b14_takeover_after_expiry_starts_next_attempt_with_new_fence,
+            b14_takeover_of_a_live_lease_is_refused,
+            b14_crash_budget_is_exhausted_after_max_attempts,
+            b15_next_slot_interrupts_an_expired_run,
+            b15_superseded_takeover_marks_run_interrupted,
+            b16_stale_owner_cannot_heartbeat_or_finish,
+            b17_release_hands_over_without_counting_against_max_attempts,
+            b19_unfinished_runs_lists_orphans_and_live_runs,
+            b20_store_clock_is_sane,
+            b36_history_is_newest_first_with_every_field,
+            b37_retention_prunes_runs_beyond_history_size,
+            b37_retention_prunes_runs_older_than_ttl,
+            s11_fence_strictly_increases_per_job,
+            manual_runs_are_recorded_and_replaced_by_key,
+            known_jobs_lists_prepared_and_claimed_jobs,
+        );
+        $crate::__runtime_tests!($factory, [$($mode)?]);
+    };
+}
+
+async fn prepared(store: &Arc<dyn LeaseStore>, jobs: &[&JobName]) {
+    store
+        .prepare(&Prepare {
+            jobs: jobs.iter().map(|j| (*j).clone()).collect(),
+            instance_id: "kit".into(),
+        })
+        .await
+        .expect("prepare");
+}
+
+async fn now(store: &Arc<dyn LeaseStore>) -> EpochMs {
+    store.now().await.expect("now")
+}
+
+/// A scheduled claim of `job` at `slot` by `instance`, deadline one minute after now.
+pub fn claim(job: &JobName, slot: EpochMs, instance: &str, now: EpochMs) -> LeaseClaim {
+    LeaseClaim {
+        run: key(job, slot),
+        scheduled_at: slot,
+        instance_id: instance.into(),
+        lease_ms: LEASE_MS,
+        not_after: now + 60_000,
+        overlap: Overlap::Skip,
+        reason: Reason::Scheduled,
+        retention: Retention::default(),
+    }
+}
+
+async fn won(store: &Arc<dyn LeaseStore>, c: &LeaseClaim) -> Lease {
+    match store.claim(c).await.expect("claim") {
+        ClaimOutcome::Won(lease) => lease,
+        other => panic!("expected to win {}, got {other:?}", c.run),
+    }
+}
+
+fn done() -> Finish {
+    Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    }
+}
+
+fn takeover(lease: &Lease, instance: &str, max_attempts: u32) -> Takeover {
+    Takeover {
+        run: lease.run.clone(),
+        seen_attempt: lease.attempt,
+        instance_id: instance.into(),
+        lease_ms: LEASE_MS,
+        max_attempts,
+        superseded: false,
+    }
+}
+
+/// [B-10] A claim judged after `not_after` on the store's clock is `Late` and writes nothing.
+pub async fn b10_claim_after_deadline_is_late_and_writes_nothing(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("late");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let mut c = claim(&job, t - 120_000, "a", t);
+    c.not_after = t - 60_000;
+    assert!(matches!(
+        store.claim(&c).await.unwrap(),
+        ClaimOutcome::Late { .. }
+    ));
+    assert!(
+        store.history(&job, 10).await.unwrap().is_empty(),
+        "a late claim wrote history"
+    );
+    c.not_after = t + 60_000;
+    won(&store, &c).await;
+}
+
+/// [B-11] Of many concurrent claims of one slot exactly one wins; the others are `Taken`.
+pub async fn b11_one_of_concurrent_claims_wins(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("race");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        let c = claim(&job, t, &format!("i{i}"), t);
+        tasks.push(tokio::spawn(async move {
+            store.claim(&c).await.expect("claim")
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            ClaimOutcome::Won(_) => wins += 1,
+            ClaimOutcome::Taken => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(wins, 1, "exactly one claim must win");
+}
+
+/// [B-11] A slot that was claimed stays taken after its run finished.
+pub async fn b11_claim_of_a_claimed_slot_is_taken_even_after_finish(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("taken");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let lease = won(&store, &claim(&job, t, "a", t)).await;
+    assert_eq!(
+        store.claim(&claim(&job, t, "b", t)).await.unwrap(),
+        ClaimOutcome::Taken
+    );
+    assert_eq!(
+        store.finish(&lease, &done()).await.unwrap(),
+        OwnerWrite::Done
+    );
+    assert_eq!(
+        store.claim(&claim(&job, t, "b", t)).await.unwrap(),
+        ClaimOutcome::Taken
+    );
+}
+
+/// [B-12] `overlap: skip` refuses a slot while an earlier run holds a live lease, and
+/// writes nothing.
+pub async fn b12_overlap_skip_refuses_while_an_earlier_lease_is_live(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("ovl");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    won(&store, &claim(&job, t - 1000, "a", t)).await;
+    match store.claim(&claim(&job, t, "b", t)).await.unwrap() {
+        ClaimOutcome::Overlap { running_slot } => assert_eq!(running_slot, t - 1000),
+        other => panic!("expected overlap, got {other:?}"),
+    }
+    assert_eq!(store.history(&job, 10).await.unwrap().len(), 1);
+}
+
+/// [B-12] `overlap: allow` starts a slot beside a live earlier run.
+pub async fn b12_overlap_allow_starts_beside_a_live_run(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("allow");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    won(&store, &claim(&job, t - 1000, "a", t)).await;
+    let mut c = claim(&job, t, "b", t);
+    c.overlap = Overlap::Allow;
+    won(&store, &c).await;
+    let runs = store
+        .unfinished_runs(std::slice::from_ref(&job))
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 2);
+}
+
+/// [B-13] One heartbeat call renews every lease of its owner and reports the others lost.
+pub async fn b13_batched_heartbeat_renews_only_current_owners(store: Arc<dyn LeaseStore>) {
+    let (j1, j2) = (unique_job("hb1"), unique_job("hb2"));
+    prepared(&store, &[&j1, &j2]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&j1, t, "a", t)).await;
+    let l2 = won(&store, &claim(&j2, t, "a", t)).await;
+    let mut forged = l2.clone();
+    forged.instance_id = "intruder".into();
+    sleep_ms(100).await;
+    let r = store
+        .heartbeat(&[l1.clone(), forged, l2.clone()], 5_000)
+        .await
+        .unwrap();
+    assert_eq!(r.len(), 3);
+    let Renewal::Renewed { expires_at } = r[0] else {
+        panic!("l1 not renewed: {r:?}")
+    };
+    assert!(
+        expires_at >= l1.expires_at + 4_000,
+        "renewed to now + lease_ms"
+    );
+    assert_eq!(r[1], Renewal::Lost);
+    assert!(matches!(r[2], Renewal::Renewed { .. }));
+    // Renewed past the original lease: not takeable after it.
+    sleep_ms(PAST_LEASE_MS).await;
+    assert_eq!(
+        store.take_over(&takeover(&l1, "b", 3)).await.unwrap(),
+        TakeoverOutcome::Live
+    );
+}
+
+/// [B-14] After the lease expired, one backup takes over: attempt + 1, a higher fence,
+/// reason `takeover`; the old attempt's history row is `interrupted`.
+pub async fn b14_takeover_after_expiry_starts_next_attempt_with_new_fence(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("tko");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let views = store.runs(std::slice::from_ref(&l1.run)).await.unwrap();
+    assert!(
+        views[0].is_takeable(),
+        "expired run must be takeable: {views:?}"
+    );
+    let (b, c) = (store.clone(), store.clone());
+    let (tb, tc) = (takeover(&l1, "b", 3), takeover(&l1, "c", 3));
+    let (rb, rc) = tokio::join!(b.take_over(&tb), c.take_over(&tc));
+    let outcomes = [rb.unwrap(), rc.unwrap()];
+    let winners: Vec<&Lease> = outcomes
+        .iter()
+        .filter_map(|o| {
+            if let TakeoverOutcome::Won(l) = o {
+                Some(l)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one backup wins: {outcomes:?}");
+    let l2 = winners[0];
+    assert_eq!(l2.attempt, 2);
+    assert_eq!(l2.reason, Reason::Takeover);
+    assert!(l2.fence > l1.fence);
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h.len(), 2);
+    assert_eq!(
+        (h[0].attempt, h[0].status, h[0].reason),
+        (2, RunStatus::Running, Reason::Takeover)
+    );
+    assert_eq!((h[1].attempt, h[1].status), (1, RunStatus::Interrupted));
+}
+
+/// [B-14] A live lease cannot be taken over.
+pub async fn b14_takeover_of_a_live_lease_is_refused(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("live");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t, "a", t)).await;
+    assert_eq!(
+        store.take_over(&takeover(&l1, "b", 3)).await.unwrap(),
+        TakeoverOutcome::Live
+    );
+}
+
+/// [B-14] A crashed run starts at most `max_attempts` times, then it is `failed`.
+pub async fn b14_crash_budget_is_exhausted_after_max_attempts(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("exh");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let mut lease = won(&store, &claim(&job, t, "a", t)).await;
+    for n in 2..=3 {
+        sleep_ms(PAST_LEASE_MS).await;
+        match store
+            .take_over(&takeover(&lease, &format!("i{n}"), 3))
+            .await
+            .unwrap()
+        {
+            TakeoverOutcome::Won(l) => lease = l,
+            other => panic!("attempt {n}: {other:?}"),
+        }
+    }
+    sleep_ms(PAST_LEASE_MS).await;
+    assert_eq!(
+        store.take_over(&takeover(&lease, "i4", 3)).await.unwrap(),
+        TakeoverOutcome::Exhausted
+    );
+    let v = store.runs(std::slice::from_ref(&lease.run)).await.unwrap();
+    assert_eq!(v[0].status, RunStatus::Failed);
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h.len(), 3);
+    assert!(
+        h.iter().all(|r| r.status == RunStatus::Interrupted),
+        "{h:?}"
+    );
+    assert!(
+        store
+            .unfinished_runs(std::slice::from_ref(&job))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// [B-15] Claiming the next slot marks an earlier run whose lease ended `interrupted`.
+pub async fn b15_next_slot_interrupts_an_expired_run(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("repl");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let old = won(&store, &claim(&job, t - 1000, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    won(&store, &claim(&job, t, "b", t)).await;
+    let v = store.runs(std::slice::from_ref(&old.run)).await.unwrap();
+    assert_eq!(v[0].status, RunStatus::Interrupted);
+    let h = store.history(&job, 10).await.unwrap();
+    let old_row = h.iter().find(|r| r.slot == t - 1000).unwrap();
+    assert_eq!(old_row.status, RunStatus::Interrupted);
+    assert!(old_row.finished_at.is_some());
+}
+
+/// [B-15] A takeover flagged `superseded` marks the expired run `interrupted`.
+pub async fn b15_superseded_takeover_marks_run_interrupted(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("sup");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let mut tk = takeover(&l1, "b", 3);
+    tk.superseded = true;
+    assert_eq!(
+        store.take_over(&tk).await.unwrap(),
+        TakeoverOutcome::Interrupted
+    );
+    let v = store.runs(std::slice::from_ref(&l1.run)).await.unwrap();
+    assert_eq!(v[0].status, RunStatus::Interrupted);
+}
+
+/// [B-16] After a takeover the old owner's heartbeat and finish are rejected and nothing
+/// of it is recorded over the new owner's attempt.
+pub async fn b16_stale_owner_cannot_heartbeat_or_finish(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("stale");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let TakeoverOutcome::Won(l2) = store.take_over(&takeover(&l1, "b", 3)).await.unwrap() else {
+        panic!("takeover")
+    };
+    assert_eq!(
+        store
+            .heartbeat(std::slice::from_ref(&l1), LEASE_MS)
+            .await
+            .unwrap(),
+        vec![Renewal::Lost]
+    );
+    assert_eq!(store.finish(&l1, &done()).await.unwrap(), OwnerWrite::Lost);
+    assert_eq!(store.release(&l1).await.unwrap(), OwnerWrite::Lost);
+    let v = store.runs(std::slice::from_ref(&l1.run)).await.unwrap();
+    assert_eq!((v[0].status, v[0].attempt), (RunStatus::Running, 2));
+    assert_eq!(v[0].owner.as_deref(), Some("b"));
+    assert_eq!(store.finish(&l2, &done()).await.unwrap(), OwnerWrite::Done);
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h[0].status, RunStatus::Succeeded);
+    assert_eq!(h[1].status, RunStatus::Interrupted);
+}
+
+/// [B-17] A released run is takeable at once, the takeover does not count against
+/// `max_attempts`, and subscribers (where the store has them) hear of it.
+pub async fn b17_release_hands_over_without_counting_against_max_attempts(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("hand");
+    prepared(&store, &[&job]).await;
+    let mut notes = store.subscribe_releases();
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t, "a", t)).await;
+    assert_eq!(store.release(&l1).await.unwrap(), OwnerWrite::Done);
+    if let Some(rx) = notes.as_mut() {
+        let got = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            loop {
+                match rx.recv().await {
+                    Ok(k) if k == l1.run => break k,
+                    Ok(_) => continue,
+                    Err(e) => panic!("release notification: {e}"),
+                }
+            }
+        })
+        .await;
+        assert!(got.is_ok(), "no release notification within 5 s");
+    }
+    let v = store.runs(std::slice::from_ref(&l1.run)).await.unwrap();
+    assert!(v[0].is_takeable() && v[0].owner.is_none(), "{v:?}");
+    // max_attempts 1: a counted takeover would be exhausted, a handover is not.
+    let TakeoverOutcome::Won(l2) = store.take_over(&takeover(&l1, "b", 1)).await.unwrap() else {
+        panic!("handover takeover must win with max_attempts 1")
+    };
+    assert_eq!(l2.attempt, 2);
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h[1].status, RunStatus::Interrupted);
+    assert_eq!(h[1].error.as_deref(), Some("handed over"));
+}
+
+/// [B-19] `unfinished_runs` lists every running run of the jobs asked for, live or expired.
+pub async fn b19_unfinished_runs_lists_orphans_and_live_runs(store: Arc<dyn LeaseStore>) {
+    let (j1, j2, other) = (unique_job("orph"), unique_job("orph2"), unique_job("other"));
+    prepared(&store, &[&j1, &j2, &other]).await;
+    let t = now(&store).await;
+    let dead = won(&store, &claim(&j1, t - 1000, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let t2 = now(&store).await;
+    won(&store, &claim(&j2, t2, "a", t2)).await;
+    won(&store, &claim(&other, t2, "a", t2)).await;
+    let fin = won(&store, &claim(&j2, t2 - 5000, "a", t2)).await;
+    store.finish(&fin, &done()).await.unwrap();
+    let mut runs = store
+        .unfinished_runs(&[j1.clone(), j2.clone()])
+        .await
+        .unwrap();
+    runs.sort_by_key(|r| r.run.job.clone());
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let d = runs.iter().find(|r| r.run == dead.run).unwrap();
+    assert!(d.is_takeable());
+    let live = runs.iter().find(|r| r.run.job == j2).unwrap();
+    assert!(!live.is_takeable());
+}
+
+/// [B-20] The store's clock is within a minute of this host's (it is the clock leases use).
+pub async fn b20_store_clock_is_sane(store: Arc<dyn LeaseStore>) {
+    let t = now(&store).await;
+    let host = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!((t - host).abs() < 60_000, "store clock {t} vs host {host}");
+    let t2 = now(&store).await;
+    assert!(t2 >= t);
+}
+
+/// [B-36] History comes newest first with every field filled in.
+pub async fn b36_history_is_newest_first_with_every_field(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("hist");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t - 2000, "a", t)).await;
+    let fail = Finish {
+        status: RunStatus::Failed,
+        error: Some("boom".into()),
+        retention: Retention::default(),
+    };
+    assert_eq!(store.finish(&l1, &fail).await.unwrap(), OwnerWrite::Done);
+    sleep_ms(20).await;
+    let t2 = now(&store).await;
+    let mut c = claim(&job, t - 1000, "b", t2);
+    c.reason = Reason::CatchUp;
+    let l2 = won(&store, &c).await;
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h.len(), 2);
+    let (newest, oldest) = (&h[0], &h[1]);
+    assert_eq!((newest.slot, newest.instance_id.as_str()), (t - 1000, "b"));
+    assert_eq!(
+        (newest.reason, newest.status, newest.attempt),
+        (Reason::CatchUp, RunStatus::Running, 1)
+    );
+    assert_eq!(newest.fence, l2.fence);
+    assert!(!newest.manual && newest.finished_at.is_none());
+    assert_eq!(
+        (oldest.status, oldest.error.as_deref()),
+        (RunStatus::Failed, Some("boom"))
+    );
+    assert_eq!(oldest.scheduled_at, t - 2000);
+    assert!(oldest.finished_at.unwrap() >= oldest.started_at);
+    assert_eq!(store.history(&job, 1).await.unwrap().len(), 1);
+    assert_eq!(store.last_run(&job).await.unwrap().unwrap().slot, t - 1000);
+    assert!(
+        store
+            .history(&unique_job("none"), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// [B-37] Finished runs beyond `history_size` are pruned; running ones never are.
+pub async fn b37_retention_prunes_runs_beyond_history_size(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("keep");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let keep = Retention {
+        size: 3,
+        ttl_ms: None,
+    };
+    for i in 0..6 {
+        let mut c = claim(&job, t - 10_000 + i * 1000, "a", t);
+        c.retention = keep;
+        let l = won(&store, &c).await;
+        let f = Finish {
+            retention: keep,
+            ..done()
+        };
+        store.finish(&l, &f).await.unwrap();
+    }
+    let h = store.history(&job, 100).await.unwrap();
+    assert_eq!(h.len(), 3, "{h:?}");
+    assert_eq!(h[0].slot, t - 5_000);
+}
+
+/// [B-37] Finished runs older than `history_ttl_ms` are pruned.
+pub async fn b37_retention_prunes_runs_older_than_ttl(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("ttl");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let ttl = Retention {
+        size: 100,
+        ttl_ms: Some(300),
+    };
+    let l = won(&store, &claim(&job, t - 1000, "a", t)).await;
+    store
+        .finish(
+            &l,
+            &Finish {
+                retention: ttl,
+                ..done()
+            },
+        )
+        .await
+        .unwrap();
+    sleep_ms(700).await;
+    let t2 = now(&store).await;
+    let mut c = claim(&job, t2, "a", t2);
+    c.retention = ttl;
+    let l2 = won(&store, &c).await;
+    store
+        .finish(
+            &l2,
+            &Finish {
+                retention: ttl,
+                ..done()
+            },
+        )
+        .await
+        .unwrap();
+    let h = store.history(&job, 100).await.unwrap();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0].slot, t2);
+}
+
+/// [§11] Every attempt of a job gets a strictly higher fence than the one before.
+pub async fn s11_fence_strictly_increases_per_job(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("fence");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let mut last = 0;
+    for i in 0..3 {
+        let mut c = claim(&job, t - 3000 + i * 1000, "a", t);
+        c.overlap = Overlap::Allow;
+        let l = won(&store, &c).await;
+        assert!(l.fence > last, "fence {} after {last}", l.fence);
+        last = l.fence;
+    }
+    let mut c = claim(&job, t + 1, "a", t);
+    c.overlap = Overlap::Allow;
+    let l = won(&store, &c).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let TakeoverOutcome::Won(l2) = store.take_over(&takeover(&l, "b", 3)).await.unwrap() else {
+        panic!("takeover")
+    };
+    assert!(l2.fence > l.fence && l.fence > last);
+}
+
+/// Manual runs are recorded at start and replaced at finish, keyed by (job, slot, instance).
+pub async fn manual_runs_are_recorded_and_replaced_by_key(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("man");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let mut rec = crate::history::HistoryRecord {
+        job: job.clone(),
+        slot: t,
+        scheduled_at: t,
+        instance_id: "a".into(),
+        manual: true,
+        attempt: 1,
+        reason: Reason::Manual,
+        status: RunStatus::Running,
+        fence: 0,
+        started_at: t,
+        finished_at: None,
+        error: None,
+    };
+    store
+        .record_manual(&rec, Retention::default())
+        .await
+        .unwrap();
+    rec.status = RunStatus::Succeeded;
+    rec.finished_at = Some(t + 5);
+    store
+        .record_manual(&rec, Retention::default())
+        .await
+        .unwrap();
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h, vec![rec]);
+    // A manual run never blocks a scheduled claim of the same slot.
+    won(&store, &claim(&job, t, "b", t)).await;
+}
+
+/// `known_jobs` lists the jobs given to `prepare` and the jobs claimed.
+pub async fn known_jobs_lists_prepared_and_claimed_jobs(store: Arc<dyn LeaseStore>) {
+    let (a, b) = (unique_job("kja"), unique_job("kjb"));
+    prepared(&store, &[&a]).await;
+    let t = now(&store).await;
+    won(&store, &claim(&b, t, "x", t)).await;
+    let jobs = store.known_jobs().await.unwrap();
+    assert!(jobs.contains(&a) && jobs.contains(&b), "{jobs:?}");
+}
