@@ -1,0 +1,83 @@
+//! Errors of opening an SQLite store. They convert into [`anarchon_core::Error`], which is
+//! what every method returns, so an application handles one error type.
+
+use std::path::PathBuf;
+
+use anarchon_core::BoxError;
+
+/// Why an SQLite store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteError {
+    /// The `table` option is not a usable SQL identifier.
+    #[error(
+        "invalid table prefix {table:?}: {reason}; use an SQL identifier such as \"anarchon_runs\""
+    )]
+    InvalidTable {
+        /// What was given.
+        table: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The directory the database file should be in does not exist.
+    #[error(
+        "cannot open the SQLite file {path}: its directory {dir} does not exist; create it first"
+    )]
+    MissingDirectory {
+        /// The database file.
+        path: PathBuf,
+        /// Its missing directory.
+        dir: PathBuf,
+    },
+    /// The file (or its directory) can only be opened for reading.
+    #[error(
+        "the SQLite file {path} can only be opened read-only; anarchon writes to it on every \
+         claim: give this process write access to the file and to its directory"
+    )]
+    ReadOnly {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The file exists but is not an SQLite database.
+    #[error(
+        "{path} is not an SQLite database ({detail}); give anarchon a new file or one it \
+         created (nothing was changed)"
+    )]
+    NotADatabase {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's message.
+        detail: String,
+    },
+    /// Any other failure to open the file.
+    #[error("cannot open the SQLite file {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl From<SqliteError> for anarchon_core::Error {
+    fn from(e: SqliteError) -> Self {
+        match e {
+            SqliteError::InvalidTable { .. } => {
+                anarchon_core::Error::invalid_option("table", e.to_string())
+            }
+            SqliteError::NotADatabase { ref path, .. } => anarchon_core::Error::Corrupt {
+                store: "sqlite",
+                location: path.display().to_string(),
+                reason: e.to_string(),
+            },
+            SqliteError::MissingDirectory { ref path, .. }
+            | SqliteError::ReadOnly { ref path }
+            | SqliteError::Open { ref path, .. } => anarchon_core::Error::Unavailable {
+                store: "sqlite",
+                target: path.display().to_string(),
+                source: Box::new(e),
+            },
+        }
+    }
+}

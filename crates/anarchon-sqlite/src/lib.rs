@@ -1,0 +1,45 @@
+//! SQLite lease store for anarchon: every process that opens the same file on one host
+//! starts each slot of a job once, and a backup takes over a crashed run. [B-43]
+//!
+//! ```no_run
+//! # async fn f() -> anarchon_core::Result<()> {
+//! use std::sync::Arc;
+//! use anarchon_core::LeaseStore;
+//! use anarchon_sqlite::SqliteStore;
+//!
+//! let store: Arc<dyn LeaseStore> = Arc::new(SqliteStore::open("anarchon.db").await?);
+//! # Ok(()) }
+//! ```
+//!
+//! The store uses `rusqlite` with its bundled SQLite (3.54), so no system library is
+//! needed. It opens the file in WAL mode with a busy timeout, runs every write as one
+//! `BEGIN IMMEDIATE` transaction, judges leases on the host clock (all processes share the
+//! host), keeps a per-job strictly increasing fence, and records its schema version in
+//! `<prefix>_meta`. Blocking calls run on a thread of their own, never on the runtime's
+//! workers. File locks must work: NFS and other network filesystems are not supported
+//! (use PostgreSQL, Redis or a libSQL server across machines).
+//!
+//! # Feature flags
+//! - `rusqlite` (default): the store on a local file ([`SqliteStore`]). Without it the
+//!   crate holds only [`sql`]: the schema, the statements and the row mapping, which the
+//!   libSQL store (`anarchon-libsql`) runs on a remote server.
+//!
+//! # Versions
+//! The bundled SQLite is 3.54; the SQL needs SQLite ≥ 3.35 (`RETURNING`). MSRV: the
+//! workspace's `rust-version`, raised only with a minor release.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod releases;
+pub mod sql;
+
+#[cfg(feature = "rusqlite")]
+mod error;
+#[cfg(feature = "rusqlite")]
+mod store;
+
+#[cfg(feature = "rusqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
+pub use error::SqliteError;
+#[cfg(feature = "rusqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
+pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder};

@@ -1,0 +1,382 @@
+//! The schema, the statements and the row mapping of the SQLite store, written once for
+//! every driver that speaks SQLite's SQL: `rusqlite` on a local file (this crate) and the
+//! libSQL remote client (`anarchon-libsql`).
+//!
+//! Nothing here needs a driver. A driver implements [`Exec`] (run one statement, tell the
+//! store's time), and the operations in [`ops`] and [`schema`] do the rest: they open the
+//! transaction, run the statements in order, decide the outcome and map the rows. So both
+//! stores run the same SQL in the same order and differ only in how a statement reaches
+//! the database.
+//!
+//! Architecture invariant: this module never depends on `rusqlite` or `libsql`; the
+//! `rusqlite` feature of the crate only adds the local store on top of it.
+
+pub mod ops;
+pub mod schema;
+
+use std::fmt;
+use std::future::Future;
+
+use anarchon_core::{EpochMs, Error, Result};
+
+/// A value bound to or read from a statement: the three storage classes the schema uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// SQL `NULL`.
+    Null,
+    /// A 64-bit integer.
+    Integer(i64),
+    /// UTF-8 text.
+    Text(String),
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Integer(v)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(v: u32) -> Self {
+        Value::Integer(i64::from(v))
+    }
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Self {
+        // Fences, lease lengths and counts stay far below i64::MAX; saturate rather than wrap.
+        Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Integer(i64::from(v))
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Text(v.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Text(v)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
+/// One result row.
+pub type Row = Vec<Value>;
+
+/// What a driver provides: one statement at a time on one connection, and the store's clock.
+///
+/// The operations call [`Exec::execute`] with `BEGIN IMMEDIATE`, `COMMIT` and `ROLLBACK`
+/// themselves, so an implementation must send every call of one operation to the same
+/// connection and must not share that connection with another operation meanwhile.
+/// Errors are already mapped to [`anarchon_core::Error`] by the driver (it knows the store
+/// kind, the operation, the path or URL).
+pub trait Exec {
+    /// The store's clock in epoch ms: the host clock for a local file, the server's for a
+    /// remote database. Called inside the write transaction, after the lock was taken.
+    fn now(&mut self) -> impl Future<Output = Result<EpochMs>>;
+
+    /// Runs a statement that returns rows.
+    fn query(&mut self, sql: &str, params: &[Value]) -> impl Future<Output = Result<Vec<Row>>>;
+
+    /// Runs a statement and returns the number of rows it changed.
+    fn execute(&mut self, sql: &str, params: &[Value]) -> impl Future<Output = Result<u64>>;
+}
+
+/// Checks a table prefix: an SQL identifier of ASCII letters, digits and `_`, starting with
+/// a letter or `_`, at most 48 characters (so `<prefix>_attempts` stays a short name on
+/// every database), and not SQLite's reserved `sqlite_` prefix.
+pub fn validate_prefix(prefix: &str) -> std::result::Result<(), &'static str> {
+    let mut bytes = prefix.bytes();
+    match bytes.next() {
+        None => return Err("it is empty"),
+        Some(b) if !(b.is_ascii_alphabetic() || b == b'_') => {
+            return Err("it must start with an ASCII letter or '_'");
+        }
+        _ => {}
+    }
+    if !bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err("it may only hold ASCII letters, digits and '_'");
+    }
+    if prefix.len() > 48 {
+        return Err("it is longer than 48 characters");
+    }
+    if prefix.to_ascii_lowercase().starts_with("sqlite_") {
+        return Err("names starting with 'sqlite_' are reserved by SQLite");
+    }
+    Ok(())
+}
+
+/// The default table prefix.
+pub const DEFAULT_PREFIX: &str = "anarchon_runs";
+
+/// The three table names derived from one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tables {
+    /// State and lease per run: `<prefix>`.
+    pub runs: String,
+    /// History, one row per attempt: `<prefix>_attempts`.
+    pub attempts: String,
+    /// Schema version and the per-job fence counters: `<prefix>_meta`.
+    pub meta: String,
+}
+
+impl Tables {
+    /// The names for `prefix` (checked with [`validate_prefix`]).
+    pub fn new(prefix: &str) -> std::result::Result<Self, &'static str> {
+        validate_prefix(prefix)?;
+        Ok(Tables {
+            runs: prefix.to_owned(),
+            attempts: format!("{prefix}_attempts"),
+            meta: format!("{prefix}_meta"),
+        })
+    }
+}
+
+/// Everything an operation needs besides the connection: the statements for one table
+/// prefix, and the names to put into errors.
+pub struct Sql {
+    /// The store kind for errors (`"sqlite"`, `"libsql"`).
+    pub store: &'static str,
+    /// Where the tables live, for errors: a file path or a redacted URL.
+    pub location: String,
+    /// The table names.
+    pub tables: Tables,
+    pub(crate) st: Statements,
+}
+
+impl fmt::Debug for Sql {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sql")
+            .field("store", &self.store)
+            .field("location", &self.location)
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sql {
+    /// The statements for `tables`.
+    pub fn new(store: &'static str, location: impl Into<String>, tables: Tables) -> Self {
+        let st = Statements::new(&tables);
+        Sql {
+            store,
+            location: location.into(),
+            tables,
+            st,
+        }
+    }
+
+    /// An [`Error::Corrupt`] about `what` at this location.
+    pub fn corrupt(&self, what: &str, reason: impl Into<String>) -> Error {
+        Error::Corrupt {
+            store: self.store,
+            location: if what.is_empty() {
+                self.location.clone()
+            } else {
+                format!("{} in {}", what, self.location)
+            },
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Fills `{runs}`, `{attempts}` and `{meta}` with the quoted table names.
+fn render(template: &str, t: &Tables) -> String {
+    template
+        .replace("{runs}", &format!("\"{}\"", t.runs))
+        .replace("{attempts}", &format!("\"{}\"", t.attempts))
+        .replace("{meta}", &format!("\"{}\"", t.meta))
+}
+
+/// The fixed statements of one prefix, rendered once so drivers can cache them by text.
+pub(crate) struct Statements {
+    pub(crate) interrupt_attempts: String,
+    pub(crate) interrupt_runs: String,
+    pub(crate) claim_check: String,
+    pub(crate) register_job: String,
+    pub(crate) next_fence: String,
+    pub(crate) insert_run: String,
+    pub(crate) insert_attempt: String,
+    pub(crate) prune_attempts: String,
+    pub(crate) prune_runs: String,
+    pub(crate) finish_run: String,
+    pub(crate) finish_attempt: String,
+    pub(crate) release_run: String,
+    pub(crate) close_attempt: String,
+    pub(crate) read_run: String,
+    pub(crate) set_run_status: String,
+    pub(crate) takeover_run: String,
+    pub(crate) history: String,
+    pub(crate) update_manual: String,
+    pub(crate) known_jobs: String,
+    /// `UPDATE ... WHERE (job, slot, attempt, owner) IN (VALUES` — completed per batch.
+    pub(crate) heartbeat_head: String,
+    /// `SELECT ... WHERE (job, slot) IN (VALUES` — completed per batch.
+    pub(crate) runs_head: String,
+    /// `SELECT ... WHERE status = 'running' AND job IN (` — completed per batch.
+    pub(crate) unfinished_head: String,
+}
+
+/// The columns of a run view, in the order [`ops`] reads them.
+const RUN_VIEW_COLUMNS: &str = "job, slot, status, attempt, owner, expires_at";
+/// The columns of a history record, in the order [`ops`] reads them.
+const ATTEMPT_COLUMNS: &str = "job, slot, scheduled_at, instance_id, manual, attempt, reason, \
+     status, fence, started_at, finished_at, error";
+
+impl Statements {
+    fn new(t: &Tables) -> Self {
+        let r = |s: &str| render(s, t);
+        Statements {
+            // [B-15] The running history rows of earlier runs whose lease ended, then the runs.
+            interrupt_attempts: r(
+                "UPDATE {attempts} SET status = 'interrupted', finished_at = ?3, \
+                 error = 'replaced by the next slot' \
+                 WHERE job = ?1 AND manual = 0 AND status = 'running' AND (slot, attempt) IN \
+                 (SELECT slot, attempt FROM {runs} WHERE job = ?1 AND slot < ?2 \
+                  AND status = 'running' AND (owner IS NULL OR expires_at <= ?3))",
+            ),
+            interrupt_runs: r("UPDATE {runs} SET status = 'interrupted', owner = NULL \
+                 WHERE job = ?1 AND slot < ?2 AND status = 'running' \
+                 AND (owner IS NULL OR expires_at <= ?3)"),
+            // Is the slot taken; which earlier run holds a live lease (the oldest).
+            claim_check: r(
+                "SELECT EXISTS (SELECT 1 FROM {runs} WHERE job = ?1 AND slot = ?2), \
+                 (SELECT MIN(slot) FROM {runs} WHERE job = ?1 AND slot < ?2 \
+                  AND status = 'running' AND owner IS NOT NULL AND expires_at > ?3)",
+            ),
+            register_job: r("INSERT INTO {meta} (key, value) VALUES (?1, 0) \
+                 ON CONFLICT (key) DO NOTHING"),
+            // The per-job fence lives in meta so that pruning every run never lowers it.
+            next_fence: r("INSERT INTO {meta} (key, value) VALUES (?1, 1) \
+                 ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value"),
+            insert_run: r(
+                "INSERT INTO {runs} (job, slot, scheduled_at, status, attempt, starts, \
+                 owner, reason, fence, started_at, expires_at, error) \
+                 VALUES (?1, ?2, ?3, 'running', 1, 1, ?4, ?5, ?6, ?7, ?8, NULL)",
+            ),
+            insert_attempt: r(
+                "INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, \
+                 scheduled_at, reason, status, fence, started_at, finished_at, error) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+                 ON CONFLICT (job, slot, manual, attempt, instance_id) DO UPDATE SET \
+                 scheduled_at = excluded.scheduled_at, reason = excluded.reason, \
+                 status = excluded.status, fence = excluded.fence, \
+                 started_at = excluded.started_at, finished_at = excluded.finished_at, \
+                 error = excluded.error",
+            ),
+            // [B-37] Keep the attempts of running runs, and of the newest `size` runs (a
+            // manual run counts as a run of its own) unless they finished before the cut.
+            prune_attempts: r("DELETE FROM {attempts} WHERE job = ?1 AND NOT ( \
+                 (manual = 0 AND slot IN (SELECT slot FROM {runs} \
+                   WHERE job = ?1 AND status = 'running')) \
+                 OR ((slot, manual) IN (SELECT slot, manual FROM {attempts} WHERE job = ?1 \
+                      GROUP BY slot, manual ORDER BY slot DESC, manual DESC LIMIT ?2) \
+                     AND (?3 IS NULL OR finished_at IS NULL OR finished_at >= ?3)))"),
+            // A finished run goes when the last of its attempts went.
+            prune_runs: r("DELETE FROM {runs} WHERE job = ?1 AND status <> 'running' \
+                 AND NOT EXISTS (SELECT 1 FROM {attempts} AS a \
+                   WHERE a.job = ?1 AND a.slot = {runs}.slot AND a.manual = 0)"),
+            finish_run: r("UPDATE {runs} SET status = ?5, owner = NULL, error = ?6 \
+                 WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 \
+                 AND status = 'running'"),
+            finish_attempt: r(
+                "UPDATE {attempts} SET status = ?4, finished_at = ?5, error = ?6 \
+                 WHERE job = ?1 AND slot = ?2 AND manual = 0 AND attempt = ?3",
+            ),
+            release_run: r("UPDATE {runs} SET owner = NULL, expires_at = ?5 \
+                 WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 \
+                 AND status = 'running'"),
+            // Ends the attempt's history row unless it already ended (as after a release).
+            close_attempt: r(
+                "UPDATE {attempts} SET status = ?4, finished_at = ?5, error = ?6 \
+                 WHERE job = ?1 AND slot = ?2 AND manual = 0 AND attempt = ?3 \
+                 AND status = 'running'",
+            ),
+            read_run: r(
+                "SELECT status, attempt, starts, owner, expires_at, scheduled_at \
+                 FROM {runs} WHERE job = ?1 AND slot = ?2",
+            ),
+            set_run_status: r("UPDATE {runs} SET status = ?3, error = ?4 \
+                 WHERE job = ?1 AND slot = ?2"),
+            takeover_run: r(
+                "UPDATE {runs} SET status = 'running', attempt = ?3, starts = ?4, \
+                 owner = ?5, reason = 'takeover', fence = ?6, started_at = ?7, \
+                 expires_at = ?8, error = NULL WHERE job = ?1 AND slot = ?2",
+            ),
+            // Ties on every sort key keep the order of insertion, as the reference store does.
+            history: r(&format!(
+                "SELECT {ATTEMPT_COLUMNS} FROM {{attempts}} WHERE job = ?1 \
+                 ORDER BY started_at DESC, slot DESC, attempt DESC, id ASC LIMIT ?2"
+            )),
+            update_manual: r(
+                "UPDATE {attempts} SET scheduled_at = ?4, attempt = ?5, reason = ?6, \
+                 status = ?7, fence = ?8, started_at = ?9, finished_at = ?10, error = ?11 \
+                 WHERE job = ?1 AND slot = ?2 AND manual = 1 AND instance_id = ?3",
+            ),
+            // Job keys are `job:<name>`; the range keeps the scan on the primary key.
+            known_jobs: r("SELECT substr(key, 5) FROM {meta} \
+                 WHERE key >= 'job:' AND key < 'job;' ORDER BY key"),
+            heartbeat_head: r(
+                "UPDATE {runs} SET expires_at = ?1 WHERE status = 'running' \
+                 AND (job, slot, attempt, owner) IN (VALUES ",
+            ),
+            runs_head: r(&format!(
+                "SELECT {RUN_VIEW_COLUMNS} FROM {{runs}} WHERE (job, slot) IN (VALUES "
+            )),
+            unfinished_head: r(&format!(
+                "SELECT {RUN_VIEW_COLUMNS} FROM {{runs}} WHERE status = 'running' AND job IN ("
+            )),
+        }
+    }
+}
+
+/// The meta key of a job: its row holds the job's last fence and makes it known.
+pub(crate) fn job_key(job: &str) -> String {
+    format!("job:{job}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_sql_identifiers() {
+        assert!(validate_prefix("anarchon_runs").is_ok());
+        assert!(validate_prefix("_x9").is_ok());
+        for bad in [
+            "",
+            "9x",
+            "a-b",
+            "a b",
+            "x\"; DROP TABLE y; --",
+            "sqlite_x",
+            "é",
+        ] {
+            assert!(validate_prefix(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(validate_prefix(&"a".repeat(49)).is_err());
+    }
+
+    #[test]
+    fn statements_name_the_prefixed_tables() {
+        let t = Tables::new("p").unwrap();
+        let st = Statements::new(&t);
+        assert!(st.insert_attempt.contains("\"p_attempts\""));
+        assert!(st.next_fence.contains("\"p_meta\""));
+        assert!(!st.history.contains('{'), "{}", st.history);
+        assert!(!st.runs_head.contains('{'));
+    }
+}

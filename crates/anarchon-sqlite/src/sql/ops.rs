@@ -1,0 +1,707 @@
+//! The store operations as sequences of statements over an [`Exec`], and the row mapping.
+//!
+//! Every write runs in one `BEGIN IMMEDIATE ... COMMIT` transaction: SQLite takes the
+//! database's write lock at `BEGIN`, so everything read inside cannot change before the
+//! commit, and the store's clock is read after the lock was taken (a claim that waited for
+//! the lock is judged on the time it is evaluated, not the time it was sent). An error
+//! rolls the transaction back. Each function mirrors the clause of the contract in
+//! [`anarchon_core::store`] that it is named after, and the in-memory reference store.
+
+use std::collections::HashMap;
+
+use anarchon_core::{
+    ClaimOutcome, EpochMs, Finish, HistoryRecord, JobName, Lease, LeaseClaim, Overlap, OwnerWrite,
+    Reason, Renewal, Result, Retention, RunKey, RunStatus, RunView, Takeover, TakeoverOutcome,
+};
+
+use super::{Exec, Row, Sql, Value, job_key};
+
+/// Rows per multi-row statement (heartbeat, runs): 4 parameters each stays far below
+/// SQLite's limit on bound parameters.
+const BATCH: usize = 200;
+
+/// Commits after `r` succeeded, rolls back after it failed (or when the commit failed).
+pub async fn finish_tx<E: Exec, T>(e: &mut E, r: Result<T>) -> Result<T> {
+    match r {
+        Ok(v) => match e.execute("COMMIT", &[]).await {
+            Ok(_) => Ok(v),
+            Err(err) => {
+                let _ = e.execute("ROLLBACK", &[]).await;
+                Err(err)
+            }
+        },
+        Err(err) => {
+            let _ = e.execute("ROLLBACK", &[]).await;
+            Err(err)
+        }
+    }
+}
+
+/// Registers the jobs of an instance (`prepare`), so `known_jobs` lists them.
+pub async fn register_jobs<E: Exec>(e: &mut E, sql: &Sql, jobs: &[JobName]) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        for job in jobs {
+            e.execute(&sql.st.register_job, &[job_key(job.as_str()).into()])
+                .await?;
+        }
+        Ok(())
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+/// [`anarchon_core::LeaseStore::claim`]. [B-10, B-11, B-12, B-15, B-37]
+pub async fn claim<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<ClaimOutcome> {
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = claim_in_tx(e, sql, c).await;
+    finish_tx(e, r).await
+}
+
+async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<ClaimOutcome> {
+    let now = e.now().await?;
+    if now > c.not_after {
+        return Ok(ClaimOutcome::Late { store_now: now });
+    }
+    let st = &sql.st;
+    let job = c.run.job.as_str();
+    let key = [Value::from(job), Value::from(c.run.slot), Value::from(now)];
+    e.execute(&st.interrupt_attempts, &key).await?;
+    e.execute(&st.interrupt_runs, &key).await?;
+    let check = e.query(&st.claim_check, &key).await?;
+    let row = check
+        .first()
+        .ok_or_else(|| sql.corrupt("", "the claim check returned no row"))?;
+    let taken = int(sql, row, 0)? != 0;
+    let running_slot = opt_int(sql, row, 1)?;
+    if taken {
+        e.execute(&st.register_job, &[job_key(job).into()]).await?;
+        return Ok(ClaimOutcome::Taken);
+    }
+    if let (Overlap::Skip, Some(running_slot)) = (c.overlap, running_slot) {
+        e.execute(&st.register_job, &[job_key(job).into()]).await?;
+        return Ok(ClaimOutcome::Overlap { running_slot });
+    }
+    let fence = next_fence(e, sql, job).await?;
+    let expires_at = now.saturating_add(ms(c.lease_ms));
+    e.execute(
+        &st.insert_run,
+        &[
+            job.into(),
+            c.run.slot.into(),
+            c.scheduled_at.into(),
+            c.instance_id.as_str().into(),
+            c.reason.as_str().into(),
+            fence.into(),
+            now.into(),
+            expires_at.into(),
+        ],
+    )
+    .await?;
+    insert_attempt(
+        e,
+        sql,
+        &HistoryRecord {
+            job: c.run.job.clone(),
+            slot: c.run.slot,
+            scheduled_at: c.scheduled_at,
+            instance_id: c.instance_id.clone(),
+            manual: false,
+            attempt: 1,
+            reason: c.reason,
+            status: RunStatus::Running,
+            fence,
+            started_at: now,
+            finished_at: None,
+            error: None,
+        },
+    )
+    .await?;
+    prune(e, sql, job, c.retention, now).await?;
+    Ok(ClaimOutcome::Won(Lease {
+        run: c.run.clone(),
+        attempt: 1,
+        fence,
+        instance_id: c.instance_id.clone(),
+        reason: c.reason,
+        scheduled_at: c.scheduled_at,
+        started_at: now,
+        expires_at,
+    }))
+}
+
+/// [`anarchon_core::LeaseStore::heartbeat`]: one statement per [`BATCH`] leases. [B-13]
+pub async fn heartbeat<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    leases: &[Lease],
+    lease_ms: u64,
+) -> Result<Vec<Renewal>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let now = e.now().await?;
+        let expires_at = now.saturating_add(ms(lease_ms));
+        let mut renewed: HashMap<(String, EpochMs, i64, String), ()> = HashMap::new();
+        for chunk in leases.chunks(BATCH) {
+            let mut text = sql.st.heartbeat_head.clone();
+            let mut params = Vec::with_capacity(1 + 4 * chunk.len());
+            params.push(Value::from(expires_at));
+            for (i, l) in chunk.iter().enumerate() {
+                let p = 2 + 4 * i;
+                if i > 0 {
+                    text.push_str(", ");
+                }
+                text.push_str(&format!("(?{}, ?{}, ?{}, ?{})", p, p + 1, p + 2, p + 3));
+                params.push(l.run.job.as_str().into());
+                params.push(l.run.slot.into());
+                params.push(l.attempt.into());
+                params.push(l.instance_id.as_str().into());
+            }
+            text.push_str(") RETURNING job, slot, attempt, owner");
+            for row in e.query(&text, &params).await? {
+                let key = (
+                    text_at(sql, &row, 0)?,
+                    int(sql, &row, 1)?,
+                    int(sql, &row, 2)?,
+                    text_at(sql, &row, 3)?,
+                );
+                renewed.insert(key, ());
+            }
+        }
+        Ok(leases
+            .iter()
+            .map(|l| {
+                let key = (
+                    l.run.job.as_str().to_owned(),
+                    l.run.slot,
+                    i64::from(l.attempt),
+                    l.instance_id.clone(),
+                );
+                if renewed.contains_key(&key) {
+                    Renewal::Renewed { expires_at }
+                } else {
+                    Renewal::Lost
+                }
+            })
+            .collect())
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+/// [`anarchon_core::LeaseStore::finish`]. [B-16, B-37]
+pub async fn finish<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let now = e.now().await?;
+        let st = &sql.st;
+        let job = l.run.job.as_str();
+        let n = e
+            .execute(
+                &st.finish_run,
+                &[
+                    job.into(),
+                    l.run.slot.into(),
+                    l.attempt.into(),
+                    l.instance_id.as_str().into(),
+                    f.status.as_str().into(),
+                    f.error.as_deref().into(),
+                ],
+            )
+            .await?;
+        if n == 0 {
+            return Ok(OwnerWrite::Lost);
+        }
+        e.execute(
+            &st.finish_attempt,
+            &[
+                job.into(),
+                l.run.slot.into(),
+                l.attempt.into(),
+                f.status.as_str().into(),
+                now.into(),
+                f.error.as_deref().into(),
+            ],
+        )
+        .await?;
+        prune(e, sql, job, f.retention, now).await?;
+        Ok(OwnerWrite::Done)
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+/// [`anarchon_core::LeaseStore::release`]: the graceful handover. [B-17]
+pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWrite> {
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let now = e.now().await?;
+        let st = &sql.st;
+        let job = l.run.job.as_str();
+        let n = e
+            .execute(
+                &st.release_run,
+                &[
+                    job.into(),
+                    l.run.slot.into(),
+                    l.attempt.into(),
+                    l.instance_id.as_str().into(),
+                    now.into(),
+                ],
+            )
+            .await?;
+        if n == 0 {
+            return Ok(OwnerWrite::Lost);
+        }
+        close_attempt(
+            e,
+            sql,
+            &l.run,
+            l.attempt,
+            RunStatus::Interrupted,
+            now,
+            "handed over",
+        )
+        .await?;
+        Ok(OwnerWrite::Done)
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+/// [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17]
+pub async fn take_over<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = take_over_in_tx(e, sql, t).await;
+    finish_tx(e, r).await
+}
+
+async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
+    let now = e.now().await?;
+    let st = &sql.st;
+    let job = t.run.job.as_str();
+    let rows = e
+        .query(&st.read_run, &[job.into(), t.run.slot.into()])
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(TakeoverOutcome::Finished(RunStatus::Interrupted));
+    };
+    let status = status_at(sql, row, 0)?;
+    let attempt = int(sql, row, 1)?;
+    let starts = int(sql, row, 2)?;
+    let owner = opt_text(sql, row, 3)?;
+    let expires_at = int(sql, row, 4)?;
+    let scheduled_at = int(sql, row, 5)?;
+    if status.is_final() {
+        return Ok(TakeoverOutcome::Finished(status));
+    }
+    let released = owner.is_none();
+    if attempt != i64::from(t.seen_attempt) || (!released && expires_at > now) {
+        return Ok(TakeoverOutcome::Live);
+    }
+    let seen = u32::try_from(attempt).map_err(|_| sql.corrupt("", format!("attempt {attempt}")))?;
+    close_attempt(
+        e,
+        sql,
+        &t.run,
+        seen,
+        RunStatus::Interrupted,
+        now,
+        "lease expired",
+    )
+    .await?;
+    if t.superseded {
+        e.execute(
+            &st.set_run_status,
+            &[
+                job.into(),
+                t.run.slot.into(),
+                "interrupted".into(),
+                Value::Null,
+            ],
+        )
+        .await?;
+        return Ok(TakeoverOutcome::Interrupted);
+    }
+    let counted = if released { starts } else { starts + 1 };
+    if counted > i64::from(t.max_attempts) {
+        e.execute(
+            &st.set_run_status,
+            &[
+                job.into(),
+                t.run.slot.into(),
+                "failed".into(),
+                "exhausted".into(),
+            ],
+        )
+        .await?;
+        return Ok(TakeoverOutcome::Exhausted);
+    }
+    let fence = next_fence(e, sql, job).await?;
+    let next = seen + 1;
+    let expires_at = now.saturating_add(ms(t.lease_ms));
+    e.execute(
+        &st.takeover_run,
+        &[
+            job.into(),
+            t.run.slot.into(),
+            next.into(),
+            counted.into(),
+            t.instance_id.as_str().into(),
+            fence.into(),
+            now.into(),
+            expires_at.into(),
+        ],
+    )
+    .await?;
+    insert_attempt(
+        e,
+        sql,
+        &HistoryRecord {
+            job: t.run.job.clone(),
+            slot: t.run.slot,
+            scheduled_at,
+            instance_id: t.instance_id.clone(),
+            manual: false,
+            attempt: next,
+            reason: Reason::Takeover,
+            status: RunStatus::Running,
+            fence,
+            started_at: now,
+            finished_at: None,
+            error: None,
+        },
+    )
+    .await?;
+    Ok(TakeoverOutcome::Won(Lease {
+        run: t.run.clone(),
+        attempt: next,
+        fence,
+        instance_id: t.instance_id.clone(),
+        reason: Reason::Takeover,
+        scheduled_at,
+        started_at: now,
+        expires_at,
+    }))
+}
+
+/// [`anarchon_core::LeaseStore::runs`]: in the order asked, missing runs left out.
+pub async fn runs<E: Exec>(e: &mut E, sql: &Sql, keys: &[RunKey]) -> Result<Vec<RunView>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = e.now().await?;
+    let mut found: HashMap<RunKey, RunView> = HashMap::new();
+    for chunk in keys.chunks(BATCH) {
+        let mut text = sql.st.runs_head.clone();
+        let mut params = Vec::with_capacity(2 * chunk.len());
+        for (i, k) in chunk.iter().enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(&format!("(?{}, ?{})", 2 * i + 1, 2 * i + 2));
+            params.push(k.job.as_str().into());
+            params.push(k.slot.into());
+        }
+        text.push(')');
+        for row in e.query(&text, &params).await? {
+            let v = run_view(sql, &row, now)?;
+            found.insert(v.run.clone(), v);
+        }
+    }
+    Ok(keys.iter().filter_map(|k| found.get(k).cloned()).collect())
+}
+
+/// [`anarchon_core::LeaseStore::unfinished_runs`], ordered by job and slot.
+pub async fn unfinished_runs<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    jobs: &[JobName],
+) -> Result<Vec<RunView>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = e.now().await?;
+    let mut out = Vec::new();
+    for chunk in jobs.chunks(BATCH) {
+        let mut text = sql.st.unfinished_head.clone();
+        let params: Vec<Value> = chunk.iter().map(|j| j.as_str().into()).collect();
+        for i in 0..chunk.len() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(&format!("?{}", i + 1));
+        }
+        text.push(')');
+        for row in e.query(&text, &params).await? {
+            out.push(run_view(sql, &row, now)?);
+        }
+    }
+    out.sort_by(|a, b| a.run.cmp(&b.run));
+    out.dedup_by(|a, b| a.run == b.run);
+    Ok(out)
+}
+
+/// [`anarchon_core::HistoryStore::history`]: newest first.
+pub async fn history<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    job: &JobName,
+    count: usize,
+) -> Result<Vec<HistoryRecord>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let limit = i64::try_from(count).unwrap_or(i64::MAX);
+    let rows = e
+        .query(&sql.st.history, &[job.as_str().into(), limit.into()])
+        .await?;
+    rows.iter().map(|r| history_record(sql, r)).collect()
+}
+
+/// [`anarchon_core::HistoryStore::record_manual`]: keyed by (job, slot, instance).
+pub async fn record_manual<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    rec: &HistoryRecord,
+    retention: Retention,
+) -> Result<()> {
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let now = e.now().await?;
+        let st = &sql.st;
+        let job = rec.job.as_str();
+        e.execute(&st.register_job, &[job_key(job).into()]).await?;
+        let n = e
+            .execute(
+                &st.update_manual,
+                &[
+                    job.into(),
+                    rec.slot.into(),
+                    rec.instance_id.as_str().into(),
+                    rec.scheduled_at.into(),
+                    rec.attempt.into(),
+                    rec.reason.as_str().into(),
+                    rec.status.as_str().into(),
+                    rec.fence.into(),
+                    rec.started_at.into(),
+                    rec.finished_at.into(),
+                    rec.error.as_deref().into(),
+                ],
+            )
+            .await?;
+        if n == 0 {
+            insert_attempt(
+                e,
+                sql,
+                &HistoryRecord {
+                    manual: true,
+                    ..rec.clone()
+                },
+            )
+            .await?;
+        }
+        prune(e, sql, job, retention, now).await?;
+        Ok(())
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+/// [`anarchon_core::HistoryStore::known_jobs`], sorted.
+pub async fn known_jobs<E: Exec>(e: &mut E, sql: &Sql) -> Result<Vec<JobName>> {
+    let rows = e.query(&sql.st.known_jobs, &[]).await?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let name = text_at(sql, row, 0)?;
+        match JobName::new(&name) {
+            Ok(j) => jobs.push(j),
+            Err(_) => tracing::warn!(
+                store = sql.store,
+                location = %sql.location,
+                name,
+                "skipping a job key in the meta table that is not a valid job name"
+            ),
+        }
+    }
+    jobs.sort();
+    Ok(jobs)
+}
+
+async fn next_fence<E: Exec>(e: &mut E, sql: &Sql, job: &str) -> Result<u64> {
+    let rows = e.query(&sql.st.next_fence, &[job_key(job).into()]).await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| sql.corrupt("", "the fence counter returned no row"))?;
+    let v = int(sql, row, 0)?;
+    u64::try_from(v).map_err(|_| {
+        sql.corrupt(
+            &format!("table {}", sql.tables.meta),
+            format!("fence {v} of job {job}"),
+        )
+    })
+}
+
+async fn insert_attempt<E: Exec>(e: &mut E, sql: &Sql, r: &HistoryRecord) -> Result<()> {
+    e.execute(
+        &sql.st.insert_attempt,
+        &[
+            r.job.as_str().into(),
+            r.slot.into(),
+            r.manual.into(),
+            r.attempt.into(),
+            r.instance_id.as_str().into(),
+            r.scheduled_at.into(),
+            r.reason.as_str().into(),
+            r.status.as_str().into(),
+            r.fence.into(),
+            r.started_at.into(),
+            r.finished_at.into(),
+            r.error.as_deref().into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Ends a running history row of a lease attempt; an ended one stays as it is.
+async fn close_attempt<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    run: &RunKey,
+    attempt: u32,
+    status: RunStatus,
+    now: EpochMs,
+    error: &str,
+) -> Result<()> {
+    e.execute(
+        &sql.st.close_attempt,
+        &[
+            run.job.as_str().into(),
+            run.slot.into(),
+            attempt.into(),
+            status.as_str().into(),
+            now.into(),
+            error.into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// [B-37] Prunes the job to its retention: by count of runs, and by age of finish.
+async fn prune<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    job: &str,
+    retention: Retention,
+    now: EpochMs,
+) -> Result<()> {
+    let cut: Value = retention
+        .ttl_ms
+        .map(|ttl| now.saturating_sub(ms(ttl)))
+        .into();
+    let size = i64::from(retention.size.max(1));
+    e.execute(&sql.st.prune_attempts, &[job.into(), size.into(), cut])
+        .await?;
+    e.execute(&sql.st.prune_runs, &[job.into()]).await?;
+    Ok(())
+}
+
+fn ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+// ---------------------------------------------------------------------------------------
+// Row mapping
+// ---------------------------------------------------------------------------------------
+
+fn cell<'r>(sql: &Sql, row: &'r Row, i: usize) -> Result<&'r Value> {
+    row.get(i)
+        .ok_or_else(|| sql.corrupt("", format!("a result row has no column {i}")))
+}
+
+fn int(sql: &Sql, row: &Row, i: usize) -> Result<i64> {
+    match cell(sql, row, i)? {
+        Value::Integer(v) => Ok(*v),
+        other => Err(sql.corrupt(
+            "",
+            format!("column {i} holds {other:?} where an integer belongs"),
+        )),
+    }
+}
+
+fn opt_int(sql: &Sql, row: &Row, i: usize) -> Result<Option<i64>> {
+    match cell(sql, row, i)? {
+        Value::Null => Ok(None),
+        _ => int(sql, row, i).map(Some),
+    }
+}
+
+fn text_at(sql: &Sql, row: &Row, i: usize) -> Result<String> {
+    match cell(sql, row, i)? {
+        Value::Text(s) => Ok(s.clone()),
+        other => Err(sql.corrupt("", format!("column {i} holds {other:?} where text belongs"))),
+    }
+}
+
+fn opt_text(sql: &Sql, row: &Row, i: usize) -> Result<Option<String>> {
+    match cell(sql, row, i)? {
+        Value::Null => Ok(None),
+        _ => text_at(sql, row, i).map(Some),
+    }
+}
+
+fn status_at(sql: &Sql, row: &Row, i: usize) -> Result<RunStatus> {
+    let s = text_at(sql, row, i)?;
+    RunStatus::parse(&s).ok_or_else(|| sql.corrupt("", format!("unknown status {s:?}")))
+}
+
+fn u32_at(sql: &Sql, row: &Row, i: usize) -> Result<u32> {
+    let v = int(sql, row, i)?;
+    u32::try_from(v).map_err(|_| sql.corrupt("", format!("column {i} holds {v}, out of range")))
+}
+
+fn job_at(sql: &Sql, row: &Row, i: usize) -> Result<JobName> {
+    let s = text_at(sql, row, i)?;
+    JobName::new(&s).map_err(|_| sql.corrupt("", format!("invalid job name {s:?}")))
+}
+
+/// Maps `job, slot, status, attempt, owner, expires_at`.
+fn run_view(sql: &Sql, row: &Row, now: EpochMs) -> Result<RunView> {
+    Ok(RunView {
+        run: RunKey::new(job_at(sql, row, 0)?, int(sql, row, 1)?),
+        status: status_at(sql, row, 2)?,
+        attempt: u32_at(sql, row, 3)?,
+        owner: opt_text(sql, row, 4)?,
+        expires_at: int(sql, row, 5)?,
+        store_now: now,
+    })
+}
+
+/// Maps the history columns (see `ATTEMPT_COLUMNS`).
+fn history_record(sql: &Sql, row: &Row) -> Result<HistoryRecord> {
+    let reason = text_at(sql, row, 6)?;
+    let fence = int(sql, row, 8)?;
+    Ok(HistoryRecord {
+        job: job_at(sql, row, 0)?,
+        slot: int(sql, row, 1)?,
+        scheduled_at: int(sql, row, 2)?,
+        instance_id: text_at(sql, row, 3)?,
+        manual: int(sql, row, 4)? != 0,
+        attempt: u32_at(sql, row, 5)?,
+        reason: Reason::parse(&reason)
+            .ok_or_else(|| sql.corrupt("", format!("unknown reason {reason:?}")))?,
+        status: status_at(sql, row, 7)?,
+        fence: u64::try_from(fence).map_err(|_| sql.corrupt("", format!("fence {fence}")))?,
+        started_at: int(sql, row, 9)?,
+        finished_at: opt_int(sql, row, 10)?,
+        error: opt_text(sql, row, 11)?,
+    })
+}

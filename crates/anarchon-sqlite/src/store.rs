@@ -1,0 +1,678 @@
+//! The SQLite lease store on a local file, through `rusqlite` (bundled SQLite).
+//!
+//! One store owns one connection, driven by one dedicated thread: SQLite calls block
+//! (file I/O, the busy handler sleeps while another process holds the write lock), so they
+//! never run on the runtime's workers. Each call is queued to that thread with a deadline:
+//! a call still queued when its deadline passed is dropped unexecuted, and the caller
+//! stops waiting at the deadline with [`Error::Timeout`]. A statement waits for the
+//! database's lock at most the busy timeout.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anarchon_core::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+    TakeoverOutcome,
+};
+use async_trait::async_trait;
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{broadcast, oneshot};
+
+use crate::error::SqliteError;
+use crate::releases;
+use crate::sql::{self, Exec, Row, Sql, Tables, Value, ops, schema};
+
+const KIND: &str = "sqlite";
+
+/// How long a statement waits for another connection's write lock by default.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for opening a [`SqliteStore`]; see [`SqliteStore::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct SqliteStoreBuilder {
+    path: PathBuf,
+    table: String,
+    busy_timeout: Duration,
+    call_timeout: Option<Duration>,
+    full_sync: bool,
+}
+
+impl SqliteStoreBuilder {
+    /// The table prefix (default `anarchon_runs`): the tables are `<prefix>`,
+    /// `<prefix>_attempts` and `<prefix>_meta`. An SQL identifier of ASCII letters, digits
+    /// and `_`. [B-42, B-43]
+    pub fn table(mut self, prefix: impl Into<String>) -> Self {
+        self.table = prefix.into();
+        self
+    }
+
+    /// How long a statement waits while another connection holds the write lock (default
+    /// 5 s). Past it the call fails with [`Error::Timeout`].
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// The longest any call may take, queueing included (default: the busy timeout + 5 s).
+    /// The scheduler bounds its calls too; this bound also holds for direct use.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// `synchronous = FULL` instead of `NORMAL`: every commit is flushed to disk, so a power
+    /// loss cannot undo a claim (nor lower a fence); claims get slower by an fsync each.
+    /// With `NORMAL` (the default) a crash of the process loses nothing; a power loss or
+    /// an OS crash may lose the last commits.
+    pub fn durable(mut self, full_sync: bool) -> Self {
+        self.full_sync = full_sync;
+        self
+    }
+
+    /// Opens (or creates) the file, turns on WAL, and creates or migrates the tables.
+    ///
+    /// Refuses, naming the path and changing nothing: a missing directory, a file opened
+    /// read-only, a file that is not a database ([`Error::Corrupt`]), a schema written by a
+    /// newer anarchon ([`Error::SchemaTooNew`]), tables of this prefix with another shape.
+    pub async fn open(self) -> Result<SqliteStore> {
+        let tables = Tables::new(&self.table).map_err(|reason| SqliteError::InvalidTable {
+            table: self.table.clone(),
+            reason,
+        })?;
+        let call_timeout = self
+            .call_timeout
+            .unwrap_or(self.busy_timeout + Duration::from_secs(5));
+        let location = self.path.display().to_string();
+        let sql = Arc::new(Sql::new(KIND, location.clone(), tables));
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<PathBuf>>();
+        let worker_sql = sql.clone();
+        let path = self.path.clone();
+        let (busy, full_sync) = (self.busy_timeout, self.full_sync);
+        std::thread::Builder::new()
+            .name("anarchon-sqlite".into())
+            .spawn(
+                move || match Worker::open(path, worker_sql, busy, full_sync) {
+                    Ok(worker) => {
+                        let canonical = worker.path.clone();
+                        if ready_tx.send(Ok(canonical)).is_ok() {
+                            worker.serve(jobs_rx);
+                        }
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                },
+            )
+            .map_err(|e| SqliteError::Open {
+                path: self.path.clone(),
+                source: Box::new(e),
+            })?;
+        let canonical = match tokio::time::timeout(call_timeout, ready_rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(worker_died("open")),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    store: KIND,
+                    operation: "open",
+                    after: call_timeout,
+                });
+            }
+        };
+        let releases = releases::channel(&format!(
+            "sqlite:{}#{}",
+            canonical.display(),
+            sql.tables.runs
+        ));
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                jobs: Mutex::new(Some(jobs_tx)),
+                sql,
+                call_timeout,
+                releases,
+            }),
+        })
+    }
+}
+
+/// A lease store on one SQLite file. Every process (and every store) that opens the same
+/// file on one host coordinates with the others through SQLite's file locks. [B-43]
+///
+/// Clones share the connection; [`Store::close`] closes it for all of them.
+///
+/// ```no_run
+/// # async fn f() -> anarchon_core::Result<()> {
+/// use anarchon_sqlite::SqliteStore;
+/// let store = SqliteStore::builder("/var/lib/myapp/anarchon.db")
+///     .table("anarchon_runs")
+///     .open()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    sql: Arc<Sql>,
+    call_timeout: Duration,
+    releases: Arc<broadcast::Sender<RunKey>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.sql.location)
+            .field("table", &self.inner.sql.tables.runs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens `path` with the default options; see [`SqliteStoreBuilder::open`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        Self::builder(path).open().await
+    }
+
+    /// Options for opening `path`.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            path: path.as_ref().to_owned(),
+            table: sql::DEFAULT_PREFIX.to_owned(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            call_timeout: None,
+            full_sync: false,
+        }
+    }
+
+    /// The file, as given.
+    pub fn path(&self) -> &str {
+        &self.inner.sql.location
+    }
+
+    /// The table names.
+    pub fn tables(&self) -> &Tables {
+        &self.inner.sql.tables
+    }
+
+    /// The schema version in the file (the current one once opened).
+    pub async fn schema_version(&self) -> Result<Option<i64>> {
+        self.call("schema_version", |w| {
+            let mut e = w.exec("schema_version");
+            ready(schema::version(&mut e, &w.sql))
+        })
+        .await
+    }
+
+    /// Runs `BEGIN IMMEDIATE; COMMIT` on the store's connection: the cost of taking and
+    /// releasing the write lock and nothing else (the benchmark's baseline).
+    pub async fn empty_write(&self) -> Result<()> {
+        self.call("empty_write", |w| {
+            let mut e = w.exec("empty_write");
+            ready(async {
+                e.execute("BEGIN IMMEDIATE", &[]).await?;
+                ops::finish_tx(&mut e, Ok(())).await
+            })
+        })
+        .await
+    }
+
+    /// Sends `f` to the connection's thread and waits for its answer, at most the call
+    /// timeout (the time in the queue included).
+    async fn call<T, F>(&self, operation: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Worker) -> Result<T> + Send + 'static,
+    {
+        let timeout = self.inner.call_timeout;
+        let deadline = Instant::now() + timeout;
+        let (tx, rx) = oneshot::channel();
+        let job = Job::Run(Box::new(move |w: &Worker| {
+            // A call that waited in the queue past its deadline has been given up by its
+            // caller: running it now could start a claim nobody waits for.
+            let r = if Instant::now() > deadline {
+                Err(Error::Timeout {
+                    store: KIND,
+                    operation,
+                    after: timeout,
+                })
+            } else {
+                f(w)
+            };
+            let _ = tx.send(r);
+        }));
+        {
+            let jobs = self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(jobs) = jobs.as_ref() else {
+                return Err(closed(&self.inner.sql));
+            };
+            jobs.send(job).map_err(|_| worker_died(operation))?;
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(worker_died(operation)),
+            Err(_) => Err(Error::Timeout {
+                store: KIND,
+                operation,
+                after: timeout,
+            }),
+        }
+    }
+}
+
+fn closed(sql: &Sql) -> Error {
+    Error::Unavailable {
+        store: KIND,
+        target: sql.location.clone(),
+        source: "the store was closed".into(),
+    }
+}
+
+fn worker_died(operation: &'static str) -> Error {
+    Error::store(
+        KIND,
+        operation,
+        "the SQLite connection thread stopped (a call panicked)",
+    )
+}
+
+/// The host clock in epoch ms: every process that opens the file shares this host. [B-20]
+fn host_now_ms() -> EpochMs {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| EpochMs::try_from(d.as_millis()).unwrap_or(EpochMs::MAX))
+        .unwrap_or(0)
+}
+
+/// Polls a future that never waits (every [`Exec`] call on rusqlite completes at once).
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => unreachable!("a rusqlite call returned Pending"),
+    }
+}
+
+enum Job {
+    Run(Box<dyn FnOnce(&Worker) + Send>),
+    Close(oneshot::Sender<()>),
+}
+
+/// The connection and what its thread needs to map errors.
+struct Worker {
+    conn: Connection,
+    sql: Arc<Sql>,
+    path: PathBuf,
+    busy_timeout: Duration,
+}
+
+impl Worker {
+    fn open(
+        path: PathBuf,
+        sql: Arc<Sql>,
+        busy_timeout: Duration,
+        full_sync: bool,
+    ) -> Result<Worker> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            let dir = dir.to_owned();
+            return Err(SqliteError::MissingDirectory { path, dir }.into());
+        }
+        if path.is_dir() {
+            return Err(SqliteError::Open {
+                path,
+                source: "it is a directory".into(),
+            }
+            .into());
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(|e| SqliteError::Open {
+            path: path.clone(),
+            source: Box::new(e),
+        })?;
+        let open_err = |path: &Path, e: rusqlite::Error| SqliteError::Open {
+            path: path.to_owned(),
+            source: Box::new(e),
+        };
+        conn.busy_timeout(busy_timeout)
+            .map_err(|e| open_err(&path, e))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        // The first read of the file: a file that is not a database fails here.
+        if let Err(e) = conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(())) {
+            return Err(match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+                    SqliteError::NotADatabase {
+                        path,
+                        detail: e.to_string(),
+                    }
+                    .into()
+                }
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                    Error::Timeout {
+                        store: KIND,
+                        operation: "open",
+                        after: busy_timeout,
+                    }
+                }
+                _ => open_err(&path, e).into(),
+            });
+        }
+        if conn
+            .is_readonly(rusqlite::MAIN_DB)
+            .map_err(|e| open_err(&path, e))?
+        {
+            return Err(SqliteError::ReadOnly { path }.into());
+        }
+        let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        let worker = Worker {
+            conn,
+            sql,
+            path: canonical,
+            busy_timeout,
+        };
+        {
+            let mut e = worker.exec("open");
+            let ensured = ready(schema::ensure(&mut e, &worker.sql))?;
+            tracing::debug!(path = %worker.sql.location, ?ensured, "opened the SQLite store");
+        }
+        // WAL lets readers (history, backups' watches) run beside the writer. It is set
+        // after the schema check, so a file we refuse keeps its journal mode.
+        let mode: String = worker
+            .conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(|e| worker.error("open", e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(
+                path = %worker.sql.location,
+                mode,
+                "SQLite could not switch to WAL; claims still work, readers wait for writers"
+            );
+        }
+        let sync = if full_sync { "FULL" } else { "NORMAL" };
+        worker
+            .conn
+            .pragma_update(None, "synchronous", sync)
+            .map_err(|e| worker.error("open", e))?;
+        Ok(worker)
+    }
+
+    fn serve(self, jobs: mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.recv() {
+            match job {
+                Job::Run(f) => {
+                    if std::panic::catch_unwind(AssertUnwindSafe(|| f(&self))).is_err() {
+                        tracing::error!(path = %self.sql.location, "an SQLite store call panicked");
+                        if !self.conn.is_autocommit() {
+                            let _ = self.conn.execute_batch("ROLLBACK");
+                        }
+                    }
+                }
+                Job::Close(done) => {
+                    drop(self);
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn exec(&self, operation: &'static str) -> LocalExec<'_> {
+        LocalExec { w: self, operation }
+    }
+
+    /// Maps a driver error to the core error the contract names for it.
+    fn error(&self, operation: &'static str, e: rusqlite::Error) -> Error {
+        use rusqlite::ErrorCode as C;
+        let target = self.sql.location.clone();
+        match e.sqlite_error_code() {
+            Some(C::DatabaseBusy | C::DatabaseLocked) => Error::Timeout {
+                store: KIND,
+                operation,
+                after: self.busy_timeout,
+            },
+            Some(C::NotADatabase | C::DatabaseCorrupt) => Error::Corrupt {
+                store: KIND,
+                location: target,
+                reason: e.to_string(),
+            },
+            Some(
+                C::CannotOpen
+                | C::ReadOnly
+                | C::DiskFull
+                | C::SystemIoFailure
+                | C::PermissionDenied
+                | C::NoLargeFileSupport,
+            ) => Error::Unavailable {
+                store: KIND,
+                target,
+                source: Box::new(e),
+            },
+            _ => Error::store(KIND, operation, e),
+        }
+    }
+}
+
+/// [`Exec`] on the worker's connection: statements are prepared once and cached by text.
+struct LocalExec<'w> {
+    w: &'w Worker,
+    operation: &'static str,
+}
+
+struct Param<'a>(&'a Value);
+
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self.0 {
+            Value::Null => ValueRef::Null,
+            Value::Integer(v) => ValueRef::Integer(*v),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+        }))
+    }
+}
+
+impl LocalExec<'_> {
+    fn err(&self, e: rusqlite::Error) -> Error {
+        self.w.error(self.operation, e)
+    }
+
+    fn query_now(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let mut stmt = self.w.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let n = stmt.column_count();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter().map(Param)))
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let mut row = Vec::with_capacity(n);
+            for i in 0..n {
+                row.push(match r.get_ref(i).map_err(|e| self.err(e))? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(v) => Value::Integer(v),
+                    ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+                    other => {
+                        return Err(self.w.sql.corrupt(
+                            "",
+                            format!(
+                                "column {i} of a result holds a {:?} value",
+                                other.data_type()
+                            ),
+                        ));
+                    }
+                });
+            }
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    fn execute_now(&self, sql: &str, params: &[Value]) -> Result<u64> {
+        let mut stmt = self.w.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let n = stmt
+            .execute(rusqlite::params_from_iter(params.iter().map(Param)))
+            .map_err(|e| self.err(e))?;
+        Ok(n as u64)
+    }
+}
+
+impl Exec for LocalExec<'_> {
+    async fn now(&mut self) -> Result<EpochMs> {
+        Ok(host_now_ms())
+    }
+
+    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        self.query_now(sql, params)
+    }
+
+    async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        self.execute_now(sql, params)
+    }
+}
+
+/// Runs one shared operation on the connection's thread.
+macro_rules! on_worker {
+    ($store:expr, $op:literal, |$e:ident, $sql:ident| $body:expr) => {
+        $store
+            .call($op, move |w: &Worker| {
+                let mut $e = w.exec($op);
+                let $sql: &Sql = &w.sql;
+                ready($body)
+            })
+            .await
+    };
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        let jobs = prepare.jobs.clone();
+        on_worker!(self, "prepare", |e, sql| async move {
+            // Another process may have migrated the file since it was opened.
+            schema::ensure(&mut e, sql).await?;
+            ops::register_jobs(&mut e, sql, &jobs).await
+        })
+    }
+
+    async fn now(&self) -> Result<EpochMs> {
+        Ok(host_now_ms())
+    }
+
+    async fn close(&self) -> Result<()> {
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(jobs) = jobs else { return Ok(()) };
+        let (tx, rx) = oneshot::channel();
+        if jobs.send(Job::Close(tx)).is_ok() {
+            // Calls queued before the close finish first; nothing runs after this returns.
+            let _ = tokio::time::timeout(self.inner.call_timeout, rx).await;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for SqliteStore {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        let job = job.clone();
+        on_worker!(self, "history", |e, sql| ops::history(
+            &mut e, sql, &job, count
+        ))
+    }
+
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        let record = record.clone();
+        on_worker!(self, "record_manual", |e, sql| ops::record_manual(
+            &mut e, sql, &record, retention
+        ))
+    }
+
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        on_worker!(self, "known_jobs", |e, sql| ops::known_jobs(&mut e, sql))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
+        let claim = claim.clone();
+        on_worker!(self, "claim", |e, sql| ops::claim(&mut e, sql, &claim))
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leases = leases.to_vec();
+        on_worker!(self, "heartbeat", |e, sql| ops::heartbeat(
+            &mut e, sql, &leases, lease_ms
+        ))
+    }
+
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        let (lease, finish) = (lease.clone(), finish.clone());
+        on_worker!(self, "finish", |e, sql| ops::finish(
+            &mut e, sql, &lease, &finish
+        ))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
+        let l = lease.clone();
+        let r = on_worker!(self, "release", |e, sql| ops::release(&mut e, sql, &l))?;
+        if r == OwnerWrite::Done {
+            // Receivers may all be gone; backups in other processes poll anyway.
+            let _ = self.inner.releases.send(lease.run.clone());
+        }
+        Ok(r)
+    }
+
+    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
+        let t = takeover.clone();
+        on_worker!(self, "take_over", |e, sql| ops::take_over(&mut e, sql, &t))
+    }
+
+    async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs = runs.to_vec();
+        on_worker!(self, "runs", |e, sql| ops::runs(&mut e, sql, &runs))
+    }
+
+    async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let jobs = jobs.to_vec();
+        on_worker!(self, "unfinished_runs", |e, sql| ops::unfinished_runs(
+            &mut e, sql, &jobs
+        ))
+    }
+
+    /// An in-process broadcast shared by every store of this process opened on the same
+    /// file and prefix: backups in this process hear of a release at once; backups in other
+    /// processes notice it at their next poll (every heartbeat).
+    fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
+        Some(self.inner.releases.subscribe())
+    }
+}

@@ -1,0 +1,102 @@
+//! Test helpers: a store on a fresh temporary file that lives as long as the store.
+
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each test binary uses a part of the helpers"
+)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anarchon_core::{
+    ClaimOutcome, EpochMs, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+    TakeoverOutcome,
+};
+use anarchon_sqlite::SqliteStore;
+use async_trait::async_trait;
+use tempfile::TempDir;
+
+/// A [`SqliteStore`] that owns the temporary directory of its file: the directory goes
+/// when the test drops the store.
+pub struct TempStore {
+    pub store: SqliteStore,
+    pub dir: TempDir,
+}
+
+impl TempStore {
+    pub async fn new() -> TempStore {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(dir.path().join("anarchon.db"))
+            .await
+            .expect("open store");
+        TempStore { store, dir }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("anarchon.db")
+    }
+}
+
+/// A fresh store for the conformance kit.
+pub async fn fresh() -> Option<Arc<dyn LeaseStore>> {
+    Some(Arc::new(TempStore::new().await))
+}
+
+#[async_trait]
+impl Store for TempStore {
+    fn kind(&self) -> &'static str {
+        self.store.kind()
+    }
+    async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        self.store.prepare(prepare).await
+    }
+    async fn now(&self) -> Result<EpochMs> {
+        self.store.now().await
+    }
+    async fn close(&self) -> Result<()> {
+        self.store.close().await
+    }
+}
+
+#[async_trait]
+impl HistoryStore for TempStore {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        self.store.history(job, count).await
+    }
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.store.record_manual(record, retention).await
+    }
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        self.store.known_jobs().await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for TempStore {
+    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
+        self.store.claim(claim).await
+    }
+    async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
+        self.store.heartbeat(leases, lease_ms).await
+    }
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        self.store.finish(lease, finish).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
+        self.store.release(lease).await
+    }
+    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
+        self.store.take_over(takeover).await
+    }
+    async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
+        self.store.runs(runs).await
+    }
+    async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
+        self.store.unfinished_runs(jobs).await
+    }
+    fn subscribe_releases(&self) -> Option<tokio::sync::broadcast::Receiver<RunKey>> {
+        self.store.subscribe_releases()
+    }
+}
