@@ -1,5 +1,60 @@
 //! `cargo xtask`: project tasks (test servers, tests, scenarios, benches).
+//!
+//! Run `cargo xtask help` for the list. Every subcommand lives in its own module; the shared
+//! helpers (paths, processes, the env file) are in `util`, the wire-level server checks in
+//! `probe`.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("no subcommands yet")
+mod bench;
+mod probe;
+mod scenarios;
+mod test;
+mod test_servers;
+#[cfg(test)]
+mod tidy;
+mod util;
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <command>
+
+commands:
+  test-servers [--brokers] [--stop] [--status] [--local] [--port-offset N]
+      Bring up the servers the tests use (Redis 7, Valkey, PostgreSQL, and where their
+      binaries exist Redis >= 8.6 and sqld; --brokers adds RabbitMQ and NATS JetStream).
+      Reuses servers already listening, uses Docker Compose where an engine answers
+      (unless --local), writes the URLs to target/test-servers/env.
+      --stop stops what this command started; --status tells what answers.
+  test [--slow] [-- <runner args>]
+      Run the workspace tests (cargo-nextest if installed, else cargo test) with the URLs
+      from target/test-servers/env; --slow adds the real-process suites (ANARCHON_SLOW=1).
+  scenarios [--fast]
+      Run the failure scenarios (SPEC section 9) against the test servers.
+  bench <store> [--json]
+      Run the claim bench of crates/anarchon-<store> (cargo bench --bench claim).
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((command, rest)) => (command.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let result = match command {
+        "test-servers" => test_servers::run(rest),
+        "test" => test::run(rest),
+        "scenarios" => scenarios::run(rest),
+        "bench" => bench::run(rest),
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(anyhow::anyhow!(
+            "unknown command `{other}`; run `cargo xtask help`"
+        )),
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("xtask: error: {error:#}");
+        ExitCode::FAILURE
+    })
 }

@@ -1,0 +1,46 @@
+//! `cargo xtask bench <store>`: a store's claim bench, with the test servers' URLs.
+//!
+//! Runs `cargo bench -p anarchon-<store> --bench claim -- [--json]`. The bench binaries use
+//! the shared frame in `anarchon_core::bench` (warm-up, fixed op count, min/p50/p99, the
+//! baseline measured in the same run). With `--json` only the JSON object goes to stdout.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use crate::util;
+
+pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
+    let mut store = None;
+    let mut json = false;
+    for arg in args {
+        match arg.as_str() {
+            "--json" => json = true,
+            other if other.starts_with('-') => {
+                bail!("bench: unknown option `{other}` (expected <store> [--json])")
+            }
+            other if store.is_none() => {
+                store = Some(other.trim_start_matches("anarchon-").to_string())
+            }
+            other => bail!("bench: one store at a time (got `{other}` too)"),
+        }
+    }
+    let Some(store) = store else {
+        bail!("bench: which store? `cargo xtask bench <store>`, e.g. `cargo xtask bench redis`");
+    };
+    let package = format!("anarchon-{store}");
+    let crate_dir = util::project_root().join("crates").join(&package);
+    if !crate_dir.join("Cargo.toml").is_file() {
+        bail!("bench: there is no crate {package} (crates/{package})");
+    }
+    if !crate_dir.join("benches").join("claim.rs").is_file() {
+        bail!("bench: {package} has no claim bench yet (crates/{package}/benches/claim.rs)");
+    }
+    let mut command = util::cargo();
+    util::apply_env_file(&mut command);
+    command.args(["bench", "-p", &package, "--bench", "claim", "--"]);
+    if json {
+        command.arg("--json");
+    }
+    Ok(util::exit_code(util::run_visible(&mut command)?))
+}

@@ -1,0 +1,129 @@
+//! `cargo xtask test`: the workspace tests against the servers `test-servers` found.
+//!
+//! Reads `target/test-servers/env` into the tests' environment, runs `cargo nextest run
+//! --workspace` where cargo-nextest is installed (and `cargo test --doc --workspace` first,
+//! since nextest does not run doctests), else `cargo test --workspace`, and ends with which
+//! server-backed suites ran and which were skipped. The exit code is the test runner's.
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+
+use crate::{test_servers, util};
+
+pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
+    let mut slow = false;
+    let mut extra: Vec<String> = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--slow" => slow = true,
+            "--" => extra.extend(args.by_ref().cloned()),
+            other => bail!("test: unknown option `{other}` (expected --slow, or -- <runner args>)"),
+        }
+    }
+
+    let begun = Instant::now();
+    let nextest = util::succeeds(util::cargo().args(["nextest", "--version"]));
+    let mut status = None;
+    let mut effective = Vec::new();
+
+    if nextest && extra.is_empty() {
+        // Doctests first, so that nextest's summary is the last word of the run.
+        let mut doc = prepared(slow, &mut effective);
+        doc.args(["test", "--doc", "--workspace"]);
+        let doc_status = util::run_visible(&mut doc)?;
+        if !doc_status.success() {
+            status = Some(doc_status);
+        }
+    } else if nextest {
+        eprintln!(
+            "test: extra runner arguments given; doctests skipped (cargo test --doc --workspace runs them)"
+        );
+    }
+
+    let mut main = prepared(slow, &mut effective);
+    if nextest {
+        main.args(["nextest", "run", "--workspace", "--no-tests=warn"]);
+    } else {
+        main.args(["test", "--workspace"]);
+    }
+    main.args(&extra);
+    let main_status = util::run_visible(&mut main)?;
+    let status = status
+        .filter(|_| main_status.success())
+        .unwrap_or(main_status);
+
+    summary(&effective, slow);
+    eprintln!(
+        "test: {} in {} (exit code {})",
+        if status.success() { "passed" } else { "FAILED" },
+        util::secs(begun.elapsed()),
+        status
+            .code()
+            .map_or_else(|| "signal".into(), |code| code.to_string())
+    );
+    Ok(util::exit_code(status))
+}
+
+/// A cargo command with the env file loaded and the slow switch set.
+fn prepared(slow: bool, effective: &mut Vec<(String, String)>) -> Command {
+    let mut command = util::cargo();
+    *effective = util::apply_env_file(&mut command);
+    if slow {
+        command.env("ANARCHON_SLOW", "1");
+    }
+    command
+}
+
+/// Which server-backed suites had their server, judged by the URLs the tests were given.
+fn summary(effective: &[(String, String)], slow: bool) {
+    let set = |variable: &str| {
+        effective
+            .iter()
+            .any(|(key, value)| key == variable && !value.is_empty())
+    };
+    let (ran, skipped): (Vec<_>, Vec<_>) =
+        test_servers::suites().partition(|(variable, _, _)| set(variable));
+    let names = |suites: &[(&str, &str, bool)]| {
+        suites
+            .iter()
+            .map(|(variable, name, _)| format!("{name} ({variable})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!();
+    eprintln!("server-backed suites:");
+    if ran.is_empty() {
+        eprintln!("  ran:     none");
+    } else {
+        eprintln!("  ran:     {}", names(&ran));
+    }
+    if skipped.is_empty() {
+        eprintln!("  skipped: none");
+    } else {
+        eprintln!(
+            "  skipped: {} (no URL: their tests printed SKIP lines)",
+            names(&skipped)
+        );
+        let brokers = skipped.iter().any(|(_, _, broker)| *broker);
+        eprintln!(
+            "  start them with `cargo xtask test-servers{}`, then run `cargo xtask test` again",
+            if brokers { " --brokers" } else { "" }
+        );
+        if std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "  ANARCHON_REQUIRE_SERVERS=1: suites without their server fail instead of skipping"
+            );
+        }
+    }
+    eprintln!(
+        "  slow suite (real processes and clocks): {}",
+        if slow {
+            "ran (ANARCHON_SLOW=1)"
+        } else {
+            "not run; add --slow"
+        }
+    );
+}
