@@ -1,21 +1,218 @@
 //! Slot math: intervals, the epoch grid, cron in IANA timezones, `at`, jitter. Pure: every
 //! function takes "now" as an argument and never reads a clock. [B-01..B-10]
+//!
+//! A *slot* is one occurrence of a job, named by its instant in milliseconds since the epoch
+//! ([`EpochMs`]). Every instance computes the same slots from the same schedule, so the slot is
+//! the unit the stores deduplicate on.
+//!
+//! - [`Schedule::every`]: slots on the grid `k * interval + offset` counted from
+//!   1970-01-01T00:00:00Z, whatever the time an instance started. [B-05]
+//! - [`Schedule::cron`]: the occurrences of a cron expression in an IANA timezone, as UTC
+//!   instants, with the daylight-saving rules below. [B-06, B-07]
+//! - [`Schedule::at_str`] / [`Schedule::at_ms`]: one slot. [B-03]
+//!
+//! # Daylight saving time [B-07]
+//!
+//! A cron job is one of two kinds, decided by its second, minute and hour fields:
+//!
+//! - **Wall-clock jobs** (each of those fields is a plain value, list or range, such as
+//!   `30 2 * * *` or `0 9,17 * * 1-5`) fire once for each wall-clock time they name. A time
+//!   that a spring-forward gap skips fires once, at the first instant after the gap; a time
+//!   that a fall-back overlap repeats fires once, at its first occurrence. Several skipped
+//!   times share that one instant, so they make one slot.
+//! - **Elapsed-time jobs** (a `*` wildcard or a `/` step in the second, minute or hour field,
+//!   or a field that lists every value, such as `*/15 * * * *` or `0 * * * *`) follow real
+//!   elapsed time: wall-clock times inside a gap do not exist and are skipped, and the times
+//!   of a repeated hour fire in both passes.
+//!
+//! `docs/schedules.md` has a worked example.
+//!
+//! # Example
+//!
+//! ```
+//! use anarchon_core::slot::{Schedule, parse_interval};
+//!
+//! // `every 10s` sits on the epoch grid: :00, :10, :20 ...
+//! let every = Schedule::every(parse_interval("10s")?, 0)?;
+//! assert_eq!(every.newest_due(1_000_015_000), Some(1_000_010_000));
+//! assert_eq!(every.next_after(1_000_015_000), Some(1_000_020_000));
+//!
+//! // 02:30 every day in Berlin. 2026-03-29 has no 02:30 (clocks jump from 02:00 to 03:00),
+//! // so that day's run is at 03:00 CEST, 2026-03-29T01:00:00Z.
+//! let cron = Schedule::cron("30 2 * * *", Some("Europe/Berlin"))?;
+//! let midnight_utc = 1_774_742_400_000; // 2026-03-29T00:00:00Z
+//! assert_eq!(cron.next_after(midnight_utc), Some(1_774_746_000_000));
+//! # Ok::<(), anarchon_core::Error>(())
+//! ```
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::{DateTime, LocalResult, Offset, TimeZone, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::store::EpochMs;
 
+const SECOND_MS: i64 = 1_000;
+const HOUR_MS: i64 = 3_600_000;
+
+/// How far, in hours, a wall clock can be from UTC (or jump) in any timezone, with margin.
+/// Offsets in the IANA database lie within -12h..+15h, so a wall clock never moves more
+/// than 27 hours away from where the instant alone would put it.
+const REACH_HOURS: i64 = 27;
+
+/// The most wall-clock matches one search inspects before it gives up. Only a job that fires
+/// every second around a fall-back transition comes near it (3 600 per hour repeated).
+const SEARCH_LIMIT: usize = 200_000;
+
+/// The units of an interval, largest first, with their length in ms.
+const UNITS: [(&str, u64); 5] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+    ("ms", 1),
+];
+
 /// Parses an interval: `"250ms"`, `"10s"`, `"35m"`, `"1h30m"`, `"2d"`. [B-01]
+///
+/// An interval is one or more `<digits><unit>` parts with the units `d`, `h`, `m`, `s` and
+/// `ms`, largest first and each at most once (`"1h30m15s"`, `"1d 12h"`). Whitespace around
+/// the whole and between parts is ignored. Units are lower case (`M` is not minutes).
+///
+/// # Errors
+///
+/// [`Error::InvalidInterval`] naming the input and the reason when the input is empty, zero,
+/// negative, has a fraction, a missing or unknown unit, units out of order, or does not fit in
+/// `i64` milliseconds.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::slot::parse_interval;
+///
+/// assert_eq!(parse_interval("1h30m")?, Duration::from_secs(5_400));
+/// assert_eq!(parse_interval(" 250ms ")?, Duration::from_millis(250));
+/// assert!(parse_interval("0s").is_err());
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
 pub fn parse_interval(input: &str) -> Result<Duration> {
-    let _ = input;
-    todo!("slot helper")
+    let refuse = |reason: String| Error::InvalidInterval {
+        input: input.to_owned(),
+        reason,
+    };
+    let text = input.trim();
+    if text.is_empty() {
+        return Err(refuse("it is empty".to_owned()));
+    }
+
+    let mut rest = text;
+    let mut total_ms: u64 = 0;
+    // Index into UNITS of the last unit seen, to keep units largest first and unique.
+    let mut last_unit: Option<usize> = None;
+    while !rest.is_empty() {
+        rest = rest.trim_start();
+        let digits_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits_len == 0 {
+            return Err(refuse(match rest.chars().next() {
+                Some('-') => "it is negative; an interval must be positive".to_owned(),
+                _ => format!("expected a number at {rest:?}"),
+            }));
+        }
+        let (digits, after) = rest.split_at(digits_len);
+        if after.starts_with(['.', ',']) {
+            return Err(refuse(format!(
+                "fractions are not supported at {rest:?}; use a smaller unit (\"1h30m\", not \"1.5h\")"
+            )));
+        }
+        let unit_len = after.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let (unit, after) = after.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(refuse(format!(
+                "{digits} has no unit; add ms, s, m, h or d"
+            )));
+        }
+        let Some(index) = UNITS.iter().position(|(name, _)| *name == unit) else {
+            return Err(refuse(format!(
+                "unknown unit {unit:?}; use ms, s, m, h or d"
+            )));
+        };
+        if last_unit.is_some_and(|last| last >= index) {
+            return Err(refuse(
+                "units must go from largest to smallest (d, h, m, s, ms), each at most once"
+                    .to_owned(),
+            ));
+        }
+        last_unit = Some(index);
+        let too_large = || refuse("it is too large".to_owned());
+        let count: u64 = digits.parse().map_err(|_| too_large())?;
+        total_ms = count
+            .checked_mul(UNITS[index].1)
+            .and_then(|part| total_ms.checked_add(part))
+            .ok_or_else(too_large)?;
+        rest = after;
+    }
+
+    if total_ms == 0 {
+        return Err(refuse(
+            "it is zero; an interval must be positive".to_owned(),
+        ));
+    }
+    if i64::try_from(total_ms).is_err() {
+        return Err(refuse("it is too large".to_owned()));
+    }
+    Ok(Duration::from_millis(total_ms))
+}
+
+/// An interval from milliseconds, as `every` jobs accept it. [B-01]
+///
+/// # Errors
+///
+/// [`Error::InvalidInterval`] when `ms` is zero or negative.
+pub fn interval_from_ms(ms: i64) -> Result<Duration> {
+    match u64::try_from(ms) {
+        Ok(positive) if positive > 0 => Ok(Duration::from_millis(positive)),
+        _ => Err(Error::InvalidInterval {
+            input: ms.to_string(),
+            reason: if ms == 0 {
+                "it is zero; an interval must be positive".to_owned()
+            } else {
+                "it is negative; an interval must be positive".to_owned()
+            },
+        }),
+    }
+}
+
+/// A random delay in `0..=max_ms` ms that an instance waits after a slot's time before it
+/// claims, to spread the load on the store and vary the winner. [B-09]
+pub fn jitter(max_ms: u64) -> u64 {
+    rand::rng().random_range(0..=max_ms)
+}
+
+/// Whether a claim judged at `judged_at` (the store's clock where it has one) is too late for
+/// `slot`: more than `max_late_ms` after it. Such a claim is skipped as `late`. [B-10]
+///
+/// ```
+/// use anarchon_core::slot::is_late;
+///
+/// assert!(!is_late(10_000, 70_000, 60_000)); // exactly 60 s late is still on time
+/// assert!(is_late(10_000, 70_001, 60_000));
+/// assert!(!is_late(10_000, 5_000, 60_000)); // a clock behind the slot is not late
+/// ```
+pub fn is_late(slot: EpochMs, judged_at: EpochMs, max_late_ms: u64) -> bool {
+    i128::from(judged_at) - i128::from(slot) > i128::from(max_late_ms)
 }
 
 /// When a job's slots fall.
 #[derive(Debug, Clone)]
 pub enum Schedule {
     /// `every`: slots on the grid `k * interval + offset` from the epoch. [B-05]
+    ///
+    /// [`Schedule::every`] keeps `offset_ms` in `0..interval_ms`; a value built by hand is
+    /// taken modulo the interval, and an `interval_ms` of 0 (or above `i64::MAX`) has no slots.
     Every {
         /// The interval in ms (> 0).
         interval_ms: u64,
@@ -31,46 +228,531 @@ pub enum Schedule {
     },
 }
 
-/// A parsed cron expression with its timezone.
+/// A parsed cron expression with its timezone. [B-02, B-06, B-07]
+///
+/// Its slots are the UTC instants of the expression's occurrences in the timezone, with the
+/// daylight-saving rules of the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
-    _private: (),
+    // Shared, so that a `Schedule` stays small and cheap to clone.
+    cron: Arc<Cron>,
+    timezone: Tz,
+    expression: String,
+    elapsed_time: bool,
 }
 
 impl Schedule {
-    /// An `every` schedule.
+    /// An `every` schedule: slots at `k * interval + offset_ms` ms since the epoch. [B-05]
+    ///
+    /// The interval is rounded down to whole milliseconds. The offset is normalised into
+    /// `0..interval` (an offset of `-1s` on a `10s` grid is stored as `9s`), which names the
+    /// same slots.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInterval`] when the interval is shorter than 1 ms or does not fit in
+    /// `i64` milliseconds.
     pub fn every(interval: Duration, offset_ms: i64) -> Result<Self> {
-        let _ = (interval, offset_ms);
-        todo!()
+        let refuse = |reason: &str| Error::InvalidInterval {
+            input: format!("{interval:?}"),
+            reason: reason.to_owned(),
+        };
+        let interval_ms = interval.as_millis();
+        if interval_ms == 0 {
+            return Err(refuse(
+                "it is shorter than 1ms; an interval must be positive",
+            ));
+        }
+        let interval_ms = i64::try_from(interval_ms).map_err(|_| refuse("it is too large"))?;
+        Ok(Schedule::Every {
+            interval_ms: interval_ms.unsigned_abs(),
+            offset_ms: offset_ms.rem_euclid(interval_ms),
+        })
     }
+
     /// A `cron` schedule in `timezone` (IANA name; `None` = UTC).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidCron`] naming the expression, [`Error::UnknownTimezone`] naming the
+    /// timezone.
     pub fn cron(expression: &str, timezone: Option<&str>) -> Result<Self> {
-        let _ = (expression, timezone);
-        let _ = Error::InvalidCron { expression: String::new(), reason: String::new() };
-        todo!()
+        CronSchedule::parse(expression, timezone).map(Schedule::Cron)
     }
-    /// An `at` schedule from an RFC 3339 string or digits (epoch ms).
+
+    /// An `at` schedule from an RFC 3339 / ISO 8601 string with an offset or `Z`
+    /// (`"2026-12-01T09:00:00Z"`, `"2026-12-01T10:00:00.250+01:00"`) or a string of digits
+    /// (milliseconds since the epoch). Surrounding whitespace is ignored. [B-03]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAt`] naming the input, also for a time without an offset, which would
+    /// mean a different instant on each instance's timezone.
     pub fn at_str(input: &str) -> Result<Self> {
-        let _ = input;
-        todo!()
+        let refuse = |reason: String| Error::InvalidAt {
+            input: input.to_owned(),
+            reason,
+        };
+        let text = input.trim();
+        if text.is_empty() {
+            return Err(refuse("it is empty".to_owned()));
+        }
+        if text.bytes().all(|b| b.is_ascii_digit()) {
+            return text
+                .parse::<i64>()
+                .map(Schedule::at_ms)
+                .map_err(|_| refuse("the milliseconds do not fit in an i64".to_owned()));
+        }
+        let parsed = DateTime::parse_from_rfc3339(text)
+            .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f%z"))
+            .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f%z"));
+        match parsed {
+            Ok(at) => Ok(Schedule::at_ms(at.timestamp_millis())),
+            Err(_) => {
+                let no_offset = chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+                    .or_else(|_| {
+                        chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
+                    })
+                    .is_ok();
+                Err(refuse(if no_offset {
+                    "it has no UTC offset; add \"Z\" or one such as \"+01:00\"".to_owned()
+                } else {
+                    "it is neither RFC 3339 nor a number of milliseconds".to_owned()
+                }))
+            }
+        }
     }
+
+    /// An `at` schedule from a [`SystemTime`]. [B-03]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAt`] when the time is out of the `i64` millisecond range.
+    pub fn at_system_time(time: SystemTime) -> Result<Self> {
+        let refuse = || Error::InvalidAt {
+            input: format!("{time:?}"),
+            reason: "it is too far from 1970 to count in i64 milliseconds".to_owned(),
+        };
+        let ms = match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => i64::try_from(after.as_millis()).map_err(|_| refuse())?,
+            Err(before) => {
+                let before = before.duration();
+                // Round towards the past, as the grid does: 0.5 ms before the epoch is -1 ms.
+                let ms = before.as_millis() + u128::from(before.subsec_nanos() % 1_000_000 != 0);
+                -i64::try_from(ms).map_err(|_| refuse())?
+            }
+        };
+        Ok(Schedule::at_ms(ms))
+    }
+
+    /// An `at` schedule from a [`DateTime`] in any timezone. [B-03]
+    pub fn at_datetime<Z: TimeZone>(at: &DateTime<Z>) -> Self {
+        Schedule::at_ms(at.timestamp_millis())
+    }
+
     /// An `at` schedule from epoch ms.
     pub fn at_ms(at_ms: EpochMs) -> Self {
         Schedule::At { at_ms }
     }
+
     /// The newest slot at or before `now` (`None` if there is none).
     pub fn newest_due(&self, now: EpochMs) -> Option<EpochMs> {
-        let _ = now;
-        todo!()
+        match self {
+            Schedule::Every {
+                interval_ms,
+                offset_ms,
+            } => {
+                let (interval, offset) = grid(*interval_ms, *offset_ms)?;
+                let slot = (i128::from(now) - offset).div_euclid(interval) * interval + offset;
+                i64::try_from(slot).ok()
+            }
+            Schedule::Cron(cron) => cron.newest_due(now),
+            Schedule::At { at_ms } => (*at_ms <= now).then_some(*at_ms),
+        }
     }
+
     /// The first slot strictly after `after` (`None` if there is none).
     pub fn next_after(&self, after: EpochMs) -> Option<EpochMs> {
-        let _ = after;
-        todo!()
+        match self {
+            Schedule::Every {
+                interval_ms,
+                offset_ms,
+            } => {
+                let (interval, offset) = grid(*interval_ms, *offset_ms)?;
+                let slot = (i128::from(after) - offset).div_euclid(interval) * interval
+                    + offset
+                    + interval;
+                i64::try_from(slot).ok()
+            }
+            Schedule::Cron(cron) => cron.next_after(after),
+            Schedule::At { at_ms } => (*at_ms > after).then_some(*at_ms),
+        }
     }
+
     /// Slots in `(from, to]`, oldest first, at most `max` of them (the newest `max`).
     pub fn due_between(&self, from: EpochMs, to: EpochMs, max: usize) -> Vec<EpochMs> {
-        let _ = (from, to, max);
-        todo!()
+        if max == 0 || to <= from {
+            return Vec::new();
+        }
+        if let Schedule::Every { interval_ms, .. } = self {
+            // The grid is arithmetic: no need to walk it slot by slot.
+            let (Some(first), Some(last)) = (self.next_after(from), self.newest_due(to)) else {
+                return Vec::new();
+            };
+            if first > last {
+                return Vec::new();
+            }
+            let interval = i128::from(*interval_ms);
+            let count = (i128::from(last) - i128::from(first)) / interval + 1;
+            let take = count.min(max as i128);
+            let start = i128::from(last) - (take - 1) * interval;
+            return (0..take)
+                .filter_map(|k| i64::try_from(start + k * interval).ok())
+                .collect();
+        }
+        let mut slots = Vec::new();
+        let mut cursor = self.newest_due(to);
+        while let Some(slot) = cursor {
+            if slot <= from || slots.len() == max {
+                break;
+            }
+            slots.push(slot);
+            cursor = slot
+                .checked_sub(1)
+                .and_then(|before| self.newest_due(before));
+        }
+        slots.reverse();
+        slots
+    }
+}
+
+/// The interval and the normalised offset of an `every` grid, or `None` for an interval of 0.
+fn grid(interval_ms: u64, offset_ms: i64) -> Option<(i128, i128)> {
+    if interval_ms == 0 || i64::try_from(interval_ms).is_err() {
+        return None;
+    }
+    let interval = i128::from(interval_ms);
+    Some((interval, i128::from(offset_ms).rem_euclid(interval)))
+}
+
+/// What a wall-clock time is in a timezone on a given day.
+enum Local {
+    /// It happens once, at this instant.
+    Single(i64),
+    /// A fall-back overlap repeats it: the first and the second instant.
+    Repeated(i64, i64),
+    /// A spring-forward gap skips it.
+    Skipped,
+}
+
+impl CronSchedule {
+    /// Parses `expression` (5 fields, or 6 with seconds first, or an alias such as `@hourly`,
+    /// `@daily`, `@weekly`, `@monthly`, `@yearly`) in `timezone` (an IANA name such as
+    /// `"Europe/Berlin"`; `None` = UTC). [B-02, B-06]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidCron`] naming the expression (also for one that never fires, such as
+    /// `0 0 30 2 *`), [`Error::UnknownTimezone`] naming the timezone.
+    pub fn parse(expression: &str, timezone: Option<&str>) -> Result<Self> {
+        let refuse = |reason: String| Error::InvalidCron {
+            expression: expression.to_owned(),
+            reason,
+        };
+        let trimmed = expression.trim();
+        if trimmed.is_empty() {
+            return Err(refuse("it is empty".to_owned()));
+        }
+        if !trimmed.starts_with('@') {
+            let fields = trimmed.split_whitespace().count();
+            if fields != 5 && fields != 6 {
+                return Err(refuse(format!("it has {fields} fields")));
+            }
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build()
+            .parse(trimmed)
+            .map_err(|e| refuse(e.to_string().trim_end_matches('.').to_owned()))?;
+
+        let timezone = match timezone {
+            None => Tz::UTC,
+            Some(name) => name
+                .trim()
+                .parse::<Tz>()
+                .map_err(|_| Error::UnknownTimezone {
+                    name: name.to_owned(),
+                })?,
+        };
+
+        let elapsed_time = [
+            &cron.pattern.seconds,
+            &cron.pattern.minutes,
+            &cron.pattern.hours,
+        ]
+        .into_iter()
+        .any(|field| {
+            field.from_wildcard
+                || field.step > 1
+                || field.values().len() == usize::from(field.max - field.min) + 1
+        });
+
+        let schedule = CronSchedule {
+            cron: Arc::new(cron),
+            timezone,
+            expression: expression.to_owned(),
+            elapsed_time,
+        };
+        // A pattern such as `0 0 30 2 *` parses but never fires; croner would search for
+        // centuries on every call, so refuse it once here.
+        let probe = DateTime::<Utc>::from_timestamp(0, 0).expect("the epoch is a valid time");
+        if schedule.cron.find_next_occurrence(&probe, true).is_err() {
+            return Err(refuse(
+                "it never fires (no date matches its fields)".to_owned(),
+            ));
+        }
+        Ok(schedule)
+    }
+
+    /// The expression as it was given.
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The timezone the expression is read in.
+    pub fn timezone(&self) -> Tz {
+        self.timezone
+    }
+
+    /// The parsed croner expression.
+    pub fn cron(&self) -> &Cron {
+        &self.cron
+    }
+
+    /// True for an elapsed-time job (a `*` or a `/` step in its second, minute or hour field),
+    /// false for a wall-clock job; see the DST rules in the [module docs](self). [B-07]
+    pub fn follows_elapsed_time(&self) -> bool {
+        self.elapsed_time
+    }
+
+    /// The first slot strictly after `after` (`None` if there is none). [B-06, B-07]
+    pub fn next_after(&self, after: EpochMs) -> Option<EpochMs> {
+        if !self.elapsed_time {
+            // Wall-clock job: the slot of wall time `w` is the first instant whose wall clock
+            // has reached `w`. That is monotone in `w`, and it is after `after` exactly when
+            // `w` is past the highest wall clock time seen up to `after`.
+            let high = self.max_wall_until(after)?;
+            let mut wall = self.match_at_or_after(high.checked_add(1)?)?;
+            for _ in 0..SEARCH_LIMIT {
+                match self.first_instant_reaching(wall) {
+                    Some(slot) if slot > after => return Some(slot),
+                    _ => wall = self.match_at_or_after(wall.checked_add(1)?)?,
+                }
+            }
+            return None;
+        }
+        // Elapsed-time job: the slots are all instants whose wall clock matches. Around a
+        // fall-back their order differs from the wall-clock order, so walk the wall clock from
+        // the lowest time it shows after `after` until it passes the highest time it showed
+        // up to the best slot found.
+        let mut wall = self.match_at_or_after(self.min_wall_after(after)?)?;
+        let mut best: Option<i64> = None;
+        let mut bound = i64::MAX;
+        for _ in 0..SEARCH_LIMIT {
+            if wall > bound {
+                break;
+            }
+            for instant in self.instants(wall) {
+                if instant > after && best.is_none_or(|b| instant < b) {
+                    best = Some(instant);
+                    bound = self.max_wall_until(instant)?;
+                }
+            }
+            match wall
+                .checked_add(1)
+                .and_then(|next| self.match_at_or_after(next))
+            {
+                Some(next) => wall = next,
+                None => break,
+            }
+        }
+        best
+    }
+
+    /// The newest slot at or before `now` (`None` if there is none). [B-06, B-07]
+    pub fn newest_due(&self, now: EpochMs) -> Option<EpochMs> {
+        let high = self.max_wall_until(now)?;
+        if !self.elapsed_time {
+            let mut wall = self.match_at_or_before(high)?;
+            for _ in 0..SEARCH_LIMIT {
+                match self.first_instant_reaching(wall) {
+                    Some(slot) if slot <= now => return Some(slot),
+                    _ => wall = self.match_at_or_before(wall.checked_sub(1)?)?,
+                }
+            }
+            return None;
+        }
+        let mut wall = self.match_at_or_before(high)?;
+        let mut best: Option<i64> = None;
+        let mut bound = i64::MIN;
+        for _ in 0..SEARCH_LIMIT {
+            if wall < bound {
+                break;
+            }
+            for instant in self.instants(wall) {
+                if instant <= now && best.is_none_or(|b| instant > b) {
+                    best = Some(instant);
+                    bound = self.min_wall_after(instant)?;
+                }
+            }
+            match wall
+                .checked_sub(1)
+                .and_then(|next| self.match_at_or_before(next))
+            {
+                Some(next) => wall = next,
+                None => break,
+            }
+        }
+        best
+    }
+
+    // Wall-clock times are handled as ms on a naive "local epoch": the local date and time
+    // read as if it were UTC. croner then searches them in UTC, where no DST exists, and this
+    // type alone decides how a wall-clock time maps to instants.
+
+    /// The first wall-clock time at or after `wall` that the expression matches.
+    fn match_at_or_after(&self, wall: i64) -> Option<i64> {
+        let second = wall.div_euclid(SECOND_MS) + i64::from(wall.rem_euclid(SECOND_MS) != 0);
+        let start = DateTime::<Utc>::from_timestamp(second, 0)?;
+        let found = self.cron.find_next_occurrence(&start, true).ok()?;
+        Some(found.timestamp_millis())
+    }
+
+    /// The last wall-clock time at or before `wall` that the expression matches.
+    fn match_at_or_before(&self, wall: i64) -> Option<i64> {
+        let start = DateTime::<Utc>::from_timestamp(wall.div_euclid(SECOND_MS), 0)?;
+        let found = self.cron.find_previous_occurrence(&start, true).ok()?;
+        Some(found.timestamp_millis())
+    }
+
+    /// The timezone's offset from UTC at `instant`, in ms.
+    fn offset(&self, instant: i64) -> Option<i64> {
+        let utc = DateTime::<Utc>::from_timestamp_millis(instant)?;
+        let seconds = self
+            .timezone
+            .offset_from_utc_datetime(&utc.naive_utc())
+            .fix()
+            .local_minus_utc();
+        Some(i64::from(seconds) * SECOND_MS)
+    }
+
+    /// The wall clock at `instant`, in local-epoch ms.
+    fn wall(&self, instant: i64) -> Option<i64> {
+        instant.checked_add(self.offset(instant)?)
+    }
+
+    /// What wall-clock time `wall` is in the timezone.
+    fn resolve(&self, wall: i64) -> Option<Local> {
+        let naive = DateTime::<Utc>::from_timestamp_millis(wall)?.naive_utc();
+        Some(match self.timezone.from_local_datetime(&naive) {
+            LocalResult::Single(at) => Local::Single(at.timestamp_millis()),
+            LocalResult::Ambiguous(a, b) => {
+                let (a, b) = (a.timestamp_millis(), b.timestamp_millis());
+                Local::Repeated(a.min(b), a.max(b))
+            }
+            LocalResult::None => Local::Skipped,
+        })
+    }
+
+    /// The instants at which an elapsed-time job fires for wall-clock time `wall`: once, both
+    /// passes of a repeated time, none for a skipped one.
+    fn instants(&self, wall: i64) -> Vec<i64> {
+        match self.resolve(wall) {
+            Some(Local::Single(at)) => vec![at],
+            Some(Local::Repeated(first, second)) => vec![first, second],
+            Some(Local::Skipped) | None => Vec::new(),
+        }
+    }
+
+    /// The first instant whose wall clock shows `wall` or later: the slot of a wall-clock
+    /// job's time `wall`. For a repeated time that is its first occurrence, for a skipped one
+    /// the first instant after the gap.
+    fn first_instant_reaching(&self, wall: i64) -> Option<i64> {
+        match self.resolve(wall)? {
+            Local::Single(at) => Some(at),
+            Local::Repeated(first, _) => Some(first),
+            Local::Skipped => {
+                // The gap is the only jump across `wall` within a day of it, so "the wall
+                // clock has reached `wall`" is monotone over this window: bisect it.
+                let mut low = wall.checked_sub(REACH_HOURS * HOUR_MS)?;
+                let mut high = wall.checked_add(REACH_HOURS * HOUR_MS)?;
+                if self.wall(low)? >= wall || self.wall(high)? < wall {
+                    return None;
+                }
+                while high - low > 1 {
+                    let mid = low + (high - low) / 2;
+                    if self.wall(mid)? >= wall {
+                        high = mid;
+                    } else {
+                        low = mid;
+                    }
+                }
+                Some(high)
+            }
+        }
+    }
+
+    /// The first instant in `(low, high]` with another offset than `low`, given that the
+    /// offsets at `low` and `high` differ and one transition lies between them.
+    fn transition_between(&self, mut low: i64, mut high: i64) -> Option<i64> {
+        let before = self.offset(low)?;
+        while high - low > 1 {
+            let mid = low + (high - low) / 2;
+            if self.offset(mid)? == before {
+                low = mid;
+            } else {
+                high = mid;
+            }
+        }
+        Some(high)
+    }
+
+    /// The highest wall clock time shown at or before `instant`. After a fall-back it is the
+    /// time just before the clocks went back, until the wall clock passes it again.
+    ///
+    /// Transitions are found by probing the offset every hour over the reach of any offset,
+    /// which assumes no two transitions lie within one hour (true of the IANA database).
+    fn max_wall_until(&self, instant: i64) -> Option<i64> {
+        let mut highest = self.wall(instant)?;
+        let (mut later, mut later_offset) = (instant, self.offset(instant)?);
+        for hours in 1..=REACH_HOURS {
+            let probe = instant.checked_sub(hours * HOUR_MS)?;
+            let offset = self.offset(probe)?;
+            if offset != later_offset {
+                let change = self.transition_between(probe, later)?;
+                highest = highest.max(self.wall(change - 1)?);
+            }
+            (later, later_offset) = (probe, offset);
+        }
+        Some(highest)
+    }
+
+    /// The lowest wall clock time shown after `instant`. Before a fall-back it is the time the
+    /// clocks go back to, once that is below the wall clock at `instant`.
+    fn min_wall_after(&self, instant: i64) -> Option<i64> {
+        let start = instant.checked_add(1)?;
+        let mut lowest = self.wall(start)?;
+        let (mut earlier, mut earlier_offset) = (start, self.offset(start)?);
+        for hours in 1..=REACH_HOURS {
+            let probe = start.checked_add(hours * HOUR_MS)?;
+            let offset = self.offset(probe)?;
+            if offset != earlier_offset {
+                let change = self.transition_between(earlier, probe)?;
+                lowest = lowest.min(self.wall(change)?);
+            }
+            (earlier, earlier_offset) = (probe, offset);
+        }
+        Some(lowest)
     }
 }
