@@ -152,6 +152,15 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// The run's signal was cancelled (stop, timeout, lost lease); returned by
+    /// [`crate::JobContext::check_cancelled`], the `throwIfAborted` equivalent. [B-30]
+    #[error("run of job {job:?} was cancelled ({cause})")]
+    Cancelled {
+        /// The job.
+        job: String,
+        /// Why (`"stopping"`, `"timed out"`, `"lease lost"`).
+        cause: &'static str,
+    },
     /// A data function failed. [B-31]
     #[error("data function failed for job {job:?}: {source}")]
     Data {

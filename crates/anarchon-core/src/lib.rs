@@ -1,20 +1,74 @@
-//! Core of anarchon: slot math, the lease state machine, the store traits, the scheduler
-//! runtime and the store conformance kit.
+//! Core of anarchon: slot math, options, the store traits, the scheduler runtime, the
+//! in-memory reference store and the store conformance kit.
+//!
+//! anarchon lets many instances of a service register the same scheduled jobs while each
+//! occurrence (slot) of a job is started by one instance only. Instances claim a slot
+//! atomically in a shared store; on lease stores the winner renews a lease by heartbeat and
+//! backups take over when it expires. The guarantee is **at-least-once after a failure**,
+//! never exactly-once side effects: handlers must be idempotent.
+//!
+//! ```
+//! use std::time::Duration;
+//! use anarchon_core::{memory::MemoryStore, Scheduler};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+//! scheduler.cron("report", "0 3 * * *").timezone("Europe/Berlin").handler(|ctx| async move {
+//!     println!("report for slot {} (fence {})", ctx.slot, ctx.fence);
+//!     Ok::<_, anarchon_core::Error>(())
+//! })?;
+//! scheduler.start().await?;
+//! scheduler.stop(Duration::from_secs(5)).await?;
+//! # Ok::<_, anarchon_core::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Where things live
+//! - [`slot`]: pure slot math (interval grid, cron in IANA timezones, `at`, jitter).
+//! - [`options`]: job options, scheduler defaults, validation.
+//! - [`store`]: the [`LeaseStore`] / [`ClaimStore`] traits and their contract.
+//! - [`Scheduler`] (module `scheduler`): the tokio runtime that drives it all.
+//! - [`event`], [`history`], [`context`]: what the runtime reports, keeps and hands to handlers.
+//! - [`memory`]: the in-memory reference store; `testkit` (feature `testkit`): the
+//!   conformance suite every store runs.
+//!
+//! # Feature flags
+//! - `testkit`: the conformance kit and the bench frame, for store crates' tests.
+//!
+//! # MSRV
+//! Rust 1.88 (edition 2024); raised only in a minor release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+pub mod bench;
+pub mod context;
 pub mod error;
+pub mod event;
 pub mod history;
 pub mod memory;
+pub mod options;
+mod scheduler;
 pub mod slot;
 pub mod store;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
+pub use context::{Data, DataFn, DataSource, JobContext};
 pub use error::{BoxError, Error, Result, redact_url};
+pub use event::{Event, RunInfo, SkipReason};
 pub use history::{HistoryRecord, Reason, Retention, RunStatus};
+pub use options::{CatchUp, JobConfig, JobOptions, LeaseTiming};
+pub use scheduler::{
+    ClaimOnly, Clock, Health, IntoAt, IntoInterval, JobBuilder, JobInfo, Leased, Mode, Scheduler,
+    SchedulerBuilder, kind,
+};
 pub use store::{
     ClaimOutcome, ClaimStore, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
     LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, RunKey, RunView, SlotClaim, SlotOutcome,
     Store, Takeover, TakeoverOutcome,
 };
+
+/// Re-exported so users and store crates name one version.
+pub use tokio_util::sync::CancellationToken;

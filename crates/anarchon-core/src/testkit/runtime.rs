@@ -1,7 +1,981 @@
-//! Scheduler-level conformance tests: several scheduler instances on one store.
+//! Scheduler-level conformance tests: several scheduler instances on one store, short
+//! leases, real behaviours of SPEC §4. Under a paused clock (memory store) they take
+//! milliseconds; on real stores a few seconds each.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::context::{Data, DataSource};
+use crate::error::{Error, Result};
+use crate::event::{Event, SkipReason};
+use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+use crate::options::CatchUp;
+use crate::scheduler::{Clock, Leased, Scheduler};
+use crate::store::{
+    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    OwnerWrite, Prepare, Renewal, RunKey, RunView, Store, Takeover, TakeoverOutcome,
+};
+use crate::testkit::{sleep_ms, unique_job};
+
+/// Lease length of the runtime tests.
+pub const LEASE_MS: u64 = 1000;
+/// Heartbeat of the runtime tests.
+pub const HEARTBEAT_MS: u64 = 200;
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __runtime_tests {
-    ($factory:path, [$($mode:ident)?]) => {};
+    ($factory:path, [$($mode:ident)?]) => {
+        $crate::__kit_tests!($factory, [$($mode)?], runtime,
+            b11_each_slot_runs_on_one_instance_the_others_skip_taken,
+            b12_overlap_skip_never_runs_two_at_once,
+            b14_backup_takes_over_after_the_owner_crashes,
+            b14_crashed_run_is_exhausted_after_max_attempts,
+            b16_frozen_owner_is_fenced_then_learns_it_lost,
+            b17_graceful_stop_hands_over_at_once_without_counting,
+            b17_handler_ignoring_the_signal_is_recorded_as_succeeded,
+            b17_stop_timeout_stops_heartbeats_and_a_backup_takes_over,
+            b19_missed_slot_is_caught_up_on_start,
+            b19_catch_up_zero_turns_it_off,
+            b19_orphan_is_taken_over_on_start,
+            b21_timeout_cancels_the_signal_and_fails_the_attempt,
+            b30_context_carries_the_run_identity,
+            b31_data_merges_levels_and_a_failing_data_function_fails_the_run,
+            b35_run_now_is_manual_and_recorded,
+            b36_history_is_readable_from_a_process_without_jobs,
+            s11_all_catch_up_replays_missed_slots_in_order,
+            s11_no_store_traffic_while_idle,
+        );
+    };
+}
+
+/// A store handle for one instance: `close` is a no-op (instances share the test's store),
+/// it can be frozen (every call hangs, like a SIGSTOP'd process's connection), and it
+/// counts calls.
+#[derive(Clone)]
+pub struct Instance {
+    inner: Arc<dyn LeaseStore>,
+    frozen: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Instance {
+    /// Wraps the shared store.
+    pub fn new(inner: Arc<dyn LeaseStore>) -> Self {
+        Instance {
+            inner,
+            frozen: Arc::default(),
+            calls: Arc::default(),
+        }
+    }
+    /// Freezes or thaws this instance's store access.
+    pub fn freeze(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::SeqCst);
+    }
+    /// Store calls made through this handle.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+    async fn gate(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        while self.frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Instance {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn prepare(&self, p: &Prepare) -> Result<()> {
+        self.gate().await;
+        self.inner.prepare(p).await
+    }
+    async fn now(&self) -> Result<EpochMs> {
+        self.gate().await;
+        self.inner.now().await
+    }
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for Instance {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        self.gate().await;
+        self.inner.history(job, count).await
+    }
+    async fn record_manual(&self, r: &HistoryRecord, k: Retention) -> Result<()> {
+        self.gate().await;
+        self.inner.record_manual(r, k).await
+    }
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        self.gate().await;
+        self.inner.known_jobs().await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Instance {
+    async fn claim(&self, c: &LeaseClaim) -> Result<ClaimOutcome> {
+        self.gate().await;
+        self.inner.claim(c).await
+    }
+    async fn heartbeat(&self, l: &[Lease], ms: u64) -> Result<Vec<Renewal>> {
+        self.gate().await;
+        self.inner.heartbeat(l, ms).await
+    }
+    async fn finish(&self, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
+        self.gate().await;
+        self.inner.finish(l, f).await
+    }
+    async fn release(&self, l: &Lease) -> Result<OwnerWrite> {
+        self.gate().await;
+        self.inner.release(l).await
+    }
+    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
+        self.gate().await;
+        self.inner.take_over(t).await
+    }
+    async fn runs(&self, r: &[RunKey]) -> Result<Vec<RunView>> {
+        self.gate().await;
+        self.inner.runs(r).await
+    }
+    async fn unfinished_runs(&self, j: &[JobName]) -> Result<Vec<RunView>> {
+        self.gate().await;
+        self.inner.unfinished_runs(j).await
+    }
+    fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
+        self.inner.subscribe_releases()
+    }
+}
+
+/// A scheduler for one instance of the tests, with the kit's timing.
+pub fn node(store: &Instance, id: &str) -> crate::SchedulerBuilder<Leased> {
+    Scheduler::leased(store.clone())
+        .instance_id(id)
+        .lease_ms(LEASE_MS)
+        .heartbeat_ms(HEARTBEAT_MS)
+        .jitter_ms(0)
+        .store_timeout_ms(2_000)
+        .clock(Clock::tokio())
+}
+
+/// Collects events until the scheduler is dropped.
+pub fn record_events(s: &Scheduler<Leased>) -> Arc<std::sync::Mutex<Vec<Event>>> {
+    let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut rx = s.events();
+    let sink = out.clone();
+    tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(e) => sink.lock().unwrap().push(e),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            }
+        }
+    });
+    out
+}
+
+/// Waits (polling every 20 ms of tokio time) until `f` is true, up to `ms`.
+pub async fn wait_for(ms: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+    while tokio::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        sleep_ms(20).await;
+    }
+    f()
+}
+
+fn now_ms() -> EpochMs {
+    Clock::tokio().now_ms()
+}
+
+/// Sleeps until just after the next multiple of `period_ms` on the epoch grid.
+async fn align(period_ms: u64, after: u64) {
+    let now = now_ms();
+    let p = period_ms as EpochMs;
+    let next = (now / p + 1) * p;
+    sleep_ms((next - now) as u64 + after).await;
+}
+
+type Starts = Arc<std::sync::Mutex<Vec<(String, EpochMs, u32, Reason)>>>;
+
+/// A handler that records its start and waits `ms` (or until cancelled, then returns an
+/// error when `fail_on_cancel`).
+fn worker(
+    starts: &Starts,
+    who: &str,
+    ms: u64,
+    fail_on_cancel: bool,
+) -> impl Fn(crate::JobContext) -> futures::future::BoxFuture<'static, std::result::Result<(), Error>>
++ Send
++ Sync
++ 'static {
+    let starts = starts.clone();
+    let who = who.to_owned();
+    move |ctx| {
+        starts
+            .lock()
+            .unwrap()
+            .push((who.clone(), ctx.slot, ctx.attempt, ctx.reason));
+        Box::pin(async move {
+            tokio::select! {
+                _ = sleep_ms(ms) => Ok(()),
+                _ = ctx.signal.cancelled(), if fail_on_cancel => Err(ctx.check_cancelled().unwrap_err()),
+            }
+        })
+    }
+}
+
+fn count<F: Fn(&Event) -> bool>(events: &std::sync::Mutex<Vec<Event>>, f: F) -> usize {
+    events.lock().unwrap().iter().filter(|e| f(e)).count()
+}
+
+/// [B-11] Three instances, one `every 1s` job: each slot starts once; the others skip it as
+/// `taken`.
+pub async fn b11_each_slot_runs_on_one_instance_the_others_skip_taken(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("every");
+    let starts: Starts = Arc::default();
+    let mut nodes = Vec::new();
+    let mut logs = Vec::new();
+    for i in 0..3 {
+        let s = node(&Instance::new(store.clone()), &format!("n{i}"))
+            .jitter_ms(100)
+            .catch_up_ms(0)
+            .build()
+            .unwrap();
+        s.every(job.as_str(), "1s")
+            .handler(worker(&starts, &format!("n{i}"), 50, false))
+            .unwrap();
+        logs.push(record_events(&s));
+        nodes.push(s);
+    }
+    for s in &nodes {
+        s.start().await.unwrap();
+    }
+    sleep_ms(3_600).await;
+    for s in &nodes {
+        s.stop(Duration::from_secs(5)).await.unwrap();
+    }
+    let starts = starts.lock().unwrap().clone();
+    let mut slots: Vec<EpochMs> = starts.iter().map(|s| s.1).collect();
+    slots.sort_unstable();
+    let n = slots.len();
+    slots.dedup();
+    assert!(n >= 3, "expected at least 3 slots to run, got {starts:?}");
+    assert_eq!(slots.len(), n, "a slot started twice: {starts:?}");
+    assert!(
+        slots.iter().all(|s| s % 1000 == 0),
+        "slots on the grid: {slots:?}"
+    );
+    let taken: usize = logs
+        .iter()
+        .map(|l| {
+            count(l, |e| {
+                matches!(
+                    e,
+                    Event::Skip {
+                        reason: SkipReason::Taken,
+                        ..
+                    }
+                )
+            })
+        })
+        .sum();
+    assert!(
+        taken >= 2 * (n - 1),
+        "others skip as taken ({taken} for {n} slots)"
+    );
+}
+
+/// [B-12] With `overlap: skip` a job longer than its interval never runs twice at once; the
+/// slots in between skip with reason `overlap`.
+pub async fn b12_overlap_skip_never_runs_two_at_once(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("long");
+    let running = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let mut nodes = Vec::new();
+    let mut logs = Vec::new();
+    for i in 0..2 {
+        let s = node(&Instance::new(store.clone()), &format!("o{i}"))
+            .catch_up_ms(0)
+            .build()
+            .unwrap();
+        let (running, max_seen) = (running.clone(), max_seen.clone());
+        s.every(job.as_str(), "500ms")
+            .handler(move |_ctx| {
+                let (running, max_seen) = (running.clone(), max_seen.clone());
+                async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_seen.fetch_max(now, Ordering::SeqCst);
+                    sleep_ms(1_300).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, Error>(())
+                }
+            })
+            .unwrap();
+        logs.push(record_events(&s));
+        nodes.push(s);
+    }
+    for s in &nodes {
+        s.start().await.unwrap();
+    }
+    sleep_ms(3_200).await;
+    for s in &nodes {
+        s.stop(Duration::from_secs(5)).await.unwrap();
+    }
+    assert_eq!(max_seen.load(Ordering::SeqCst), 1, "two runs overlapped");
+    let overlap: usize = logs
+        .iter()
+        .map(|l| {
+            count(l, |e| {
+                matches!(
+                    e,
+                    Event::Skip {
+                        reason: SkipReason::Overlap,
+                        ..
+                    }
+                )
+            })
+        })
+        .sum();
+    assert!(overlap >= 1, "slots in between skip with overlap");
+}
+
+/// Runs `job` now on `a` by a claim of the current whole second (an `every 1s` job with a
+/// 60 s handler and catch-up off), and waits until `a` runs it.
+async fn claim_on(
+    a: &Scheduler<Leased>,
+    job: &JobName,
+    starts: &Starts,
+    handler_ms: u64,
+    fail_on_cancel: bool,
+) {
+    a.every(job.as_str(), "1h")
+        .catch_up_ms(3_600_000)
+        .handler(worker(starts, "a", handler_ms, fail_on_cancel))
+        .unwrap();
+    a.start().await.unwrap();
+    assert!(
+        wait_for(5_000, || !starts.lock().unwrap().is_empty()).await,
+        "a never started the catch-up run"
+    );
+}
+
+/// [B-14] When the owner crashes, a backup starts attempt 2 (reason `takeover`) after the
+/// lease expired, within `lease + 2 × heartbeat`.
+pub async fn b14_backup_takes_over_after_the_owner_crashes(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("crash");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    claim_on(&a, &job, &starts, 60_000, false).await;
+    let b = node(&Instance::new(store.clone()), "b")
+        .catch_up_ms(3_600_000)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "1h")
+        .handler(worker(&starts, "b", 100, false))
+        .unwrap();
+    b.start().await.unwrap();
+    sleep_ms(300).await;
+    let crashed_at = tokio::time::Instant::now();
+    a.crash();
+    assert!(
+        wait_for(LEASE_MS + 3 * HEARTBEAT_MS + 2_000, || starts
+            .lock()
+            .unwrap()
+            .len()
+            >= 2)
+        .await,
+        "no takeover after the crash: {:?}",
+        starts.lock().unwrap()
+    );
+    let waited = crashed_at.elapsed().as_millis() as u64;
+    let s = starts.lock().unwrap().clone();
+    assert_eq!(
+        (s[1].0.as_str(), s[1].2, s[1].3),
+        ("b", 2, Reason::Takeover),
+        "{s:?}"
+    );
+    assert_eq!(s[0].1, s[1].1, "the same slot is taken over");
+    assert!(
+        waited + HEARTBEAT_MS >= LEASE_MS / 2,
+        "took over before the lease could expire ({waited} ms)"
+    );
+    assert!(
+        waited <= LEASE_MS + 2 * HEARTBEAT_MS + 1_000,
+        "took {waited} ms"
+    );
+    sleep_ms(600).await;
+    let h = b.history(job.as_str(), 10).await.unwrap();
+    assert_eq!(h[0].status, RunStatus::Succeeded);
+    assert_eq!((h[1].attempt, h[1].status), (1, RunStatus::Interrupted));
+    b.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-14] A run whose runners keep crashing starts `max_attempts` times, then it is failed.
+pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("exhaust");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a")
+        .max_attempts(2)
+        .build()
+        .unwrap();
+    claim_on(&a, &job, &starts, 60_000, false).await;
+    let b = node(&Instance::new(store.clone()), "b")
+        .max_attempts(2)
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "1h")
+        .handler(worker(&starts, "b", 60_000, false))
+        .unwrap();
+    b.start().await.unwrap();
+    sleep_ms(300).await;
+    a.crash();
+    assert!(
+        wait_for(LEASE_MS + 2_000, || starts.lock().unwrap().len() >= 2).await,
+        "no takeover"
+    );
+    b.crash();
+    let c = node(&Instance::new(store.clone()), "c")
+        .max_attempts(2)
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    let events = record_events(&c);
+    c.every(job.as_str(), "1h")
+        .handler(worker(&starts, "c", 100, false))
+        .unwrap();
+    c.start().await.unwrap();
+    let exhausted = wait_for(LEASE_MS + 3_000, || {
+        count(
+            &events,
+            |e| matches!(e, Event::Failure { error, .. } if error.contains("exhausted")),
+        ) == 1
+    })
+    .await;
+    assert!(
+        exhausted,
+        "no exhausted failure: {:?}",
+        events.lock().unwrap()
+    );
+    assert_eq!(
+        starts.lock().unwrap().len(),
+        2,
+        "a third crash start happened"
+    );
+    let h = c.history(job.as_str(), 10).await.unwrap();
+    assert!(
+        h.iter().all(|r| r.status == RunStatus::Interrupted),
+        "{h:?}"
+    );
+    c.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-16, §11] An owner that cannot renew (frozen) cancels its own signal before its lease
+/// can have expired; a backup takes over; when the owner thaws, it learns it lost: `lost`,
+/// and its result is not recorded over the new owner's.
+pub async fn b16_frozen_owner_is_fenced_then_learns_it_lost(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("frozen");
+    let starts: Starts = Arc::default();
+    let a_store = Instance::new(store.clone());
+    let a = node(&a_store, "a").store_timeout_ms(300).build().unwrap();
+    let a_events = record_events(&a);
+    let fenced_at = Arc::new(std::sync::Mutex::new(None));
+    {
+        let fenced_at = fenced_at.clone();
+        let starts = starts.clone();
+        a.every(job.as_str(), "1h")
+            .catch_up_ms(3_600_000)
+            .handler(move |ctx| {
+                starts
+                    .lock()
+                    .unwrap()
+                    .push(("a".into(), ctx.slot, ctx.attempt, ctx.reason));
+                let fenced_at = fenced_at.clone();
+                async move {
+                    ctx.signal.cancelled().await;
+                    *fenced_at.lock().unwrap() = Some(tokio::time::Instant::now());
+                    ctx.check_cancelled()
+                }
+            })
+            .unwrap();
+    }
+    a.start().await.unwrap();
+    assert!(wait_for(5_000, || !starts.lock().unwrap().is_empty()).await);
+    let b = node(&Instance::new(store.clone()), "b")
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "1h")
+        .handler(worker(&starts, "b", 200, false))
+        .unwrap();
+    b.start().await.unwrap();
+    sleep_ms(2 * HEARTBEAT_MS).await;
+    let frozen_at = tokio::time::Instant::now();
+    a_store.freeze(true);
+    assert!(
+        wait_for(LEASE_MS + 2_000, || starts.lock().unwrap().len() >= 2).await,
+        "no takeover"
+    );
+    let fenced = fenced_at.lock().unwrap().expect("a's signal was cancelled");
+    let b_started = tokio::time::Instant::now();
+    assert!(fenced <= b_started, "a was still live when b took over");
+    assert!(
+        fenced - frozen_at < Duration::from_millis(LEASE_MS),
+        "fenced too late"
+    );
+    assert!(count(&a_events, |e| matches!(e, Event::Fenced(_))) == 1);
+    a_store.freeze(false);
+    assert!(
+        wait_for(3_000, || count(&a_events, |e| matches!(e, Event::Lost(_)))
+            == 1)
+        .await,
+        "a never emitted lost: {:?}",
+        a_events.lock().unwrap()
+    );
+    sleep_ms(600).await;
+    let h = b.history(job.as_str(), 10).await.unwrap();
+    assert_eq!((h[0].instance_id.as_str(), h[0].attempt), ("b", 2), "{h:?}");
+    a.stop(Duration::from_secs(2)).await.unwrap();
+    b.stop(Duration::from_secs(2)).await.unwrap();
+}
+
+/// [B-17] `stop()` cancels the signal; a handler that returns an error hands the run over:
+/// a backup starts it at once (within two heartbeats) and it does not count against
+/// `max_attempts`.
+pub async fn b17_graceful_stop_hands_over_at_once_without_counting(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("handover");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a")
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let a_events = record_events(&a);
+    claim_on(&a, &job, &starts, 60_000, true).await;
+    let b = node(&Instance::new(store.clone()), "b")
+        .max_attempts(1)
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "1h")
+        .handler(worker(&starts, "b", 100, false))
+        .unwrap();
+    b.start().await.unwrap();
+    sleep_ms(300).await;
+    let stopped_at = tokio::time::Instant::now();
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        wait_for(2 * HEARTBEAT_MS + 1_000, || starts.lock().unwrap().len()
+            >= 2)
+        .await,
+        "no handover: {:?}",
+        starts.lock().unwrap()
+    );
+    let waited = stopped_at.elapsed().as_millis() as u64;
+    assert!(
+        waited <= 2 * HEARTBEAT_MS + 300,
+        "handover took {waited} ms"
+    );
+    let s = starts.lock().unwrap().clone();
+    assert_eq!(
+        (s[1].0.as_str(), s[1].2, s[1].3),
+        ("b", 2, Reason::Takeover)
+    );
+    assert_eq!(
+        count(
+            &a_events,
+            |e| matches!(e, Event::Interrupted { cause, .. } if cause == "handed over")
+        ),
+        1
+    );
+    sleep_ms(600).await;
+    let h = b.history(job.as_str(), 10).await.unwrap();
+    assert_eq!(h[0].status, RunStatus::Succeeded, "{h:?}");
+    assert_eq!(
+        (h[1].status, h[1].error.as_deref()),
+        (RunStatus::Interrupted, Some("handed over"))
+    );
+    b.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-17] A handler that ignores the signal and returns `Ok` is recorded as succeeded.
+pub async fn b17_handler_ignoring_the_signal_is_recorded_as_succeeded(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("ignore");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    claim_on(&a, &job, &starts, 400, false).await;
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    let h = history_of(&store, &job).await;
+    assert_eq!(h[0].status, RunStatus::Succeeded, "{h:?}");
+}
+
+async fn history_of(store: &Arc<dyn LeaseStore>, job: &JobName) -> Vec<HistoryRecord> {
+    store.history(job, 10).await.unwrap()
+}
+
+/// [B-17] A handler still running when stop's timeout passes is no longer heartbeated, so a
+/// backup takes over after the lease expires.
+pub async fn b17_stop_timeout_stops_heartbeats_and_a_backup_takes_over(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("stoptimeout");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    let a_events = record_events(&a);
+    claim_on(&a, &job, &starts, 60_000, false).await;
+    let b = node(&Instance::new(store.clone()), "b")
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "1h")
+        .handler(worker(&starts, "b", 100, false))
+        .unwrap();
+    b.start().await.unwrap();
+    sleep_ms(300).await;
+    let t0 = tokio::time::Instant::now();
+    a.stop(Duration::from_millis(300)).await.unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(2_000),
+        "stop waited past its timeout"
+    );
+    assert_eq!(
+        count(
+            &a_events,
+            |e| matches!(e, Event::Interrupted { cause, .. } if cause == "stop timeout")
+        ),
+        1
+    );
+    assert!(
+        wait_for(LEASE_MS + 2_000, || starts.lock().unwrap().len() >= 2).await,
+        "no takeover"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(LEASE_MS / 2),
+        "taken over before the lease ended"
+    );
+    assert_eq!(starts.lock().unwrap()[1].2, 2);
+    b.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-19] On start, the most recent slot that nobody claimed is run with reason `catch-up`.
+pub async fn b19_missed_slot_is_caught_up_on_start(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("catchup");
+    let starts: Starts = Arc::default();
+    align(2_000, 300).await;
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    a.every(job.as_str(), "1h")
+        .catch_up_ms(3_600_000)
+        .handler(worker(&starts, "a", 10, false))
+        .unwrap();
+    a.start().await.unwrap();
+    assert!(wait_for(2_000, || !starts.lock().unwrap().is_empty()).await);
+    let s = starts.lock().unwrap()[0].clone();
+    assert_eq!(s.3, Reason::CatchUp);
+    assert_eq!(s.1 % 3_600_000, 0);
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    // A second instance starting later finds it claimed: no second run.
+    let b = node(&Instance::new(store.clone()), "b").build().unwrap();
+    b.every(job.as_str(), "1h")
+        .catch_up_ms(3_600_000)
+        .handler(worker(&starts, "b", 10, false))
+        .unwrap();
+    b.start().await.unwrap();
+    sleep_ms(500).await;
+    b.stop(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(starts.lock().unwrap().len(), 1);
+}
+
+/// [B-19] `catch_up_ms: 0` turns catch-up off.
+pub async fn b19_catch_up_zero_turns_it_off(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("nocatchup");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    a.every(job.as_str(), "1h")
+        .catch_up_ms(0)
+        .handler(worker(&starts, "a", 10, false))
+        .unwrap();
+    a.start().await.unwrap();
+    sleep_ms(800).await;
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    assert!(starts.lock().unwrap().is_empty());
+}
+
+/// [B-19] On start, a run whose owner vanished (lease expired, unfinished) is taken over.
+pub async fn b19_orphan_is_taken_over_on_start(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("orphan");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    claim_on(&a, &job, &starts, 60_000, false).await;
+    a.crash();
+    sleep_ms(LEASE_MS + 300).await;
+    let b = node(&Instance::new(store.clone()), "b")
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "1h")
+        .handler(worker(&starts, "b", 10, false))
+        .unwrap();
+    b.start().await.unwrap();
+    assert!(
+        wait_for(2_000, || starts.lock().unwrap().len() >= 2).await,
+        "orphan not taken over"
+    );
+    let s = starts.lock().unwrap()[1].clone();
+    assert_eq!((s.0.as_str(), s.2, s.3), ("b", 2, Reason::Takeover));
+    b.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-21] When `timeout_ms` passes, the signal is cancelled and the attempt is `failed`
+/// ("timed out").
+pub async fn b21_timeout_cancels_the_signal_and_fails_the_attempt(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("timeout");
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    let events = record_events(&a);
+    {
+        let cancelled = cancelled.clone();
+        a.every(job.as_str(), "1h")
+            .catch_up_ms(3_600_000)
+            .timeout_ms(300)
+            .handler(move |ctx| {
+                let cancelled = cancelled.clone();
+                async move {
+                    ctx.signal.cancelled().await;
+                    cancelled.store(true, Ordering::SeqCst);
+                    assert_eq!(ctx.cancel_cause(), Some("timed out"));
+                    Ok::<_, Error>(())
+                }
+            })
+            .unwrap();
+    }
+    a.start().await.unwrap();
+    assert!(
+        wait_for(3_000, || count(&events, |e| matches!(
+            e,
+            Event::Failure { .. }
+        )) == 1)
+        .await
+    );
+    assert!(cancelled.load(Ordering::SeqCst));
+    let h = history_of(&store, &job).await;
+    assert_eq!(
+        (h[0].status, h[0].error.as_deref()),
+        (RunStatus::Failed, Some("timed out"))
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-30] The context names the job, slot, instance, attempt, reason and fence.
+pub async fn b30_context_carries_the_run_identity(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("ctx");
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let a = node(&Instance::new(store.clone()), "ctx-node")
+        .build()
+        .unwrap();
+    {
+        let seen = seen.clone();
+        a.every(job.as_str(), "1h")
+            .catch_up_ms(3_600_000)
+            .handler(move |ctx| {
+                *seen.lock().unwrap() = Some(ctx.clone());
+                async { Ok::<_, Error>(()) }
+            })
+            .unwrap();
+    }
+    a.start().await.unwrap();
+    assert!(wait_for(2_000, || seen.lock().unwrap().is_some()).await);
+    let ctx = seen.lock().unwrap().clone().unwrap();
+    assert_eq!(ctx.name, job);
+    assert_eq!(&*ctx.instance_id, "ctx-node");
+    assert_eq!(
+        (ctx.attempt, ctx.reason, ctx.manual),
+        (1, Reason::CatchUp, false)
+    );
+    assert_eq!(ctx.slot % 3_600_000, 0);
+    assert!(ctx.fence >= 1);
+    assert!(!ctx.signal.is_cancelled() && ctx.check_cancelled().is_ok());
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-31] Scheduler, job and manual data merge (maps shallowly, typed extensions by type);
+/// a data function runs at each start and, if it fails, the run fails.
+pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
+    store: Arc<dyn LeaseStore>,
+) {
+    #[derive(Debug, PartialEq)]
+    struct Client(&'static str);
+    let (ok_job, bad_job) = (unique_job("data"), unique_job("baddata"));
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let a = node(&Instance::new(store.clone()), "a")
+        .data(Data::from_value(serde_json::json!({"region": "eu", "batch": 1})).with(Client("c1")))
+        .build()
+        .unwrap();
+    let events = record_events(&a);
+    {
+        let seen = seen.clone();
+        a.every(ok_job.as_str(), "1h")
+            .catch_up_ms(0)
+            .data(DataSource::function(|| async {
+                Ok::<_, Error>(Data::from_value(
+                    serde_json::json!({"batch": 2, "job": true}),
+                ))
+            }))
+            .handler(move |ctx| {
+                *seen.lock().unwrap() = Some((ctx.data.value().clone(), ctx.get::<Client>()));
+                async { Ok::<_, Error>(()) }
+            })
+            .unwrap();
+    }
+    a.every(bad_job.as_str(), "1h")
+        .catch_up_ms(3_600_000)
+        .data(DataSource::function(|| async {
+            Err::<Data, _>(std::io::Error::other("vault down"))
+        }))
+        .handler(|_ctx| async { Ok::<_, Error>(()) })
+        .unwrap();
+    a.start().await.unwrap();
+    let rec = a
+        .run_now(
+            ok_job.as_str(),
+            Some(Data::from_value(serde_json::json!({"batch": 3}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rec.status, RunStatus::Succeeded);
+    let (value, client) = seen.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!({"region": "eu", "batch": 3, "job": true})
+    );
+    assert_eq!(client.as_deref(), Some(&Client("c1")));
+    assert!(
+        wait_for(3_000, || count(
+            &events,
+            |e| matches!(e, Event::Failure { error, .. } if error.contains("vault down"))
+        ) == 1)
+        .await
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-35] `run_now` runs the job here at once, without deduplication, recorded as manual.
+pub async fn b35_run_now_is_manual_and_recorded(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("manual");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    {
+        let runs = runs.clone();
+        a.every(job.as_str(), "1h")
+            .catch_up_ms(0)
+            .handler(move |ctx| {
+                assert!(ctx.manual && ctx.reason == Reason::Manual);
+                runs.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Error>(()) }
+            })
+            .unwrap();
+    }
+    assert!(matches!(
+        a.run_now(job.as_str(), None).await,
+        Err(Error::State { .. })
+    ));
+    a.start().await.unwrap();
+    let r1 = a.run_now(job.as_str(), None).await.unwrap();
+    sleep_ms(5).await;
+    let r2 = a.run_now(job.as_str(), None).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert!(r1.manual && r1.status == RunStatus::Succeeded && r2.status == RunStatus::Succeeded);
+    let h = a.history(job.as_str(), 10).await.unwrap();
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert!(
+        h.iter()
+            .all(|r| r.manual && r.reason == Reason::Manual && r.status == RunStatus::Succeeded)
+    );
+    assert!(matches!(
+        a.run_now("nope", None).await,
+        Err(Error::UnknownJob { .. })
+    ));
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-36] `history` and `last_run` work from a scheduler that registered no jobs.
+pub async fn b36_history_is_readable_from_a_process_without_jobs(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("api");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    claim_on(&a, &job, &starts, 10, false).await;
+    sleep_ms(300).await;
+    let api = node(&Instance::new(store.clone()), "api").build().unwrap();
+    api.start().await.unwrap();
+    let h = api.history(job.as_str(), 5).await.unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].instance_id, "a");
+    assert_eq!(
+        api.last_run(job.as_str()).await.unwrap().unwrap().slot,
+        h[0].slot
+    );
+    assert!(api.jobs().is_empty());
+    api.stop(Duration::from_secs(5)).await.unwrap();
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [§11] Catch-up policy `all` replays every missed slot inside the window, oldest first,
+/// one after another, capped by `max`.
+pub async fn s11_all_catch_up_replays_missed_slots_in_order(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("catchall");
+    let starts: Starts = Arc::default();
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    a.every(job.as_str(), "200ms")
+        .catch_up_ms(1_000)
+        .catch_up(CatchUp::All { max: 3 })
+        .handler(worker(&starts, "a", 10, false))
+        .unwrap();
+    a.start().await.unwrap();
+    assert!(
+        wait_for(2_000, || starts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.3 == Reason::CatchUp)
+            .count()
+            >= 3)
+        .await
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    let s: Vec<_> = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.3 == Reason::CatchUp)
+        .cloned()
+        .collect();
+    assert_eq!(s.len(), 3, "{s:?}");
+    assert!(s[0].1 < s[1].1 && s[1].1 < s[2].1, "oldest first: {s:?}");
+    assert_eq!(s[2].1 - s[0].1, 400);
+}
+
+/// [§11] With no job due and none running, an instance sends nothing to the store.
+pub async fn s11_no_store_traffic_while_idle(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("idle");
+    let inst = Instance::new(store.clone());
+    let a = node(&inst, "a").catch_up_ms(0).build().unwrap();
+    a.every(job.as_str(), "1h")
+        .handler(|_ctx| async { Ok::<_, Error>(()) })
+        .unwrap();
+    a.start().await.unwrap();
+    sleep_ms(300).await;
+    let before = inst.calls();
+    sleep_ms(3_000).await;
+    assert_eq!(inst.calls(), before, "idle instance talked to the store");
+    a.stop(Duration::from_secs(5)).await.unwrap();
 }

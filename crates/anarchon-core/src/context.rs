@@ -1,0 +1,234 @@
+//! What a handler receives: the run's identity, its cancellation signal and its data.
+//! [B-30, B-31]
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{BoxError, Error, Result};
+use crate::history::Reason;
+use crate::store::{EpochMs, JobName};
+
+/// Data for handlers, given at the scheduler, job and manual-run level. [B-31]
+///
+/// It holds a JSON-like value (plain values; maps merge shallowly, the more specific keys
+/// win; other values are replaced by the more specific one) and typed extensions (clients,
+/// secrets), merged by type. Data is never stored or sent to other instances.
+///
+/// ```
+/// use anarchon_core::Data;
+/// use serde_json::json;
+///
+/// #[derive(Debug, PartialEq)]
+/// struct ApiKey(&'static str);
+///
+/// let scheduler_level = Data::from_value(json!({"region": "eu", "batch": 10})).with(ApiKey("k1"));
+/// let job_level = Data::from_value(json!({"batch": 50}));
+/// let merged = scheduler_level.merged_with(&job_level);
+/// assert_eq!(merged.value(), &json!({"region": "eu", "batch": 50}));
+/// assert_eq!(merged.get::<ApiKey>().as_deref(), Some(&ApiKey("k1")));
+/// ```
+#[derive(Clone, Default)]
+pub struct Data {
+    value: Value,
+    extensions: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Data {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Data")
+            .field("value", &self.value)
+            .field("extensions", &self.extensions.len())
+            .finish()
+    }
+}
+
+impl Data {
+    /// Empty data.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Data holding a plain value.
+    pub fn from_value(value: Value) -> Self {
+        Data {
+            value,
+            extensions: HashMap::new(),
+        }
+    }
+
+    /// Adds a typed extension (a client, a secret), replacing one of the same type.
+    pub fn with<T: Any + Send + Sync>(mut self, ext: T) -> Self {
+        self.extensions.insert(TypeId::of::<T>(), Arc::new(ext));
+        self
+    }
+
+    /// Sets one key of the map value (turning a non-map value into a map).
+    pub fn with_key(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        if !self.value.is_object() {
+            self.value = Value::Object(Default::default());
+        }
+        if let Value::Object(map) = &mut self.value {
+            map.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    /// The plain value (`Null` when none was given).
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// One key of the map value.
+    pub fn key(&self, key: &str) -> Option<&Value> {
+        self.value.get(key)
+    }
+
+    /// The extension of type `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.extensions
+            .get(&TypeId::of::<T>())
+            .cloned()
+            .and_then(|a| a.downcast::<T>().ok())
+    }
+
+    /// This data overridden by the more specific `other`. [B-31]
+    pub fn merged_with(&self, other: &Data) -> Data {
+        let value = match (&self.value, &other.value) {
+            (Value::Object(a), Value::Object(b)) => {
+                let mut m = a.clone();
+                m.extend(b.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Value::Object(m)
+            }
+            (a, Value::Null) => a.clone(),
+            (_, b) => b.clone(),
+        };
+        let mut extensions = self.extensions.clone();
+        extensions.extend(other.extensions.iter().map(|(k, v)| (*k, v.clone())));
+        Data { value, extensions }
+    }
+}
+
+/// A data function: evaluated at each run's start; if it fails, the run fails. [B-31]
+pub type DataFn =
+    Arc<dyn Fn() -> BoxFuture<'static, std::result::Result<Data, BoxError>> + Send + Sync>;
+
+/// Data given at one level: fixed, or a function evaluated at each run's start.
+#[derive(Clone)]
+pub enum DataSource {
+    /// Fixed data.
+    Fixed(Data),
+    /// Evaluated at each run's start.
+    Function(DataFn),
+}
+
+impl fmt::Debug for DataSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataSource::Fixed(d) => d.fmt(f),
+            DataSource::Function(_) => f.write_str("DataSource::Function"),
+        }
+    }
+}
+
+impl DataSource {
+    /// A data function from an async closure.
+    pub fn function<F, Fut, E>(f: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<Data, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        DataSource::Function(Arc::new(move || {
+            let fut = f();
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        }))
+    }
+
+    pub(crate) async fn resolve(&self) -> std::result::Result<Data, BoxError> {
+        match self {
+            DataSource::Fixed(d) => Ok(d.clone()),
+            DataSource::Function(f) => f().await,
+        }
+    }
+}
+
+impl From<Data> for DataSource {
+    fn from(d: Data) -> Self {
+        DataSource::Fixed(d)
+    }
+}
+
+/// What a handler receives. [B-30]
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    /// The job's name.
+    pub name: JobName,
+    /// The slot (epoch ms); for a manual run, when it was started.
+    pub slot: EpochMs,
+    /// When the slot was due (epoch ms).
+    pub scheduled_at: EpochMs,
+    /// This instance's id.
+    pub instance_id: Arc<str>,
+    /// Started by `run_now`.
+    pub manual: bool,
+    /// 1 on the first start, 2 and up after takeovers.
+    pub attempt: u32,
+    /// Why it started.
+    pub reason: Reason,
+    /// The per-job, strictly increasing fencing token of this attempt: hand it to a
+    /// downstream system so it can reject writes from a stale owner (0 for manual runs and
+    /// claim-only stores). SPEC §11.
+    pub fence: u64,
+    /// Cancelled on stop, timeout, lost lease and self-fencing.
+    pub signal: CancellationToken,
+    /// The merged data of the scheduler, the job and the manual run.
+    pub data: Arc<Data>,
+    pub(crate) cause: Arc<std::sync::OnceLock<&'static str>>,
+}
+
+impl JobContext {
+    /// Returns [`Error::Cancelled`] once the signal is cancelled: call it between steps,
+    /// before side effects (the `throwIfAborted` equivalent).
+    ///
+    /// ```
+    /// # async fn step(ctx: anarchon_core::JobContext) -> anarchon_core::Result<()> {
+    /// for item in 0..100 {
+    ///     ctx.check_cancelled()?;
+    ///     // ... work on item ...
+    /// #   let _ = item;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn check_cancelled(&self) -> Result<()> {
+        if self.signal.is_cancelled() {
+            Err(Error::Cancelled {
+                job: self.name.to_string(),
+                cause: self.cause.get().copied().unwrap_or("cancelled"),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Why the signal was cancelled (`"stopping"`, `"timed out"`, `"lease lost"`,
+    /// `"lease not renewed"`), if it was.
+    pub fn cancel_cause(&self) -> Option<&'static str> {
+        self.cause.get().copied()
+    }
+
+    /// One key of the data's map value.
+    pub fn value(&self, key: &str) -> Option<&Value> {
+        self.data.key(key)
+    }
+
+    /// The data extension of type `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.data.get::<T>()
+    }
+}

@@ -1,0 +1,944 @@
+//! The scheduler runtime: registration, `start`/`stop`, and the driver task that turns the
+//! pure parts (slot math, options) and a store into runs. [B-11..B-21, B-30..B-39]
+//!
+//! One driver task per scheduler owns every timer (a queue for all jobs, not a task per job),
+//! the heartbeat of all held leases, the backups' watch and takeovers. Store calls run in
+//! short tasks bounded by `store_timeout_ms` and report back to the driver, so a hung
+//! connection never stops the loop; a watchdog thread reports a loop that stops turning.
+
+mod driver;
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::context::{Data, DataSource, JobContext};
+use crate::error::{BoxError, Error, Result};
+use crate::event::Event;
+use crate::history::HistoryRecord;
+use crate::options::{CatchUp, JobConfig, JobOptions, LeaseTiming};
+use crate::slot::{Schedule, parse_interval};
+use crate::store::{ClaimStore, EpochMs, HistoryStore, JobName, LeaseStore, Overlap};
+
+/// Marker: the scheduler runs on a lease store (takeover, handover, catch-up ...).
+#[derive(Debug, Clone, Copy)]
+pub struct Leased;
+/// Marker: the scheduler runs on a claim-only store (one winner per slot, nothing more).
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimOnly;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Leased {}
+    impl Sealed for super::ClaimOnly {}
+}
+
+/// The kind of store a scheduler runs on, fixed by its constructor. Lease-only options
+/// exist only on `Leased` builders. [B-22]
+pub trait Mode: sealed::Sealed + Send + Sync + 'static {
+    /// True for lease stores.
+    const LEASE: bool;
+}
+impl Mode for Leased {
+    const LEASE: bool = true;
+}
+impl Mode for ClaimOnly {
+    const LEASE: bool = false;
+}
+
+/// Markers for the kind of job a [`JobBuilder`] builds.
+pub mod kind {
+    /// `every`.
+    #[derive(Debug)]
+    pub struct Every;
+    /// `cron`.
+    #[derive(Debug)]
+    pub struct Cron;
+    /// `at`.
+    #[derive(Debug)]
+    pub struct At;
+}
+
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Lease(Arc<dyn LeaseStore>),
+    Claim(Arc<dyn ClaimStore>),
+}
+
+impl Backend {
+    pub(crate) fn history(&self) -> &dyn HistoryStore {
+        match self {
+            Backend::Lease(s) => s.as_ref(),
+            Backend::Claim(s) => s.as_ref(),
+        }
+    }
+}
+
+/// Where the scheduler reads the time for slots. [B-20]
+#[derive(Debug, Clone, Copy)]
+pub enum Clock {
+    /// The system clock (keep instances NTP-synced).
+    System,
+    /// The system time at creation, then tokio's clock: for tests under
+    /// `tokio::time::pause()`.
+    Tokio {
+        /// Epoch ms at the anchor.
+        anchor_ms: EpochMs,
+        /// Tokio's instant at the anchor.
+        anchor: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    /// A tokio-driven clock starting at the system time now.
+    pub fn tokio() -> Self {
+        Clock::Tokio {
+            anchor_ms: system_ms(),
+            anchor: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Epoch ms now.
+    pub fn now_ms(&self) -> EpochMs {
+        match self {
+            Clock::System => system_ms(),
+            Clock::Tokio { anchor_ms, anchor } => {
+                anchor_ms + anchor.elapsed().as_millis() as EpochMs
+            }
+        }
+    }
+}
+
+fn system_ms() -> EpochMs {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as EpochMs)
+        .unwrap_or(0)
+}
+
+pub(crate) type Handler =
+    Arc<dyn Fn(JobContext) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync>;
+
+pub(crate) struct Config {
+    pub(crate) instance_id: Arc<str>,
+    pub(crate) timing: LeaseTiming,
+    pub(crate) defaults: JobOptions,
+    pub(crate) data: Option<DataSource>,
+    pub(crate) store_timeout: Duration,
+    pub(crate) stall_after: Duration,
+    pub(crate) skew_threshold_ms: u64,
+    pub(crate) clock: Clock,
+}
+
+pub(crate) struct JobDef {
+    pub(crate) name: JobName,
+    pub(crate) kind: &'static str,
+    pub(crate) schedule: Schedule,
+    pub(crate) opts: JobOptions,
+    pub(crate) handler: Handler,
+    pub(crate) data: Option<DataSource>,
+}
+
+pub(crate) enum Command {
+    Add(Arc<JobDef>),
+    Remove(JobName),
+    RunNow {
+        job: Arc<JobDef>,
+        data: Option<Data>,
+        reply: oneshot::Sender<Result<HistoryRecord>>,
+    },
+    Stop {
+        timeout: Duration,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+enum DriverState {
+    Idle,
+    Running {
+        tx: mpsc::UnboundedSender<Command>,
+        handle: tokio::task::JoinHandle<()>,
+    },
+    Stopped,
+}
+
+pub(crate) struct Shared {
+    pub(crate) backend: Backend,
+    pub(crate) cfg: Config,
+    jobs: Mutex<BTreeMap<JobName, Arc<JobDef>>>,
+    pub(crate) events: broadcast::Sender<Event>,
+    driver: Mutex<DriverState>,
+    pub(crate) health: Arc<HealthState>,
+}
+
+/// Liveness figures the driver updates and the watchdog reads.
+#[derive(Debug, Default)]
+pub(crate) struct HealthState {
+    /// Milliseconds since the process-wide monotonic origin when the driver last turned.
+    pub(crate) last_turn_ms: AtomicU64,
+    pub(crate) stalled: std::sync::atomic::AtomicBool,
+    pub(crate) leases_held: AtomicU64,
+    pub(crate) last_error: Mutex<Option<String>>,
+}
+
+/// A snapshot of the scheduler's health, for a health check endpoint. SPEC §11.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// `start` ran and `stop` did not.
+    pub running: bool,
+    /// The watchdog saw the driver loop stop turning.
+    pub stalled: bool,
+    /// Milliseconds since the driver loop last turned.
+    pub driver_idle_ms: u64,
+    /// Leases this instance holds now.
+    pub leases_held: u64,
+    /// The last store error, if any.
+    pub last_error: Option<String>,
+}
+
+impl Health {
+    /// Running and not stalled.
+    pub fn is_healthy(&self) -> bool {
+        self.running && !self.stalled
+    }
+}
+
+/// A registered job, as [`Scheduler::jobs`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The name.
+    pub name: JobName,
+    /// `"every"`, `"cron"` or `"at"`.
+    pub kind: &'static str,
+    /// The next slot after now, if any.
+    pub next_run: Option<EpochMs>,
+}
+
+/// Builds a [`Scheduler`]; see [`Scheduler::leased`] and [`Scheduler::claim_only`].
+pub struct SchedulerBuilder<M> {
+    backend: Backend,
+    instance_id: Option<String>,
+    timing: LeaseTiming,
+    defaults: JobOptions,
+    data: Option<DataSource>,
+    store_timeout: Duration,
+    stall_after: Duration,
+    skew_threshold_ms: u64,
+    clock: Clock,
+    _mode: PhantomData<M>,
+}
+
+impl<M: Mode> SchedulerBuilder<M> {
+    fn new(backend: Backend) -> Self {
+        SchedulerBuilder {
+            backend,
+            instance_id: None,
+            timing: LeaseTiming::default(),
+            defaults: JobOptions::default(),
+            data: None,
+            store_timeout: Duration::from_secs(5),
+            stall_after: Duration::from_secs(10),
+            skew_threshold_ms: 1000,
+            clock: Clock::System,
+            _mode: PhantomData,
+        }
+    }
+
+    /// This instance's id (default `hostname-pid-random`). [B-32]
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+    /// Default `jitter_ms` for every job. [B-09]
+    pub fn jitter_ms(mut self, ms: u64) -> Self {
+        self.defaults.jitter_ms = ms;
+        self
+    }
+    /// Default `max_late_ms`. [B-10]
+    pub fn max_late_ms(mut self, ms: u64) -> Self {
+        self.defaults.max_late_ms = ms;
+        self
+    }
+    /// Default `history_size`. [B-37]
+    pub fn history_size(mut self, n: u32) -> Self {
+        self.defaults.history_size = n;
+        self
+    }
+    /// Default `timeout_ms`. [B-21]
+    pub fn timeout_ms(mut self, ms: u64) -> Self {
+        self.defaults.timeout_ms = Some(ms);
+        self
+    }
+    /// Default IANA timezone for cron jobs. [B-06]
+    pub fn timezone(mut self, tz: impl Into<String>) -> Self {
+        self.defaults.timezone = Some(tz.into());
+        self
+    }
+    /// Scheduler-level data (fixed or a function). [B-31]
+    pub fn data(mut self, data: impl Into<DataSource>) -> Self {
+        self.data = Some(data.into());
+        self
+    }
+    /// Bound on every store call (default 5000). SPEC §11.
+    pub fn store_timeout_ms(mut self, ms: u64) -> Self {
+        self.store_timeout = Duration::from_millis(ms);
+        self
+    }
+    /// The watchdog reports a driver loop that has not turned for this long (default
+    /// 10000). SPEC §11.
+    pub fn stall_after_ms(mut self, ms: u64) -> Self {
+        self.stall_after = Duration::from_millis(ms);
+        self
+    }
+    /// Report a clock skew above this (default 1000). [B-20]
+    pub fn clock_skew_threshold_ms(mut self, ms: u64) -> Self {
+        self.skew_threshold_ms = ms;
+        self
+    }
+    /// Where slots read the time (tests use [`Clock::tokio`]).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Validates the options and builds the scheduler.
+    pub fn build(self) -> Result<Scheduler<M>> {
+        self.defaults.validate()?;
+        if M::LEASE {
+            self.timing.validate()?;
+        }
+        if self.store_timeout.is_zero() {
+            return Err(Error::invalid_option(
+                "store_timeout_ms",
+                "must be positive",
+            ));
+        }
+        let instance_id = match self.instance_id {
+            Some(id) if id.is_empty() || id.len() > 200 => {
+                return Err(Error::invalid_option(
+                    "instance_id",
+                    "must be 1 to 200 characters",
+                ));
+            }
+            Some(id) => id,
+            None => default_instance_id(),
+        };
+        Ok(Scheduler {
+            shared: Arc::new(Shared {
+                backend: self.backend,
+                cfg: Config {
+                    instance_id: instance_id.into(),
+                    timing: self.timing,
+                    defaults: self.defaults,
+                    data: self.data,
+                    store_timeout: self.store_timeout,
+                    stall_after: self.stall_after,
+                    skew_threshold_ms: self.skew_threshold_ms,
+                    clock: self.clock,
+                },
+                jobs: Mutex::default(),
+                events: broadcast::channel(1024).0,
+                driver: Mutex::new(DriverState::Idle),
+                health: Arc::default(),
+            }),
+            _mode: PhantomData,
+        })
+    }
+}
+
+impl SchedulerBuilder<Leased> {
+    /// Lease length (default 30000). [B-13]
+    pub fn lease_ms(mut self, ms: u64) -> Self {
+        self.timing.lease_ms = ms;
+        self
+    }
+    /// Heartbeat interval (default 5000); `heartbeat_ms * 2 < lease_ms`. [B-13]
+    pub fn heartbeat_ms(mut self, ms: u64) -> Self {
+        self.timing.heartbeat_ms = ms;
+        self
+    }
+    /// Default overlap policy. [B-12]
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.defaults.overlap = overlap;
+        self
+    }
+    /// Default crash budget. [B-14]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.defaults.max_attempts = n;
+        self
+    }
+    /// Default catch-up window; 0 turns catch-up off. [B-19]
+    pub fn catch_up_ms(mut self, ms: u64) -> Self {
+        self.defaults.catch_up_ms = ms;
+        self
+    }
+    /// Default catch-up policy. SPEC §11.
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.defaults.catch_up = policy;
+        self
+    }
+    /// Default history TTL. [B-37]
+    pub fn history_ttl_ms(mut self, ms: u64) -> Self {
+        self.defaults.history_ttl_ms = Some(ms);
+        self
+    }
+}
+
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+/// The scheduler: register jobs, `start`, `stop`. Clone it freely (a handle).
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::{memory::MemoryStore, Scheduler};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let scheduler = Scheduler::leased(MemoryStore::new())
+///     .lease_ms(30_000)
+///     .heartbeat_ms(5_000)
+///     .build()?;
+/// scheduler.every("sync", "10s").jitter_ms(500).handler(|ctx| async move {
+///     ctx.check_cancelled()?;
+///     println!("slot {} attempt {}", ctx.slot, ctx.attempt);
+///     Ok::<_, anarchon_core::Error>(())
+/// })?;
+/// scheduler.start().await?;
+/// scheduler.stop(Duration::from_secs(30)).await?;
+/// # Ok::<_, anarchon_core::Error>(())
+/// # }).unwrap();
+/// ```
+pub struct Scheduler<M = Leased> {
+    shared: Arc<Shared>,
+    _mode: PhantomData<M>,
+}
+
+impl<M> Clone for Scheduler<M> {
+    fn clone(&self) -> Self {
+        Scheduler {
+            shared: self.shared.clone(),
+            _mode: PhantomData,
+        }
+    }
+}
+
+impl<M> std::fmt::Debug for Scheduler<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("instance_id", &self.shared.cfg.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler<Leased> {
+    /// A scheduler on a lease store (SQLite, PostgreSQL, Redis `lease`, the memory store).
+    pub fn leased<S: LeaseStore>(store: S) -> SchedulerBuilder<Leased> {
+        SchedulerBuilder::new(Backend::Lease(Arc::new(store)))
+    }
+
+    /// A scheduler on a shared lease store handle.
+    pub fn leased_shared(store: Arc<dyn LeaseStore>) -> SchedulerBuilder<Leased> {
+        SchedulerBuilder::new(Backend::Lease(store))
+    }
+}
+
+impl Scheduler<ClaimOnly> {
+    /// A scheduler on a claim-only store (RabbitMQ, NATS, Redis naive strategies).
+    pub fn claim_only<S: ClaimStore>(store: S) -> SchedulerBuilder<ClaimOnly> {
+        SchedulerBuilder::new(Backend::Claim(Arc::new(store)))
+    }
+
+    /// A scheduler on a shared claim-only store handle.
+    pub fn claim_only_shared(store: Arc<dyn ClaimStore>) -> SchedulerBuilder<ClaimOnly> {
+        SchedulerBuilder::new(Backend::Claim(store))
+    }
+}
+
+/// An interval: `"10s"`, a `Duration`, or milliseconds. [B-01]
+pub trait IntoInterval {
+    /// The interval.
+    fn into_interval(self) -> Result<Duration>;
+}
+impl IntoInterval for &str {
+    fn into_interval(self) -> Result<Duration> {
+        parse_interval(self)
+    }
+}
+impl IntoInterval for String {
+    fn into_interval(self) -> Result<Duration> {
+        parse_interval(&self)
+    }
+}
+impl IntoInterval for Duration {
+    fn into_interval(self) -> Result<Duration> {
+        if self.is_zero() {
+            return Err(Error::InvalidInterval {
+                input: format!("{self:?}"),
+                reason: "must be positive".into(),
+            });
+        }
+        Ok(self)
+    }
+}
+impl IntoInterval for u64 {
+    fn into_interval(self) -> Result<Duration> {
+        crate::slot::interval_from_ms(self as i64)
+    }
+}
+
+/// An instant for `at`: RFC 3339 text, a `SystemTime`, or epoch milliseconds (`i64`). [B-03]
+pub trait IntoAt {
+    /// The schedule.
+    fn into_at(self) -> Result<Schedule>;
+}
+impl IntoAt for &str {
+    fn into_at(self) -> Result<Schedule> {
+        Schedule::at_str(self)
+    }
+}
+impl IntoAt for SystemTime {
+    fn into_at(self) -> Result<Schedule> {
+        Schedule::at_system_time(self)
+    }
+}
+impl IntoAt for i64 {
+    fn into_at(self) -> Result<Schedule> {
+        Ok(Schedule::at_ms(self))
+    }
+}
+impl IntoAt for chrono::DateTime<chrono::Utc> {
+    fn into_at(self) -> Result<Schedule> {
+        Ok(Schedule::at_ms(self.timestamp_millis()))
+    }
+}
+
+enum Spec {
+    Every(Duration),
+    Cron(String),
+    At(Schedule),
+}
+
+/// Registers one job: options, data, then [`JobBuilder::handler`]. Methods exist only where
+/// they apply: `overlap` not on `at` jobs, lease options only on lease stores, `offset_ms`
+/// only on `every`, `timezone` only on `cron`. [B-03, B-22, B-39]
+#[must_use = "a job is registered only by `.handler(...)`"]
+pub struct JobBuilder<'s, M, K> {
+    scheduler: &'s Scheduler<M>,
+    name: String,
+    spec: Result<Spec>,
+    opts: JobOptions,
+    config: Option<JobConfig>,
+    data: Option<DataSource>,
+    _kind: PhantomData<K>,
+}
+
+impl<M: Mode, K> JobBuilder<'_, M, K> {
+    /// `jitter_ms` for this job. [B-09]
+    pub fn jitter_ms(mut self, ms: u64) -> Self {
+        self.opts.jitter_ms = ms;
+        self
+    }
+    /// `max_late_ms` for this job. [B-10]
+    pub fn max_late_ms(mut self, ms: u64) -> Self {
+        self.opts.max_late_ms = ms;
+        self
+    }
+    /// `history_size` for this job. [B-37]
+    pub fn history_size(mut self, n: u32) -> Self {
+        self.opts.history_size = n;
+        self
+    }
+    /// `timeout_ms` for this job. [B-21]
+    pub fn timeout_ms(mut self, ms: u64) -> Self {
+        self.opts.timeout_ms = Some(ms);
+        self
+    }
+    /// Job-level data (fixed or a function). [B-31]
+    pub fn data(mut self, data: impl Into<DataSource>) -> Self {
+        self.data = Some(data.into());
+        self
+    }
+    /// Options by name from configuration; those that do not apply are an error at
+    /// [`JobBuilder::handler`]. [B-22]
+    pub fn config(mut self, config: JobConfig) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self.spec {
+            Ok(Spec::Every(_)) => "every",
+            Ok(Spec::Cron(_)) => "cron",
+            Ok(Spec::At(_)) | Err(_) => "at",
+        }
+    }
+
+    /// Registers the job with its handler: an async function of a [`JobContext`] returning
+    /// `Result<(), E>`. Errors name the bad input. Jobs may be added while the scheduler runs.
+    /// [B-04, B-30]
+    pub fn handler<F, Fut, E>(self, f: F) -> Result<()>
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let name = JobName::new(&self.name)?;
+        let kind = self.kind_name();
+        let mut opts = self.opts;
+        if let Some(cfg) = &self.config {
+            cfg.validate(M::LEASE, self.scheduler.store_kind(), kind)?;
+            cfg.apply(&mut opts);
+        }
+        opts.validate()?;
+        let schedule = match self.spec? {
+            Spec::Every(interval) => Schedule::every(interval, opts.offset_ms)?,
+            Spec::Cron(expr) => Schedule::cron(&expr, opts.timezone.as_deref())?,
+            Spec::At(s) => s,
+        };
+        let handler: Handler = Arc::new(move |ctx| {
+            let fut = f(ctx);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        });
+        let def = Arc::new(JobDef {
+            name: name.clone(),
+            kind,
+            schedule,
+            opts,
+            handler,
+            data: self.data,
+        });
+        self.scheduler.add(def)
+    }
+}
+
+impl<M: Mode> JobBuilder<'_, M, kind::Every> {
+    /// Grid offset: slots at `k * interval + offset_ms`. [B-05]
+    pub fn offset_ms(mut self, ms: i64) -> Self {
+        self.opts.offset_ms = ms;
+        self
+    }
+}
+
+impl<M: Mode> JobBuilder<'_, M, kind::Cron> {
+    /// IANA timezone of the expression. [B-06]
+    pub fn timezone(mut self, tz: impl Into<String>) -> Self {
+        self.opts.timezone = Some(tz.into());
+        self
+    }
+}
+
+impl<K> JobBuilder<'_, Leased, K> {
+    /// Crash budget of a run. [B-14]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.opts.max_attempts = n;
+        self
+    }
+    /// Catch-up window on start; 0 turns it off. [B-19]
+    pub fn catch_up_ms(mut self, ms: u64) -> Self {
+        self.opts.catch_up_ms = ms;
+        self
+    }
+    /// Catch-up policy. SPEC §11.
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.opts.catch_up = policy;
+        self
+    }
+    /// History TTL. [B-37]
+    pub fn history_ttl_ms(mut self, ms: u64) -> Self {
+        self.opts.history_ttl_ms = Some(ms);
+        self
+    }
+}
+
+impl JobBuilder<'_, Leased, kind::Every> {
+    /// Overlap policy. [B-12]
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.opts.overlap = overlap;
+        self
+    }
+}
+
+impl JobBuilder<'_, Leased, kind::Cron> {
+    /// Overlap policy. [B-12]
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.opts.overlap = overlap;
+        self
+    }
+}
+
+impl<M: Mode> Scheduler<M> {
+    fn builder<K>(&self, name: &str, spec: Result<Spec>) -> JobBuilder<'_, M, K> {
+        JobBuilder {
+            scheduler: self,
+            name: name.to_owned(),
+            spec,
+            opts: self.shared.cfg.defaults.clone(),
+            config: None,
+            data: None,
+            _kind: PhantomData,
+        }
+    }
+
+    /// Registers a job on the epoch grid: `every("sync", "10s")`. [B-01, B-05]
+    pub fn every(&self, name: &str, interval: impl IntoInterval) -> JobBuilder<'_, M, kind::Every> {
+        self.builder(name, interval.into_interval().map(Spec::Every))
+    }
+
+    /// Registers a cron job: `cron("report", "0 3 * * *")`. [B-02, B-06]
+    pub fn cron(&self, name: &str, expression: &str) -> JobBuilder<'_, M, kind::Cron> {
+        self.builder(name, Ok(Spec::Cron(expression.to_owned())))
+    }
+
+    /// Registers a job that runs once: `at("migrate", "2026-12-01T09:00:00Z")`. [B-03]
+    pub fn at(&self, name: &str, when: impl IntoAt) -> JobBuilder<'_, M, kind::At> {
+        self.builder(name, when.into_at().map(Spec::At))
+    }
+
+    fn store_kind(&self) -> &'static str {
+        self.shared.backend.history().kind()
+    }
+
+    fn add(&self, def: Arc<JobDef>) -> Result<()> {
+        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if jobs.contains_key(&def.name) {
+            return Err(Error::DuplicateJob {
+                name: def.name.to_string(),
+            });
+        }
+        jobs.insert(def.name.clone(), def.clone());
+        drop(jobs);
+        if let DriverState::Running { tx, .. } = &*self.driver() {
+            let _ = tx.send(Command::Add(def));
+        }
+        Ok(())
+    }
+
+    fn driver(&self) -> std::sync::MutexGuard<'_, DriverState> {
+        self.shared.driver.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn job(&self, name: &str) -> Result<Arc<JobDef>> {
+        let name = JobName::new(name)?;
+        self.shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownJob {
+                name: name.to_string(),
+            })
+    }
+
+    /// This instance's id.
+    pub fn instance_id(&self) -> &str {
+        &self.shared.cfg.instance_id
+    }
+
+    /// Subscribes to events. [B-38]
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.shared.events.subscribe()
+    }
+
+    /// Checks the store (connection, version, schema), then schedules the jobs and, in the
+    /// background, handles orphans and catch-up. [B-19, B-33]
+    pub async fn start(&self) -> Result<()> {
+        {
+            let d = self.driver();
+            match &*d {
+                DriverState::Idle => {}
+                DriverState::Running { .. } => {
+                    return Err(Error::State {
+                        state: "already started",
+                        hint: "call start() once",
+                    });
+                }
+                DriverState::Stopped => {
+                    return Err(Error::State {
+                        state: "stopped",
+                        hint: "build a new scheduler to start again",
+                    });
+                }
+            }
+        }
+        let jobs: Vec<Arc<JobDef>> = self
+            .shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        driver::prepare(&self.shared, &jobs).await?;
+        let mut d = self.driver();
+        if !matches!(*d, DriverState::Idle) {
+            return Err(Error::State {
+                state: "already started",
+                hint: "call start() once",
+            });
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = tokio::spawn(driver::run(self.shared.clone(), jobs, rx));
+        *d = DriverState::Running { tx, handle };
+        Ok(())
+    }
+
+    /// Stops scheduling, cancels the signals of running handlers, waits up to `timeout` for
+    /// them (a handler that returns an error after cancellation hands its run over), closes
+    /// the connections anarchon opened, and sends nothing to the store after it returns.
+    /// [B-17, B-34]
+    pub async fn stop(&self, timeout: Duration) -> Result<()> {
+        let prev = std::mem::replace(&mut *self.driver(), DriverState::Stopped);
+        match prev {
+            DriverState::Running { tx, handle } => {
+                let (reply, done) = oneshot::channel();
+                let _ = tx.send(Command::Stop { timeout, reply });
+                let _ = done.await;
+                let _ = handle.await;
+                Ok(())
+            }
+            DriverState::Idle => {
+                let _ = self.shared.backend.history().close().await;
+                Ok(())
+            }
+            DriverState::Stopped => Ok(()),
+        }
+    }
+
+    /// Runs a job on this instance now: no deduplication, no retry, recorded as `manual`.
+    /// Returns the finished run's record. [B-35]
+    pub async fn run_now(&self, name: &str, data: Option<Data>) -> Result<HistoryRecord> {
+        let job = self.job(name)?;
+        let (reply, done) = oneshot::channel();
+        {
+            let d = self.driver();
+            let DriverState::Running { tx, .. } = &*d else {
+                return Err(Error::State {
+                    state: "not running",
+                    hint: "call start() before run_now()",
+                });
+            };
+            let _ = tx.send(Command::RunNow { job, data, reply });
+        }
+        done.await.map_err(|_| Error::State {
+            state: "stopping",
+            hint: "the run was abandoned by stop()",
+        })?
+    }
+
+    /// Stops scheduling a job on this instance; a running run of it continues. [B-35]
+    pub fn remove(&self, name: &str) -> Result<()> {
+        let name = JobName::new(name)?;
+        let removed = self
+            .shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+        if removed.is_none() {
+            return Err(Error::UnknownJob {
+                name: name.to_string(),
+            });
+        }
+        if let DriverState::Running { tx, .. } = &*self.driver() {
+            let _ = tx.send(Command::Remove(name));
+        }
+        Ok(())
+    }
+
+    /// The latest `count` attempts of a job from all instances, newest first. Works in a
+    /// process that registered no jobs once the store's tables exist. [B-36]
+    pub async fn history(&self, name: &str, count: usize) -> Result<Vec<HistoryRecord>> {
+        let name = JobName::new(name)?;
+        driver::bounded(
+            &self.shared,
+            "history",
+            self.shared.backend.history().history(&name, count),
+        )
+        .await
+    }
+
+    /// The newest attempt of a job. [B-36]
+    pub async fn last_run(&self, name: &str) -> Result<Option<HistoryRecord>> {
+        let name = JobName::new(name)?;
+        driver::bounded(
+            &self.shared,
+            "last_run",
+            self.shared.backend.history().last_run(&name),
+        )
+        .await
+    }
+
+    /// The next slot of a registered job after now. [B-36]
+    pub fn next_run(&self, name: &str) -> Result<Option<EpochMs>> {
+        let job = self.job(name)?;
+        Ok(job.schedule.next_after(self.shared.cfg.clock.now_ms()))
+    }
+
+    /// The jobs registered on this scheduler, by name. [B-36]
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        let now = self.shared.cfg.clock.now_ms();
+        self.shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|j| JobInfo {
+                name: j.name.clone(),
+                kind: j.kind,
+                next_run: j.schedule.next_after(now),
+            })
+            .collect()
+    }
+
+    /// Simulates a crash (SIGKILL) for tests: the driver stops at once without releasing,
+    /// finishing or closing anything, so leases simply expire. Running handlers are left
+    /// to themselves.
+    #[doc(hidden)]
+    pub fn crash(&self) {
+        if let DriverState::Running { handle, .. } =
+            std::mem::replace(&mut *self.driver(), DriverState::Stopped)
+        {
+            handle.abort();
+        }
+    }
+
+    /// A snapshot of the scheduler's health. SPEC §11.
+    pub fn health(&self) -> Health {
+        let h = &self.shared.health;
+        let running = matches!(*self.driver(), DriverState::Running { .. });
+        let last = h.last_turn_ms.load(Ordering::Relaxed);
+        Health {
+            running,
+            stalled: h.stalled.load(Ordering::Relaxed),
+            driver_idle_ms: if running {
+                driver::mono_ms().saturating_sub(last)
+            } else {
+                0
+            },
+            leases_held: h.leases_held.load(Ordering::Relaxed),
+            last_error: h
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+}
