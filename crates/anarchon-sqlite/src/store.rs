@@ -101,7 +101,7 @@ impl SqliteStoreBuilder {
         std::thread::Builder::new()
             .name("anarchon-sqlite".into())
             .spawn(
-                move || match Worker::open(path, worker_sql, busy, full_sync) {
+                move || match Worker::open(path, worker_sql, busy, call_timeout, full_sync) {
                     Ok(worker) => {
                         let canonical = worker.path.clone();
                         if ready_tx.send(Ok(canonical)).is_ok() {
@@ -208,8 +208,8 @@ impl SqliteStore {
 
     /// The schema version in the file (the current one once opened).
     pub async fn schema_version(&self) -> Result<Option<i64>> {
-        self.call("schema_version", |w| {
-            let mut e = w.exec("schema_version");
+        self.call("schema_version", |w, deadline| {
+            let mut e = w.exec("schema_version", deadline);
             ready(schema::version(&mut e, &w.sql))
         })
         .await
@@ -218,8 +218,8 @@ impl SqliteStore {
     /// Runs `BEGIN IMMEDIATE; COMMIT` on the store's connection: the cost of taking and
     /// releasing the write lock and nothing else (the benchmark's baseline).
     pub async fn empty_write(&self) -> Result<()> {
-        self.call("empty_write", |w| {
-            let mut e = w.exec("empty_write");
+        self.call("empty_write", |w, deadline| {
+            let mut e = w.exec("empty_write", deadline);
             ready(async {
                 e.execute("BEGIN IMMEDIATE", &[]).await?;
                 ops::finish_tx(&mut e, Ok(())).await
@@ -228,12 +228,17 @@ impl SqliteStore {
         .await
     }
 
-    /// Sends `f` to the connection's thread and waits for its answer, at most the call
-    /// timeout (the time in the queue included).
+    /// Sends `f` to the connection's thread and waits for its answer.
+    ///
+    /// The call has a deadline of now + the call timeout. On the thread it is not started
+    /// after the deadline, waits for the write lock at most until the deadline, and does
+    /// not commit after it (it rolls back and answers [`Error::Timeout`]), so a call whose
+    /// caller was told "timeout" has had no effect. The caller waits a short grace past the
+    /// deadline for that answer; only a thread stuck inside SQLite (hung I/O) outlasts it.
     async fn call<T, F>(&self, operation: &'static str, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Worker) -> Result<T> + Send + 'static,
+        F: FnOnce(&Worker, Instant) -> Result<T> + Send + 'static,
     {
         let timeout = self.inner.call_timeout;
         let deadline = Instant::now() + timeout;
@@ -241,14 +246,16 @@ impl SqliteStore {
         let job = Job::Run(Box::new(move |w: &Worker| {
             // A call that waited in the queue past its deadline has been given up by its
             // caller: running it now could start a claim nobody waits for.
-            let r = if Instant::now() > deadline {
-                Err(Error::Timeout {
+            let r = match deadline.checked_duration_since(Instant::now()) {
+                None => Err(Error::Timeout {
                     store: KIND,
                     operation,
                     after: timeout,
-                })
-            } else {
-                f(w)
+                }),
+                Some(left) => match w.conn.busy_timeout(left.min(w.busy_timeout)) {
+                    Ok(()) => f(w, deadline),
+                    Err(e) => Err(w.error(operation, e)),
+                },
             };
             let _ = tx.send(r);
         }));
@@ -259,7 +266,7 @@ impl SqliteStore {
             };
             jobs.send(job).map_err(|_| worker_died(operation))?;
         }
-        match tokio::time::timeout(timeout, rx).await {
+        match tokio::time::timeout(timeout + ANSWER_GRACE, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(worker_died(operation)),
             Err(_) => Err(Error::Timeout {
@@ -270,6 +277,9 @@ impl SqliteStore {
         }
     }
 }
+
+/// How long a caller waits past a call's deadline for the thread's own answer.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
 
 fn closed(sql: &Sql) -> Error {
     Error::Unavailable {
@@ -315,6 +325,7 @@ struct Worker {
     sql: Arc<Sql>,
     path: PathBuf,
     busy_timeout: Duration,
+    call_timeout: Duration,
 }
 
 impl Worker {
@@ -322,6 +333,7 @@ impl Worker {
         path: PathBuf,
         sql: Arc<Sql>,
         busy_timeout: Duration,
+        call_timeout: Duration,
         full_sync: bool,
     ) -> Result<Worker> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
@@ -383,9 +395,10 @@ impl Worker {
             sql,
             path: canonical,
             busy_timeout,
+            call_timeout,
         };
         {
-            let mut e = worker.exec("open");
+            let mut e = worker.exec("open", Instant::now() + call_timeout);
             let ensured = ready(schema::ensure(&mut e, &worker.sql))?;
             tracing::debug!(path = %worker.sql.location, ?ensured, "opened the SQLite store");
         }
@@ -430,8 +443,12 @@ impl Worker {
         }
     }
 
-    fn exec(&self, operation: &'static str) -> LocalExec<'_> {
-        LocalExec { w: self, operation }
+    fn exec(&self, operation: &'static str, deadline: Instant) -> LocalExec<'_> {
+        LocalExec {
+            w: self,
+            operation,
+            deadline,
+        }
     }
 
     /// Maps a driver error to the core error the contract names for it.
@@ -470,6 +487,7 @@ impl Worker {
 struct LocalExec<'w> {
     w: &'w Worker,
     operation: &'static str,
+    deadline: Instant,
 }
 
 struct Param<'a>(&'a Value);
@@ -520,6 +538,15 @@ impl LocalExec<'_> {
     }
 
     fn execute_now(&self, sql: &str, params: &[Value]) -> Result<u64> {
+        if sql == "COMMIT" && Instant::now() > self.deadline {
+            // The caller has been told "timeout" (or is about to be): keep it true.
+            let _ = self.w.conn.execute_batch("ROLLBACK");
+            return Err(Error::Timeout {
+                store: KIND,
+                operation: self.operation,
+                after: self.w.call_timeout,
+            });
+        }
         let mut stmt = self.w.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let n = stmt
             .execute(rusqlite::params_from_iter(params.iter().map(Param)))
@@ -546,8 +573,8 @@ impl Exec for LocalExec<'_> {
 macro_rules! on_worker {
     ($store:expr, $op:literal, |$e:ident, $sql:ident| $body:expr) => {
         $store
-            .call($op, move |w: &Worker| {
-                let mut $e = w.exec($op);
+            .call($op, move |w: &Worker, deadline: Instant| {
+                let mut $e = w.exec($op, deadline);
                 let $sql: &Sql = &w.sql;
                 ready($body)
             })

@@ -1,0 +1,538 @@
+//! The SQLite store on real files: bad input, schema versions, concurrency across
+//! connections and threads, timeouts and in-process release notifications. [B-33, B-43]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anarchon_core::testkit::lease::claim;
+use anarchon_core::testkit::unique_job;
+use anarchon_core::{
+    ClaimOutcome, Error, HistoryStore, LeaseStore, OwnerWrite, Prepare, RunStatus, Store,
+};
+use anarchon_sqlite::SqliteStore;
+use anarchon_sqlite::sql::Tables;
+use anarchon_sqlite::sql::schema::{self, SCHEMA_VERSION};
+use common::TempStore;
+
+fn raw(path: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).expect("raw connection")
+}
+
+fn tables(path: &Path) -> Vec<String> {
+    let c = raw(path);
+    let mut st = c
+        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'index') ORDER BY name")
+        .unwrap();
+    st.query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn meta_version(path: &Path, meta: &str) -> i64 {
+    raw(path)
+        .query_row(
+            &format!("SELECT value FROM \"{meta}\" WHERE key = 'schema_version'"),
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_open_creates_three_prefixed_tables_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.db");
+    let store = SqliteStore::builder(&path)
+        .table("my_jobs")
+        .open()
+        .await
+        .unwrap();
+    let names = tables(&path);
+    for t in ["my_jobs", "my_jobs_attempts", "my_jobs_meta"] {
+        assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
+    }
+    assert_eq!(store.schema_version().await.unwrap(), Some(SCHEMA_VERSION));
+    let mode: String = raw(&path)
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    // A second prefix in the same file is independent.
+    let other = SqliteStore::open(&path).await.unwrap();
+    let job = unique_job("pfx");
+    let t = store.now().await.unwrap();
+    assert!(matches!(
+        store.claim(&claim(&job, t, "a", t)).await.unwrap(),
+        ClaimOutcome::Won(_)
+    ));
+    assert!(matches!(
+        other.claim(&claim(&job, t, "b", t)).await.unwrap(),
+        ClaimOutcome::Won(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_invalid_table_prefix_is_refused_before_touching_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.db");
+    for bad in ["", "1abc", "a-b", "x\"; DROP TABLE t; --", "sqlite_master"] {
+        let err = SqliteStore::builder(&path)
+            .table(bad)
+            .open()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidOption {
+                    option: "table",
+                    ..
+                }
+            ),
+            "{bad:?}: {err}"
+        );
+        assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+    }
+    assert!(!path.exists(), "a refused prefix created the file");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_missing_directory_is_a_clear_error_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no").join("such").join("dir").join("x.db");
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    let source = std::error::Error::source(&err).unwrap().to_string();
+    assert!(source.contains("does not exist"), "{source}");
+    assert!(!dir.path().join("no").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_a_file_that_is_not_a_database_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    let text = "these are my notes, not a database\n".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("not an SQLite database"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "the file was changed"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+}
+
+/// Makes `path` unwritable even for root: `chmod 444`, and where that does not stop root,
+/// the immutable attribute. Returns false when neither works here.
+fn make_read_only(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    if std::fs::OpenOptions::new().write(true).open(path).is_err() {
+        return true;
+    }
+    let ok = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    ok && std::fs::OpenOptions::new().write(true).open(path).is_err()
+}
+
+fn undo_read_only(path: &Path) {
+    let _ = std::process::Command::new("chattr")
+        .arg("-i")
+        .arg(path)
+        .status();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_a_read_only_file_is_a_clear_error_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.db");
+    {
+        let s = SqliteStore::open(&path).await.unwrap();
+        s.close().await.unwrap();
+    }
+    // Fold the WAL into the main file so the read-only file holds everything.
+    raw(&path)
+        .pragma_update(None, "journal_mode", "DELETE")
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    if !make_read_only(&path) {
+        undo_read_only(&path);
+        if anarchon_core::testkit::require_servers() {
+            panic!("cannot make a file read-only here (root without chattr)");
+        }
+        eprintln!("SKIP b43 read-only: cannot make a file read-only here (root without chattr)");
+        return;
+    }
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    undo_read_only(&path);
+    let msg = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    );
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("read-only"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file was changed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b33_a_newer_schema_is_refused_naming_the_path_and_nothing_changes() {
+    let ts = TempStore::new().await;
+    let path = ts.path();
+    let job = unique_job("new");
+    let t = ts.store.now().await.unwrap();
+    ts.store.claim(&claim(&job, t, "a", t)).await.unwrap();
+    ts.store.close().await.unwrap();
+    raw(&path)
+        .execute(
+            "UPDATE anarchon_runs_meta SET value = 99 WHERE key = 'schema_version'",
+            [],
+        )
+        .unwrap();
+    let before = tables(&path);
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    match &err {
+        Error::SchemaTooNew {
+            found,
+            supported,
+            location,
+            ..
+        } => {
+            assert_eq!((*found, *supported), (99, SCHEMA_VERSION));
+            assert!(location.contains(&path.display().to_string()), "{location}");
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    assert!(err.to_string().contains("upgrade anarchon"), "{err}");
+    assert_eq!(meta_version(&path, "anarchon_runs_meta"), 99);
+    assert_eq!(tables(&path), before);
+    let runs: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM anarchon_runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(runs, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b33_a_store_opened_before_an_upgrade_refuses_at_prepare() {
+    let ts = TempStore::new().await;
+    raw(&ts.path())
+        .execute(
+            "UPDATE anarchon_runs_meta SET value = 7 WHERE key = 'schema_version'",
+            [],
+        )
+        .unwrap();
+    let err = ts
+        .store
+        .prepare(&Prepare {
+            jobs: vec![unique_job("p")],
+            instance_id: "a".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::SchemaTooNew { found: 7, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b33_an_older_schema_is_migrated_keeping_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    let t = Tables::new("anarchon_runs").unwrap();
+    {
+        let c = raw(&path);
+        for stmt in schema::create_v1(&t) {
+            c.execute(&stmt, []).unwrap();
+        }
+        c.execute("INSERT INTO anarchon_runs_meta (key, value) VALUES ('schema_version', 1), ('job:old', 4)", [])
+            .unwrap();
+        c.execute(
+            "INSERT INTO anarchon_runs_attempts (job, slot, manual, attempt, instance_id, scheduled_at, \
+             reason, status, fence, started_at, finished_at, error) \
+             VALUES ('old', 1000, 0, 1, 'a', 1000, 'scheduled', 'succeeded', 4, 1001, 1500, NULL)",
+            [],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO anarchon_runs (job, slot, scheduled_at, status, attempt, starts, owner, \
+             reason, fence, started_at, expires_at, error) \
+             VALUES ('old', 1000, 1000, 'succeeded', 1, 1, NULL, 'scheduled', 4, 1001, 2000, NULL)",
+            [],
+        )
+        .unwrap();
+    }
+    assert!(!tables(&path).iter().any(|n| n.ends_with("_by_start")));
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), Some(SCHEMA_VERSION));
+    assert!(
+        tables(&path)
+            .iter()
+            .any(|n| n == "anarchon_runs_attempts_by_start"),
+        "{:?}",
+        tables(&path)
+    );
+    let old = anarchon_core::JobName::new("old").unwrap();
+    let h = store.history(&old, 10).await.unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(
+        (h[0].slot, h[0].fence, h[0].status),
+        (1000, 4, RunStatus::Succeeded)
+    );
+    assert_eq!(store.known_jobs().await.unwrap(), vec![old.clone()]);
+    // The fence goes on from the migrated counter.
+    let now = store.now().await.unwrap();
+    let ClaimOutcome::Won(l) = store.claim(&claim(&old, now, "b", now)).await.unwrap() else {
+        panic!("claim after migration")
+    };
+    assert_eq!(l.fence, 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_a_foreign_table_with_our_name_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    raw(&path)
+        .execute_batch("CREATE TABLE anarchon_runs (id INTEGER PRIMARY KEY, payload TEXT); INSERT INTO anarchon_runs (payload) VALUES ('mine');")
+        .unwrap();
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("anarchon_runs")
+            && msg.contains(&path.display().to_string())
+            && msg.contains("table"),
+        "{msg}"
+    );
+    let payload: String = raw(&path)
+        .query_row("SELECT payload FROM anarchon_runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(payload, "mine");
+    assert_eq!(tables(&path), vec!["anarchon_runs".to_owned()]);
+    // Another prefix in the same file works beside it.
+    SqliteStore::builder(&path)
+        .table("scheduler")
+        .open()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_a_table_of_ours_with_another_shape_is_refused() {
+    let ts = TempStore::new().await;
+    ts.store.close().await.unwrap();
+    raw(&ts.path())
+        .execute("ALTER TABLE anarchon_runs ADD COLUMN extra TEXT", [])
+        .unwrap();
+    let err = SqliteStore::open(ts.path()).await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("extra"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b11_claims_from_many_connections_and_threads_have_one_winner() {
+    let ts = TempStore::new().await;
+    let path = ts.path();
+    let job = unique_job("multi");
+    let t0 = ts.store.now().await.unwrap();
+    let slots: Vec<i64> = (0..20).map(|i| t0 - 20_000 + i * 1000).collect();
+    // Four OS threads, each with its own runtime and two stores (two connections).
+    let mut threads = Vec::new();
+    for th in 0..4 {
+        let path = path.clone();
+        let job = job.clone();
+        let slots = slots.clone();
+        threads.push(std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut wins = Vec::new();
+                let stores = [
+                    SqliteStore::open(&path).await.unwrap(),
+                    SqliteStore::open(&path).await.unwrap(),
+                ];
+                for &slot in &slots {
+                    let mut tasks = Vec::new();
+                    for (i, s) in stores.iter().enumerate() {
+                        let mut c = claim(&job, slot, &format!("t{th}s{i}"), slot);
+                        c.overlap = anarchon_core::Overlap::Allow;
+                        c.not_after = slot + 120_000;
+                        let s = s.clone();
+                        tasks.push(tokio::spawn(async move { s.claim(&c).await }));
+                    }
+                    for task in tasks {
+                        match task.await.unwrap().expect("claim") {
+                            ClaimOutcome::Won(l) => wins.push((slot, l.fence)),
+                            ClaimOutcome::Taken => {}
+                            other => panic!("unexpected {other:?}"),
+                        }
+                    }
+                }
+                wins
+            })
+        }));
+    }
+    let mut wins: Vec<(i64, u64)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    wins.sort();
+    let won_slots: Vec<i64> = wins.iter().map(|w| w.0).collect();
+    assert_eq!(won_slots, slots, "every slot exactly once");
+    let mut fences: Vec<u64> = wins.iter().map(|w| w.1).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), slots.len(), "fences are unique");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_a_held_write_lock_bounds_a_claim_by_the_busy_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let store = SqliteStore::builder(&path)
+        .busy_timeout(Duration::from_millis(300))
+        .open()
+        .await
+        .unwrap();
+    let blocker = raw(&path);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let job = unique_job("busy");
+    let t = store.now().await.unwrap();
+    let started = Instant::now();
+    let err = store.claim(&claim(&job, t, "a", t)).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                operation: "claim",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(matches!(
+        store.claim(&claim(&job, t, "a", t)).await.unwrap(),
+        ClaimOutcome::Won(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b43_a_call_queued_past_its_deadline_is_not_executed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.db");
+    let store = SqliteStore::builder(&path)
+        .busy_timeout(Duration::from_millis(800))
+        .call_timeout(Duration::from_millis(400))
+        .open()
+        .await
+        .unwrap();
+    let blocker = raw(&path);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let job = unique_job("queued");
+    let t = store.now().await.unwrap();
+    // The first claim waits for the lock on the connection's thread; the second waits
+    // behind it in the queue and is given up at its deadline.
+    let (ca, cb) = (claim(&job, t, "a", t), claim(&job, t + 1, "b", t));
+    let (a, b) = tokio::join!(store.claim(&ca), store.claim(&cb));
+    assert!(matches!(a, Err(Error::Timeout { .. })), "{a:?}");
+    assert!(matches!(b, Err(Error::Timeout { .. })), "{b:?}");
+    blocker.execute_batch("COMMIT").unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        store.history(&job, 10).await.unwrap().is_empty(),
+        "a given-up claim ran later"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b17_stores_of_one_process_hear_releases_at_once() {
+    let ts = TempStore::new().await;
+    let backup = SqliteStore::open(ts.path()).await.unwrap();
+    let mut rx = backup
+        .subscribe_releases()
+        .expect("in-process notifications");
+    let job = unique_job("rel");
+    let t = ts.store.now().await.unwrap();
+    let ClaimOutcome::Won(l) = ts.store.claim(&claim(&job, t, "a", t)).await.unwrap() else {
+        panic!("claim")
+    };
+    assert_eq!(ts.store.release(&l).await.unwrap(), OwnerWrite::Done);
+    let got = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, l.run);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b34_close_ends_the_connection_and_later_calls_fail() {
+    let ts = TempStore::new().await;
+    let clone = ts.store.clone();
+    ts.store.close().await.unwrap();
+    ts.store.close().await.unwrap();
+    let err = clone.known_jobs().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    // The file is free: another store can take the write lock at once.
+    let other = SqliteStore::builder(ts.path())
+        .busy_timeout(Duration::from_millis(50))
+        .open()
+        .await
+        .unwrap();
+    other
+        .prepare(&Prepare {
+            jobs: vec![unique_job("c")],
+            instance_id: "b".into(),
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_stores_starting_at_once_create_the_schema_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Arc::new(dir.path().join("race.db"));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let path = path.clone();
+        tasks.push(tokio::spawn(async move { SqliteStore::open(&*path).await }));
+    }
+    for t in tasks {
+        let s = t.await.unwrap().expect("open");
+        assert_eq!(s.schema_version().await.unwrap(), Some(SCHEMA_VERSION));
+    }
+    assert_eq!(meta_version(&path, "anarchon_runs_meta"), SCHEMA_VERSION);
+}
