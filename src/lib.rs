@@ -1,1 +1,62 @@
-//! placeholder
+//! anarchon: a distributed job scheduler. Many instances register the same `every` /
+//! `cron` / `at` jobs; each occurrence (slot) of a job starts on **one** instance only, and a
+//! crashed run is taken over by a backup.
+//!
+//! Instances claim each slot atomically in a shared store. On the lease stores (SQLite,
+//! libSQL, PostgreSQL, Redis/Valkey `lease`) the winner renews a lease by heartbeat; when it
+//! stops renewing, a backup starts attempt 2; a graceful stop hands the run over at once;
+//! missed slots are caught up on start. The guarantee is **at-least-once after a failure**:
+//! handlers must be idempotent, and a process frozen longer than its lease can overlap
+//! briefly with the instance that replaced it (its signal is cancelled as soon as it knows).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use anarchon::{Scheduler, sqlite::SqliteStore};
+//!
+//! # async fn demo() -> anarchon::Result<()> {
+//! let store = SqliteStore::open("jobs.db").await?;
+//! let scheduler = Scheduler::leased(store).build()?;
+//! scheduler.every("sync", "10s").handler(|ctx| async move {
+//!     ctx.check_cancelled()?;
+//!     println!("slot {} attempt {}", ctx.slot, ctx.attempt);
+//!     Ok::<_, anarchon::Error>(())
+//! })?;
+//! scheduler.start().await?;
+//! tokio::signal::ctrl_c().await.ok();
+//! scheduler.stop(Duration::from_secs(30)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Feature flags
+//! | feature | store | crate |
+//! |---|---|---|
+//! | `sqlite` (default) | SQLite file, several processes on one host | `anarchon-sqlite` |
+//! | `libsql` | libSQL server (`libsql://`, `http(s)://`) | `anarchon-libsql` |
+//! | `postgres` | PostgreSQL ≥ 9.5 | `anarchon-postgres` |
+//! | `redis` | Redis ≥ 5, Valkey | `anarchon-redis` |
+//! | `all-stores` | all of the above | |
+//!
+//! Everything else is re-exported from [`anarchon_core`].
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub use anarchon_core::*;
+
+/// The SQLite store.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use anarchon_sqlite as sqlite;
+
+/// The libSQL store.
+#[cfg(feature = "libsql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "libsql")))]
+pub use anarchon_libsql as libsql;
+
+/// The PostgreSQL store.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use anarchon_postgres as postgres;
+
+/// The Redis / Valkey stores.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use anarchon_redis as redis;
