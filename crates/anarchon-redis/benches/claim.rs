@@ -1,0 +1,2 @@
+//! Claim benchmark (written below).
+fn main() {}

@@ -1,0 +1,770 @@
+//! The connection shared by the lease and claim-only stores: building the client, the
+//! version check, bounded commands, script calls, error mapping and the history keys.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anarchon_core::{
+    EpochMs, Error, HistoryRecord, JobName, Reason, Result, Retention, RunStatus, redact_url,
+};
+use fred::interfaces::*;
+use fred::prelude::{Builder, Client, Config, ErrorKind, FromValue, ReconnectPolicy, Value};
+use fred::types::config::Options;
+use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand, InfoKind};
+use fred::util::redis_keyslot;
+use tokio::task::JoinHandle;
+
+use crate::error::RedisError;
+use crate::options::RedisOptions;
+
+pub(crate) const STORE: &str = "redis";
+
+/// Which server answered, from `INFO server`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerInfo {
+    /// `Redis` or `Valkey`.
+    pub(crate) name: &'static str,
+    /// Major, minor, patch.
+    pub(crate) version: (u32, u32, u32),
+}
+
+impl ServerInfo {
+    /// Parses the `# Server` section of `INFO`. Valkey reports a Redis-compatible
+    /// `redis_version` too, so it is recognised by `valkey_version` / `server_name`.
+    pub(crate) fn parse(info: &str) -> Option<ServerInfo> {
+        let mut fields = HashMap::new();
+        for line in info.lines() {
+            if let Some((k, v)) = line.trim().split_once(':') {
+                fields.insert(k, v);
+            }
+        }
+        let valkey = fields.contains_key("valkey_version")
+            || fields
+                .get("server_name")
+                .is_some_and(|n| n.eq_ignore_ascii_case("valkey"));
+        let raw = if valkey {
+            fields
+                .get("valkey_version")
+                .or(fields.get("redis_version"))?
+        } else {
+            fields.get("redis_version")?
+        };
+        let mut parts = raw.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+        );
+        Some(ServerInfo {
+            name: if valkey { "Valkey" } else { "Redis" },
+            version,
+        })
+    }
+
+    pub(crate) fn is_valkey(&self) -> bool {
+        self.name == "Valkey"
+    }
+}
+
+impl std::fmt::Display for ServerInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b, c) = self.version;
+        write!(f, "{} {a}.{b}.{c}", self.name)
+    }
+}
+
+/// Logs connection errors at most once per interval, with the count of the ones left out:
+/// fred reports every failed reconnect attempt.
+#[derive(Debug)]
+pub(crate) struct LogLimiter {
+    every: Duration,
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl LogLimiter {
+    pub(crate) fn new(every: Duration) -> Self {
+        LogLimiter {
+            every,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    /// Returns `Some(suppressed)` when this event should be logged.
+    pub(crate) fn admit(&self) -> Option<u64> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match st.0 {
+            Some(last) if now.duration_since(last) < self.every => {
+                st.1 += 1;
+                None
+            }
+            _ => {
+                let suppressed = st.1;
+                *st = (Some(now), 0);
+                Some(suppressed)
+            }
+        }
+    }
+}
+
+/// The keys of one job: `<prefix>{<job>}:...`, one hash slot per job.
+pub(crate) fn job_base(prefix: &str, job: &JobName) -> String {
+    format!("{prefix}{{{job}}}:")
+}
+
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    owned: bool,
+    pub(crate) target: String,
+    pub(crate) opts: RedisOptions,
+    server: tokio::sync::OnceCell<ServerInfo>,
+    scripts: Vec<&'static Script>,
+    /// The server clock at a known local instant, to compute command deadlines.
+    clock: Mutex<Option<(EpochMs, Instant)>>,
+    /// Jobs this process already added to the `jobs` set.
+    known: Mutex<HashSet<JobName>>,
+    closed: AtomicBool,
+    listeners: Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) limiter: std::sync::Arc<LogLimiter>,
+}
+
+impl Conn {
+    /// A client of our own from a URL (not connected yet).
+    pub(crate) fn from_url(
+        url: &str,
+        opts: RedisOptions,
+        scripts: Vec<&'static Script>,
+    ) -> std::result::Result<Conn, RedisError> {
+        opts.validate()?;
+        let redacted = redact_url(url);
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("redis" | "valkey" | "redis-cluster" | "redis-sentinel") => {}
+            Some("rediss" | "valkeys" | "rediss-cluster" | "rediss-sentinel") => {
+                if !cfg!(feature = "tls") {
+                    return Err(RedisError::InvalidUrl {
+                        url: redacted,
+                        reason: "TLS URLs need the `tls` feature of anarchon-redis".into(),
+                    });
+                }
+            }
+            _ => {
+                return Err(RedisError::InvalidUrl {
+                    url: redacted,
+                    reason: "the scheme must be redis:// or rediss://".into(),
+                });
+            }
+        }
+        let config = Config::from_url(url).map_err(|e| RedisError::InvalidUrl {
+            url: redacted.clone(),
+            reason: e.details().to_string(),
+        })?;
+        let (cmd, conn) = (opts.command_timeout, opts.connect_timeout);
+        let policy = ReconnectPolicy::new_exponential(
+            0,
+            opts.reconnect_min.as_millis().min(u32::MAX as u128) as u32,
+            opts.reconnect_max.as_millis().min(u32::MAX as u128) as u32,
+            2,
+        );
+        let client = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = conn;
+                c.internal_command_timeout = cmd;
+                // A command in flight when the socket died is not sent again: the scripts
+                // refuse late arrivals anyway, and a claim must not be doubled.
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| p.default_command_timeout = cmd)
+            .set_policy(policy)
+            .build()
+            .map_err(|e| RedisError::InvalidUrl {
+                url: redacted.clone(),
+                reason: e.details().to_string(),
+            })?;
+        Ok(Conn::new(client, true, redacted, opts, scripts))
+    }
+
+    /// The user's own client: never closed by the store.
+    pub(crate) fn from_client(
+        client: Client,
+        opts: RedisOptions,
+        scripts: Vec<&'static Script>,
+    ) -> std::result::Result<Conn, RedisError> {
+        opts.validate()?;
+        let target = format!("client {}", client.id());
+        Ok(Conn::new(client, false, target, opts, scripts))
+    }
+
+    fn new(
+        client: Client,
+        owned: bool,
+        target: String,
+        opts: RedisOptions,
+        scripts: Vec<&'static Script>,
+    ) -> Conn {
+        Conn {
+            client,
+            owned,
+            target,
+            opts,
+            server: tokio::sync::OnceCell::new(),
+            scripts,
+            clock: Mutex::new(None),
+            known: Mutex::new(HashSet::new()),
+            closed: AtomicBool::new(false),
+            listeners: Mutex::new(Vec::new()),
+            limiter: std::sync::Arc::new(LogLimiter::new(Duration::from_secs(10))),
+        }
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.opts.prefix
+    }
+
+    pub(crate) fn base(&self, job: &JobName) -> String {
+        job_base(&self.opts.prefix, job)
+    }
+
+    fn call_options(&self) -> Options {
+        Options {
+            timeout: Some(self.opts.command_timeout),
+            max_attempts: Some(1),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn unavailable(&self, source: impl Into<anarchon_core::BoxError>) -> Error {
+        Error::Unavailable {
+            store: STORE,
+            target: self.target.clone(),
+            source: source.into(),
+        }
+    }
+
+    /// Maps a driver error: timeouts, connection trouble, keys of the wrong type.
+    pub(crate) fn map_err(&self, operation: &'static str, e: fred::error::Error) -> Error {
+        let details = e.details();
+        if let Some(pos) = details.find("ANARCHON_WRONGTYPE ") {
+            let rest = &details[pos + "ANARCHON_WRONGTYPE ".len()..];
+            let mut words = rest.splitn(3, ' ');
+            let got = words.next().unwrap_or("?").to_owned();
+            let want = words.next().unwrap_or("?").to_owned();
+            let key = words.next().unwrap_or("");
+            let key = key
+                .strip_prefix('<')
+                .and_then(|k| k.rfind('>').map(|end| &k[..end]))
+                .unwrap_or(key);
+            return corrupt(key, &got, &want);
+        }
+        if details.starts_with("WRONGTYPE") {
+            return Error::Corrupt {
+                store: STORE,
+                location: format!("a key under the prefix {:?}", self.opts.prefix),
+                reason: format!(
+                    "{details} during `{operation}`; remove the key or choose another prefix"
+                ),
+            };
+        }
+        match e.kind() {
+            ErrorKind::Timeout => Error::Timeout {
+                store: STORE,
+                operation,
+                after: self.opts.command_timeout,
+            },
+            ErrorKind::IO
+            | ErrorKind::Canceled
+            | ErrorKind::Auth
+            | ErrorKind::Config
+            | ErrorKind::Url
+            | ErrorKind::Routing
+            | ErrorKind::Backpressure => self.unavailable(e),
+            #[cfg(feature = "tls")]
+            ErrorKind::Tls => self.unavailable(e),
+            _ => Error::store(STORE, operation, e),
+        }
+    }
+
+    /// Connects (once), checks the server, loads the scripts.
+    pub(crate) async fn ensure(&self) -> Result<&ServerInfo> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(self.unavailable("the store was closed"));
+        }
+        self.server.get_or_try_init(|| self.connect()).await
+    }
+
+    async fn connect(&self) -> Result<ServerInfo> {
+        if self.owned && !self.client.is_connected() {
+            let init = tokio::time::timeout(self.opts.connect_timeout, self.client.init()).await;
+            match init {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    let _ = self.client.quit().await;
+                    return Err(self.unavailable(e));
+                }
+                Err(_) => {
+                    // Stop the reconnect loop fred runs for a server that never answered.
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(200), self.client.quit()).await;
+                    return Err(self.unavailable(format!(
+                        "no connection within {:?}",
+                        self.opts.connect_timeout
+                    )));
+                }
+            }
+            self.watch_client(&self.client, "main");
+        }
+        let info: String = self
+            .client
+            .with_options(&self.call_options())
+            .info(Some(InfoKind::Server))
+            .await
+            .map_err(|e| self.map_err("connect", e))?;
+        let server = ServerInfo::parse(&info)
+            .ok_or_else(|| Error::store(STORE, "connect", "INFO server has no version"))?;
+        if !server.is_valkey() && server.version < (5, 0, 0) {
+            return Err(Error::ServerTooOld {
+                store: STORE,
+                found: server.to_string(),
+                required: "Redis 5.0 or Valkey".into(),
+            });
+        }
+        for script in &self.scripts {
+            self.load(script).await?;
+        }
+        self.server_now_raw().await?;
+        Ok(server)
+    }
+
+    /// Logs connection errors (rate-limited) and reconnects of a client the store opened.
+    pub(crate) fn watch_client(&self, client: &Client, role: &'static str) {
+        let limiter = self.limiter.clone();
+        let target = self.target.clone();
+        let mut errors = client.error_rx();
+        let mut reconnects = client.reconnect_rx();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    e = errors.recv() => match e {
+                        Ok((e, server)) => {
+                            if let Some(suppressed) = limiter.admit() {
+                                let server = server.map(|s| s.to_string()).unwrap_or_default();
+                                tracing::warn!(target: "anarchon_redis", %target, %server, role, suppressed,
+                                    "redis connection error: {e}");
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(_) => break,
+                    },
+                    r = reconnects.recv() => match r {
+                        Ok(server) => tracing::info!(target: "anarchon_redis", %target, %server, role, "redis connected"),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(_) => break,
+                    },
+                }
+            }
+        });
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    async fn load(&self, script: &Script) -> Result<()> {
+        match tokio::time::timeout(self.opts.command_timeout, script.load(&self.client)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.map_err("script load", e)),
+            Err(_) => Err(Error::Timeout {
+                store: STORE,
+                operation: "script load",
+                after: self.opts.command_timeout,
+            }),
+        }
+    }
+
+    /// `EVALSHA`, with `SCRIPT LOAD` and one retry on `NOSCRIPT` (a restarted or flushed
+    /// server), bounded by the command timeout.
+    pub(crate) async fn eval(
+        &self,
+        operation: &'static str,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value> {
+        self.ensure().await?;
+        let opts = self.call_options();
+        let client = self.client.with_options(&opts);
+        let first: std::result::Result<Value, _> = client
+            .evalsha(script.sha1().clone(), keys.clone(), args.clone())
+            .await;
+        match first {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                self.load(script).await?;
+                client
+                    .evalsha(script.sha1().clone(), keys, args)
+                    .await
+                    .map_err(|e| self.map_err(operation, e))
+            }
+            r => r.map_err(|e| self.map_err(operation, e)),
+        }
+    }
+
+    /// A plain command, bounded.
+    pub(crate) async fn command<R: FromValue>(
+        &self,
+        operation: &'static str,
+        cmd: &'static str,
+        args: Vec<Value>,
+    ) -> Result<R> {
+        self.ensure().await?;
+        let hash = ClusterHash::FirstKey;
+        self.client
+            .with_options(&self.call_options())
+            .custom(CustomCommand::new_static(cmd, hash, false), args)
+            .await
+            .map_err(|e| self.map_err(operation, e))
+    }
+
+    async fn server_now_raw(&self) -> Result<EpochMs> {
+        let t: Vec<String> = self
+            .client
+            .with_options(&self.call_options())
+            .custom(
+                CustomCommand::new_static("TIME", ClusterHash::Random, false),
+                Vec::<String>::new(),
+            )
+            .await
+            .map_err(|e| self.map_err("time", e))?;
+        let secs: i64 = t.first().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let micros: i64 = t.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let now = secs * 1000 + micros / 1000;
+        self.observe_clock(now);
+        Ok(now)
+    }
+
+    /// The server's clock (`TIME`).
+    pub(crate) async fn server_now(&self) -> Result<EpochMs> {
+        self.ensure().await?;
+        self.server_now_raw().await
+    }
+
+    /// Remembers a server time seen in a reply, to estimate the server clock locally.
+    pub(crate) fn observe_clock(&self, server_ms: EpochMs) {
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((server_ms, Instant::now()));
+    }
+
+    /// The estimated server clock now (from the last reply that carried its time).
+    pub(crate) fn estimated_now(&self) -> Option<EpochMs> {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|(ms, at)| ms + at.elapsed().as_millis() as EpochMs)
+    }
+
+    /// The deadline on the server clock after which a write sent now must have no effect:
+    /// by then this process has given up on the answer.
+    pub(crate) fn deadline(&self) -> String {
+        match self.estimated_now() {
+            Some(now) => (now + self.opts.command_timeout.as_millis() as EpochMs).to_string(),
+            None => "0".into(),
+        }
+    }
+
+    /// Adds jobs to the `jobs` set once per process (for `known_jobs`).
+    pub(crate) async fn note_jobs(&self, jobs: &[JobName]) -> Result<()> {
+        let fresh: Vec<JobName> = {
+            let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            jobs.iter()
+                .filter(|j| !known.contains(*j))
+                .cloned()
+                .collect()
+        };
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let key = format!("{}jobs", self.opts.prefix);
+        let mut args: Vec<Value> = vec![key.clone().into()];
+        args.extend(fresh.iter().map(|j| Value::from(j.as_str())));
+        let r: std::result::Result<i64, Error> = self.command("prepare", "SADD", args).await;
+        r.map_err(|e| wrongtype_key(e, &key, "set"))?;
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(fresh);
+        Ok(())
+    }
+
+    /// Writes the format version once and refuses a newer one.
+    pub(crate) async fn check_meta(&self) -> Result<()> {
+        let key = format!("{}meta", self.opts.prefix);
+        let _: i64 = self
+            .command(
+                "prepare",
+                "HSETNX",
+                vec![key.clone().into(), "format".into(), FORMAT.into()],
+            )
+            .await
+            .map_err(|e| wrongtype_key(e, &key, "hash"))?;
+        let found: Option<String> = self
+            .command("prepare", "HGET", vec![key.clone().into(), "format".into()])
+            .await?;
+        let found: i64 = found.and_then(|f| f.parse().ok()).unwrap_or(0);
+        if found > FORMAT {
+            return Err(Error::SchemaTooNew {
+                store: STORE,
+                location: key,
+                found,
+                supported: FORMAT,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        let key = format!("{}jobs", self.opts.prefix);
+        let names: Vec<String> = self
+            .command("known_jobs", "SMEMBERS", vec![key.clone().into()])
+            .await
+            .map_err(|e| wrongtype_key(e, &key, "set"))?;
+        let mut jobs: Vec<JobName> = names
+            .into_iter()
+            .filter_map(|n| JobName::new(n).ok())
+            .collect();
+        jobs.sort();
+        Ok(jobs)
+    }
+
+    pub(crate) async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let base = self.base(job);
+        let v = self
+            .eval(
+                "history",
+                &crate::scripts::HISTORY,
+                vec![format!("{base}hist")],
+                vec![base.clone(), "0".into(), count.to_string()],
+            )
+            .await?;
+        let mut rows = Vec::new();
+        for row in v.into_array() {
+            let flat = row.into_array();
+            let mut map = BTreeMap::new();
+            let mut it = flat.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                map.insert(
+                    k.as_string().unwrap_or_default(),
+                    v.as_string().unwrap_or_default(),
+                );
+            }
+            rows.push(parse_row(job, &map).ok_or_else(|| Error::Corrupt {
+                store: STORE,
+                location: format!("{base}row:*"),
+                reason:
+                    "a history row is missing fields; remove it or choose another prefix".into(),
+            })?);
+        }
+        rows.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.attempt)));
+        rows.truncate(count);
+        Ok(rows)
+    }
+
+    /// Inserts or replaces a history row keyed by `id` (the row belongs to run `member`).
+    pub(crate) async fn put_row(
+        &self,
+        record: &HistoryRecord,
+        id: String,
+        member: String,
+        retention: Retention,
+    ) -> Result<()> {
+        let base = self.base(&record.job);
+        let mut args = vec![
+            base.clone(),
+            "0".into(),
+            id.clone(),
+            member.clone(),
+            record.slot.to_string(),
+            retention.size.max(1).to_string(),
+            retention.ttl_ms.unwrap_or(0).to_string(),
+            record.started_at.to_string(),
+            record
+                .finished_at
+                .map(|f| f.to_string())
+                .unwrap_or_default(),
+        ];
+        args.extend(row_fields(record));
+        let keys = vec![
+            format!("{base}row:{id}"),
+            format!("{base}hist"),
+            format!("{base}fin"),
+            format!("{base}runs"),
+            format!("{base}rr:{member}"),
+        ];
+        let v = self
+            .eval("record", &crate::scripts::PUT_ROW, keys, args)
+            .await?;
+        if let Some(now) = v.into_array().get(1).and_then(Value::as_i64) {
+            self.observe_clock(now);
+        }
+        Ok(())
+    }
+
+    /// Whether the client is part of a cluster (then multi-job scripts are split per slot).
+    pub(crate) fn clustered(&self) -> bool {
+        self.client.is_clustered()
+    }
+
+    /// Groups key indexes by hash slot in a cluster; one group on a single node.
+    pub(crate) fn group_by_slot(&self, keys: &[String]) -> Vec<Vec<usize>> {
+        if !self.clustered() {
+            return if keys.is_empty() {
+                Vec::new()
+            } else {
+                vec![(0..keys.len()).collect()]
+            };
+        }
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            groups
+                .entry(redis_keyslot(k.as_bytes()))
+                .or_default()
+                .push(i);
+        }
+        groups.into_values().collect()
+    }
+
+    /// Closes what the store opened: its own client; never the user's.
+    pub(crate) async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if self.owned && self.client.is_connected() {
+            let _ = tokio::time::timeout(self.opts.command_timeout, self.client.quit()).await;
+        }
+        for task in self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+/// The key format version this build writes (`<prefix>meta`, field `format`).
+pub(crate) const FORMAT: i64 = 1;
+
+pub(crate) fn corrupt(key: &str, got: &str, want: &str) -> Error {
+    Error::Corrupt {
+        store: STORE,
+        location: format!("key {key:?}"),
+        reason: format!(
+            "it holds a {got} where anarchon keeps a {want}; something else wrote under anarchon's prefix: \
+             remove the key or give anarchon another prefix"
+        ),
+    }
+}
+
+fn wrongtype_key(e: Error, key: &str, want: &str) -> Error {
+    match e {
+        Error::Corrupt { .. } => corrupt(key, "value of another type", want),
+        other => other,
+    }
+}
+
+/// The fields of a history row hash.
+pub(crate) fn row_fields(r: &HistoryRecord) -> Vec<String> {
+    let mut f = vec![
+        "slot".into(),
+        r.slot.to_string(),
+        "sched".into(),
+        r.scheduled_at.to_string(),
+        "inst".into(),
+        r.instance_id.clone(),
+        "man".into(),
+        if r.manual { "1" } else { "0" }.into(),
+        "att".into(),
+        r.attempt.to_string(),
+        "rsn".into(),
+        r.reason.as_str().into(),
+        "st".into(),
+        r.status.as_str().into(),
+        "fence".into(),
+        r.fence.to_string(),
+        "start".into(),
+        r.started_at.to_string(),
+    ];
+    if let Some(fin) = r.finished_at {
+        f.extend(["fin".into(), fin.to_string()]);
+    }
+    if let Some(err) = &r.error {
+        f.extend(["err".into(), err.clone()]);
+    }
+    f
+}
+
+pub(crate) fn parse_row(job: &JobName, m: &BTreeMap<String, String>) -> Option<HistoryRecord> {
+    let num = |k: &str| m.get(k).and_then(|v| v.parse::<i64>().ok());
+    Some(HistoryRecord {
+        job: job.clone(),
+        slot: num("slot")?,
+        scheduled_at: num("sched")?,
+        instance_id: m.get("inst")?.clone(),
+        manual: m.get("man").is_some_and(|v| v == "1"),
+        attempt: num("att")? as u32,
+        reason: Reason::parse(m.get("rsn")?)?,
+        status: RunStatus::parse(m.get("st")?)?,
+        fence: num("fence").unwrap_or(0) as u64,
+        started_at: num("start")?,
+        finished_at: num("fin"),
+        error: m.get("err").cloned(),
+    })
+}
+
+/// Reads an integer from a script reply element.
+pub(crate) fn int(v: Option<&Value>) -> Option<i64> {
+    v.and_then(|v| match v {
+        Value::Integer(i) => Some(*i),
+        other => other.as_string().and_then(|s| s.parse().ok()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_redis_and_valkey_info() {
+        let redis = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
+        assert_eq!(
+            ServerInfo::parse(redis).unwrap().to_string(),
+            "Redis 7.0.15"
+        );
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n";
+        let v = ServerInfo::parse(valkey).unwrap();
+        assert!(v.is_valkey());
+        assert_eq!(v.to_string(), "Valkey 8.0.1");
+        assert!(ServerInfo::parse("nothing").is_none());
+    }
+
+    #[test]
+    fn limiter_admits_once_per_interval() {
+        let l = LogLimiter::new(Duration::from_secs(60));
+        assert_eq!(l.admit(), Some(0));
+        assert_eq!(l.admit(), None);
+        assert_eq!(l.admit(), None);
+    }
+
+    #[test]
+    fn job_keys_are_hash_tagged() {
+        let job = JobName::new("nightly").unwrap();
+        assert_eq!(job_base("anarchon:", &job), "anarchon:{nightly}:");
+    }
+}

@@ -1,0 +1,525 @@
+//! The `lease` strategy: [`RedisStore`], a [`LeaseStore`] on Redis or Valkey.
+
+use std::sync::Arc;
+
+use anarchon_core::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunStatus,
+    RunView, Store, Takeover, TakeoverOutcome,
+};
+use async_trait::async_trait;
+use fred::prelude::{Client, Value};
+use tokio::sync::broadcast;
+
+use crate::conn::{Conn, STORE, int};
+use crate::error::RedisError;
+use crate::options::RedisOptions;
+use crate::pubsub::{Releases, message};
+use crate::scripts;
+
+/// The Redis/Valkey lease store (strategy `lease`, the default). [B-11..B-21, B-41]
+///
+/// Each run is a hash `<prefix>{<job>}:run:<slot>`; each attempt a history row
+/// `<prefix>{<job>}:row:<id>`; per job a few indexes (`runs`, `live`, `hist`, `fin`) and
+/// the fence counter `fence`. All keys of a job share the hash tag `{<job>}`, so every
+/// script touches one hash slot and the store works on a Redis Cluster.
+///
+/// Every operation is one Lua script (`EVALSHA`), which reads the server clock with
+/// `TIME` and refuses a write that arrives after its deadline, so a command that fred
+/// replays after a reconnect, or that the client already gave up on, has no effect. [B-10]
+///
+/// ```no_run
+/// # async fn demo() -> anarchon_core::Result<()> {
+/// use anarchon_core::Store;
+/// let store = anarchon_redis::RedisStore::from_url("redis://127.0.0.1:6379")?;
+/// println!("server clock: {}", store.now().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Arc<Conn>,
+    releases: Releases,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("target", &self.inner.conn.target)
+            .field("prefix", &self.inner.conn.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on its own connection to `url` (`redis://`, `rediss://`), default options.
+    /// Nothing is sent until the first call (or [`Store::prepare`]).
+    pub fn from_url(url: &str) -> std::result::Result<Self, RedisError> {
+        Self::from_url_with(url, RedisOptions::default())
+    }
+
+    /// A store on its own connection to `url` with these options.
+    pub fn from_url_with(
+        url: &str,
+        options: RedisOptions,
+    ) -> std::result::Result<Self, RedisError> {
+        let prefix = options.prefix.clone();
+        let conn = Conn::from_url(url, options, scripts::lease_scripts().to_vec())?;
+        Ok(Self::with_conn(conn, &prefix))
+    }
+
+    /// A store on the user's own, already connected client. [`Store::close`] leaves it
+    /// open; the store opens one extra connection of its own for release notifications.
+    pub fn from_client(
+        client: Client,
+        options: RedisOptions,
+    ) -> std::result::Result<Self, RedisError> {
+        let prefix = options.prefix.clone();
+        let conn = Conn::from_client(client, options, scripts::lease_scripts().to_vec())?;
+        Ok(Self::with_conn(conn, &prefix))
+    }
+
+    /// Builds the store and connects at once, checking the server version.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let store = Self::from_url(url)?;
+        store.inner.conn.ensure().await?;
+        Ok(store)
+    }
+
+    fn with_conn(conn: Conn, prefix: &str) -> Self {
+        RedisStore {
+            inner: Arc::new(Inner {
+                conn: Arc::new(conn),
+                releases: Releases::new(prefix),
+            }),
+        }
+    }
+
+    /// The server found, e.g. `Redis 7.0.15` or `Valkey 8.0.1` (connects if needed).
+    pub async fn server(&self) -> Result<String> {
+        Ok(self.inner.conn.ensure().await?.to_string())
+    }
+
+    /// The connection the store uses (to send `PING` beside it in a benchmark, say).
+    pub fn client(&self) -> &Client {
+        &self.inner.conn.client
+    }
+
+    fn conn(&self) -> &Conn {
+        &self.inner.conn
+    }
+
+    fn deadline_passed(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            store: STORE,
+            operation,
+            after: self.conn().opts.command_timeout,
+        }
+    }
+
+    fn run_keys(&self, run: &RunKey) -> (String, String) {
+        let base = self.conn().base(&run.job);
+        let rk = format!("{base}run:{}", run.slot);
+        (base, rk)
+    }
+}
+
+fn code(v: &[Value]) -> i64 {
+    int(v.first()).unwrap_or(i64::MIN)
+}
+
+fn bad_reply(operation: &'static str, v: &[Value]) -> Error {
+    Error::store(STORE, operation, format!("unexpected script reply {v:?}"))
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        STORE
+    }
+
+    async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        self.conn().ensure().await?;
+        self.conn().check_meta().await?;
+        self.conn().note_jobs(&prepare.jobs).await?;
+        if !prepare.jobs.is_empty() {
+            // Backups hear of releases from now on.
+            self.inner.releases.start(&self.inner.conn).await?;
+        }
+        Ok(())
+    }
+
+    async fn now(&self) -> Result<EpochMs> {
+        self.conn().server_now().await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.releases.stop().await;
+        self.conn().close().await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for RedisStore {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        self.conn().history(job, count).await
+    }
+
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.conn()
+            .note_jobs(std::slice::from_ref(&record.job))
+            .await?;
+        let id = format!("m:{}|{}", record.slot, record.instance_id);
+        let member = format!("m:{}", record.slot);
+        self.conn().put_row(record, id, member, retention).await
+    }
+
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        self.conn().known_jobs().await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn claim(&self, c: &LeaseClaim) -> Result<ClaimOutcome> {
+        if c.instance_id.is_empty() {
+            return Err(Error::invalid_option("instance_id", "must not be empty"));
+        }
+        let conn = self.conn();
+        conn.note_jobs(std::slice::from_ref(&c.run.job)).await?;
+        let (base, rk) = self.run_keys(&c.run);
+        let slot = c.run.slot;
+        let keys = vec![
+            rk,
+            format!("{base}runs"),
+            format!("{base}live"),
+            format!("{base}fence"),
+            format!("{base}hist"),
+            format!("{base}fin"),
+            format!("{base}rr:l:{slot}"),
+            format!("{base}row:l:{slot}|1"),
+        ];
+        let args = vec![
+            base,
+            conn.deadline(),
+            slot.to_string(),
+            c.not_after.to_string(),
+            c.lease_ms.to_string(),
+            c.instance_id.clone(),
+            if c.overlap == Overlap::Skip { "1" } else { "0" }.into(),
+            c.reason.as_str().into(),
+            c.scheduled_at.to_string(),
+            c.retention.size.max(1).to_string(),
+            c.retention.ttl_ms.unwrap_or(0).to_string(),
+        ];
+        let v = conn
+            .eval("claim", &scripts::CLAIM, keys, args)
+            .await?
+            .into_array();
+        match code(&v) {
+            1 => {
+                let (now, fence, exp) = (int(v.get(1)), int(v.get(2)), int(v.get(3)));
+                let (Some(now), Some(fence), Some(expires_at)) = (now, fence, exp) else {
+                    return Err(bad_reply("claim", &v));
+                };
+                conn.observe_clock(now);
+                Ok(ClaimOutcome::Won(Lease {
+                    run: c.run.clone(),
+                    attempt: 1,
+                    fence: fence as u64,
+                    instance_id: c.instance_id.clone(),
+                    reason: c.reason,
+                    scheduled_at: c.scheduled_at,
+                    started_at: now,
+                    expires_at,
+                }))
+            }
+            0 => Ok(ClaimOutcome::Taken),
+            -1 => Ok(ClaimOutcome::Late {
+                store_now: int(v.get(1)).unwrap_or(0),
+            }),
+            2 => Ok(ClaimOutcome::Overlap {
+                running_slot: int(v.get(1)).unwrap_or(0),
+            }),
+            -2 => Err(self.deadline_passed("claim")),
+            _ => Err(bad_reply("claim", &v)),
+        }
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
+        let conn = self.conn();
+        let keys: Vec<String> = leases.iter().map(|l| self.run_keys(&l.run).1).collect();
+        // One script call for the whole batch on a single node; in a cluster one call per
+        // hash slot (leases of different jobs live in different slots), sent concurrently.
+        let groups = conn.group_by_slot(&keys);
+        let calls = groups.iter().map(|group| {
+            let gkeys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+            let mut args = vec![String::new(), conn.deadline(), lease_ms.to_string()];
+            for &i in group {
+                args.push(leases[i].attempt.to_string());
+                args.push(leases[i].instance_id.clone());
+            }
+            conn.eval("heartbeat", &scripts::HEARTBEAT, gkeys, args)
+        });
+        let replies = futures::future::try_join_all(calls).await?;
+        let mut out = vec![Renewal::Lost; leases.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let v = reply.into_array();
+            if code(&v) == -2 {
+                return Err(self.deadline_passed("heartbeat"));
+            }
+            if v.len() != group.len() {
+                return Err(bad_reply("heartbeat", &v));
+            }
+            for (&i, r) in group.iter().zip(&v) {
+                out[i] = match int(Some(r)) {
+                    Some(exp) if exp > 0 => Renewal::Renewed { expires_at: exp },
+                    _ => Renewal::Lost,
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        let conn = self.conn();
+        let (base, rk) = self.run_keys(&lease.run);
+        let slot = lease.run.slot;
+        let keys = vec![
+            rk,
+            format!("{base}row:l:{slot}|{}", lease.attempt),
+            format!("{base}runs"),
+            format!("{base}live"),
+            format!("{base}hist"),
+            format!("{base}fin"),
+        ];
+        let args = vec![
+            base,
+            conn.deadline(),
+            slot.to_string(),
+            lease.attempt.to_string(),
+            lease.instance_id.clone(),
+            finish.status.as_str().into(),
+            finish.error.clone().unwrap_or_default(),
+            if finish.error.is_some() { "1" } else { "0" }.into(),
+            finish.retention.size.max(1).to_string(),
+            finish.retention.ttl_ms.unwrap_or(0).to_string(),
+        ];
+        let v = conn
+            .eval("finish", &scripts::FINISH, keys, args)
+            .await?
+            .into_array();
+        match code(&v) {
+            1 => Ok(OwnerWrite::Done),
+            0 => Ok(OwnerWrite::Lost),
+            -2 => Err(self.deadline_passed("finish")),
+            _ => Err(bad_reply("finish", &v)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
+        let conn = self.conn();
+        let (base, rk) = self.run_keys(&lease.run);
+        let slot = lease.run.slot;
+        let keys = vec![
+            rk,
+            format!("{base}row:l:{slot}|{}", lease.attempt),
+            format!("{base}fin"),
+        ];
+        let args = vec![
+            base,
+            conn.deadline(),
+            slot.to_string(),
+            lease.attempt.to_string(),
+            lease.instance_id.clone(),
+            self.inner.releases.channel.clone(),
+            message(&lease.run),
+        ];
+        let v = conn
+            .eval("release", &scripts::RELEASE, keys, args)
+            .await?
+            .into_array();
+        match code(&v) {
+            1 => Ok(OwnerWrite::Done),
+            0 => Ok(OwnerWrite::Lost),
+            -2 => Err(self.deadline_passed("release")),
+            _ => Err(bad_reply("release", &v)),
+        }
+    }
+
+    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
+        if t.instance_id.is_empty() {
+            return Err(Error::invalid_option("instance_id", "must not be empty"));
+        }
+        let conn = self.conn();
+        let (base, rk) = self.run_keys(&t.run);
+        let slot = t.run.slot;
+        let keys = vec![
+            rk,
+            format!("{base}live"),
+            format!("{base}fence"),
+            format!("{base}hist"),
+            format!("{base}fin"),
+            format!("{base}rr:l:{slot}"),
+            format!("{base}row:l:{slot}|{}", t.seen_attempt),
+            format!("{base}row:l:{slot}|{}", t.seen_attempt + 1),
+        ];
+        let args = vec![
+            base,
+            conn.deadline(),
+            slot.to_string(),
+            t.seen_attempt.to_string(),
+            t.instance_id.clone(),
+            t.lease_ms.to_string(),
+            t.max_attempts.to_string(),
+            if t.superseded { "1" } else { "0" }.into(),
+        ];
+        let v = conn
+            .eval("take_over", &scripts::TAKEOVER, keys, args)
+            .await?
+            .into_array();
+        match code(&v) {
+            1 => {
+                let (Some(now), Some(fence), Some(expires_at), Some(scheduled_at)) =
+                    (int(v.get(1)), int(v.get(2)), int(v.get(3)), int(v.get(4)))
+                else {
+                    return Err(bad_reply("take_over", &v));
+                };
+                conn.observe_clock(now);
+                Ok(TakeoverOutcome::Won(Lease {
+                    run: t.run.clone(),
+                    attempt: t.seen_attempt + 1,
+                    fence: fence as u64,
+                    instance_id: t.instance_id.clone(),
+                    reason: anarchon_core::Reason::Takeover,
+                    scheduled_at,
+                    started_at: now,
+                    expires_at,
+                }))
+            }
+            0 => Ok(TakeoverOutcome::Live),
+            3 => {
+                let status = v
+                    .get(1)
+                    .and_then(Value::as_string)
+                    .and_then(|s| RunStatus::parse(&s))
+                    .unwrap_or(RunStatus::Interrupted);
+                Ok(TakeoverOutcome::Finished(status))
+            }
+            4 => Ok(TakeoverOutcome::Interrupted),
+            5 => Ok(TakeoverOutcome::Exhausted),
+            -2 => Err(self.deadline_passed("take_over")),
+            _ => Err(bad_reply("take_over", &v)),
+        }
+    }
+
+    async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
+        let conn = self.conn();
+        let keys: Vec<String> = runs.iter().map(|r| self.run_keys(r).1).collect();
+        let groups = conn.group_by_slot(&keys);
+        let calls = groups.iter().map(|group| {
+            let gkeys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+            conn.eval(
+                "runs",
+                &scripts::RUNS,
+                gkeys,
+                vec![String::new(), "0".into()],
+            )
+        });
+        let replies = futures::future::try_join_all(calls).await?;
+        let mut found: Vec<Option<RunView>> = vec![None; runs.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let mut v = reply.into_array().into_iter();
+            let now = int(v.next().as_ref())
+                .ok_or_else(|| Error::store(STORE, "runs", "no server time"))?;
+            for (&i, r) in group.iter().zip(v) {
+                let fields = r.into_array();
+                if fields.len() == 4 {
+                    found[i] = Some(view(
+                        &runs[i], now, &fields[0], &fields[1], &fields[2], &fields[3],
+                    )?);
+                }
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
+        let conn = self.conn();
+        let bases: Vec<String> = jobs.iter().map(|j| conn.base(j)).collect();
+        let keys: Vec<String> = bases.iter().map(|b| format!("{b}live")).collect();
+        let groups = conn.group_by_slot(&keys);
+        let calls = groups.iter().map(|group| {
+            let gkeys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+            let mut args = vec![String::new(), "0".into()];
+            args.extend(group.iter().map(|&i| bases[i].clone()));
+            conn.eval("unfinished_runs", &scripts::UNFINISHED, gkeys, args)
+        });
+        let replies = futures::future::try_join_all(calls).await?;
+        let mut out = Vec::new();
+        for (group, reply) in groups.iter().zip(replies) {
+            let mut v = reply.into_array().into_iter();
+            let now = int(v.next().as_ref())
+                .ok_or_else(|| Error::store(STORE, "unfinished_runs", "no server time"))?;
+            for (&i, list) in group.iter().zip(v) {
+                for run in list.into_array() {
+                    let f = run.into_array();
+                    if f.len() != 5 {
+                        continue;
+                    }
+                    let Some(slot) = int(Some(&f[0])) else {
+                        continue;
+                    };
+                    let key = RunKey::new(jobs[i].clone(), slot);
+                    out.push(view(&key, now, &f[1], &f[2], &f[3], &f[4])?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
+        let rx = self.inner.releases.tx.subscribe();
+        // Normally started by `prepare`; started here for a store used without it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            handle.spawn(async move {
+                if let Err(e) = inner.releases.start(&inner.conn).await {
+                    tracing::warn!(target: "anarchon_redis", "release notifications unavailable, backups poll: {e}");
+                }
+            });
+        }
+        Some(rx)
+    }
+}
+
+fn view(
+    run: &RunKey,
+    now: EpochMs,
+    st: &Value,
+    att: &Value,
+    own: &Value,
+    exp: &Value,
+) -> Result<RunView> {
+    let status = st
+        .as_string()
+        .and_then(|s| RunStatus::parse(&s))
+        .ok_or_else(|| Error::Corrupt {
+            store: STORE,
+            location: format!("run {run}"),
+            reason: format!("unknown status {st:?}; remove the key or choose another prefix"),
+        })?;
+    let owner = own.as_string().filter(|o| !o.is_empty());
+    Ok(RunView {
+        run: run.clone(),
+        status,
+        attempt: int(Some(att)).unwrap_or(0) as u32,
+        owner,
+        expires_at: int(Some(exp)).unwrap_or(0),
+        store_now: now,
+    })
+}

@@ -1,0 +1,50 @@
+//! Redis and Valkey stores for anarchon: the `lease` strategy ([`RedisStore`], default) and
+//! the claim-only strategies `stream-id`, `idmp` and `script` ([`RedisClaimStore`]).
+//!
+//! ```no_run
+//! # async fn demo() -> anarchon_core::Result<()> {
+//! use std::sync::Arc;
+//! use anarchon_core::LeaseStore;
+//! use anarchon_redis::{RedisOptions, RedisStore};
+//!
+//! let store: Arc<dyn LeaseStore> = Arc::new(RedisStore::from_url_with(
+//!     "redis://127.0.0.1:6379",
+//!     RedisOptions::default().prefix("myapp:"),
+//! )?);
+//! # Ok(()) }
+//! ```
+//!
+//! # Servers
+//! `lease`, `stream-id` and `script` need Redis 5.0 or newer, or any Valkey; `idmp` needs
+//! Redis 8.6 or newer (stream idempotency) and is refused on Valkey. The server is
+//! recognised from `INFO server` (`valkey_version` / `server_name`).
+//!
+//! # Keys
+//! Every key starts with the prefix (default `anarchon:`) and then the job's hash tag, so
+//! all keys of one job sit in one hash slot and the store works on a Redis Cluster:
+//! `anarchon:{nightly}:run:1764460800000`. Besides: `anarchon:jobs` (known jobs),
+//! `anarchon:meta` (format version) and the pub/sub channel `anarchon:releases`. A key of
+//! the wrong type under the prefix is reported as [`anarchon_core::Error::Corrupt`] naming
+//! it, before anything is written; nothing anarchon did not write is deleted.
+//!
+//! # Feature flags
+//! - `tls` (default): `rediss://` URLs, through rustls.
+//!
+//! # MSRV
+//! The workspace's `rust-version`; raising it is a minor-version change.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod claim;
+mod conn;
+mod error;
+mod lease;
+mod options;
+mod pubsub;
+mod scripts;
+
+pub use claim::{RedisClaimStore, Strategy};
+pub use error::RedisError;
+/// The `fred` crate this store is built on, to build a client of your own.
+pub use fred;
+pub use lease::RedisStore;
+pub use options::RedisOptions;

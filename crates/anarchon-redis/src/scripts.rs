@@ -1,0 +1,45 @@
+//! The Lua scripts, one per operation: each is the shared prelude plus its body, hashed once
+//! and called by SHA (`EVALSHA`, reloaded on `NOSCRIPT`).
+
+use std::sync::LazyLock;
+
+use fred::types::scripts::Script;
+
+macro_rules! script {
+    ($name:ident, $($file:literal),+) => {
+        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::from_lua(concat!(include_str!("lua/prelude.lua"), $(include_str!($file)),+))
+        });
+    };
+}
+
+script!(CLAIM, "lua/prune.lua", "lua/claim.lua");
+script!(HEARTBEAT, "lua/heartbeat.lua");
+script!(FINISH, "lua/prune.lua", "lua/finish.lua");
+script!(RELEASE, "lua/release.lua");
+script!(TAKEOVER, "lua/takeover.lua");
+script!(RUNS, "lua/runs.lua");
+script!(UNFINISHED, "lua/unfinished.lua");
+script!(HISTORY, "lua/history.lua");
+script!(PUT_ROW, "lua/prune.lua", "lua/put_row.lua");
+script!(SLOT_CLAIM, "lua/slot_claim.lua");
+
+/// Every script the lease strategy uses (loaded once when the store connects).
+pub(crate) fn lease_scripts() -> [&'static Script; 9] {
+    [
+        &CLAIM,
+        &HEARTBEAT,
+        &FINISH,
+        &RELEASE,
+        &TAKEOVER,
+        &RUNS,
+        &UNFINISHED,
+        &HISTORY,
+        &PUT_ROW,
+    ]
+}
+
+/// Every script the claim-only strategies use.
+pub(crate) fn claim_scripts() -> [&'static Script; 3] {
+    [&HISTORY, &PUT_ROW, &SLOT_CLAIM]
+}
