@@ -1,0 +1,418 @@
+//! Scheduler API tests on the in-memory store: registration errors, claim-only mode,
+//! watchdog, clock skew, store timeouts, adding and removing jobs while running.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anarchon_core::memory::{Health, MemoryStore};
+use anarchon_core::testkit::runtime::{Instance, node, record_events, wait_for};
+use anarchon_core::{
+    ClaimOnly, Clock, Error, Event, JobConfig, LeaseStore, Reason, Scheduler, SkipReason,
+};
+
+fn sched() -> Scheduler {
+    Scheduler::leased(MemoryStore::new())
+        .clock(Clock::tokio())
+        .build()
+        .unwrap()
+}
+
+fn ok() -> impl Fn(anarchon_core::JobContext) -> futures::future::Ready<Result<(), Error>>
++ Send
++ Sync
++ 'static {
+    |_ctx| futures::future::ready(Ok(()))
+}
+
+#[tokio::test]
+async fn b01_bad_intervals_are_refused_naming_the_input() {
+    let s = sched();
+    for bad in ["", "0s", "-5s", "10", "ten seconds", "5x"] {
+        let err = s.every("j", bad).handler(ok()).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInterval { .. }),
+            "{bad:?}: {err}"
+        );
+        assert!(
+            err.to_string().contains(&format!("{bad:?}")),
+            "message names the input: {err}"
+        );
+    }
+    assert!(s.every("j", Duration::ZERO).handler(ok()).is_err());
+    assert!(s.every("j", 0u64).handler(ok()).is_err());
+    s.every("j", 250u64).handler(ok()).unwrap();
+}
+
+#[tokio::test]
+async fn b02_bad_cron_and_b06_unknown_timezone_are_refused() {
+    let s = sched();
+    let err = s.cron("c", "61 * * * *").handler(ok()).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidCron { .. }) && err.to_string().contains("61 * * * *"),
+        "{err}"
+    );
+    let err = s
+        .cron("c", "0 3 * * *")
+        .timezone("Mars/Olympus")
+        .handler(ok())
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::UnknownTimezone { .. }) && err.to_string().contains("Mars/Olympus"),
+        "{err}"
+    );
+    let err = Scheduler::leased(MemoryStore::new())
+        .timezone("Nowhere")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("Nowhere"));
+    s.cron("c", "0 3 * * *")
+        .timezone("Europe/Berlin")
+        .handler(ok())
+        .unwrap();
+    s.cron("c6", "*/5 * * * * *").handler(ok()).unwrap();
+}
+
+#[tokio::test]
+async fn b03_bad_at_is_refused_and_b04_names_are_checked() {
+    let s = sched();
+    let err = s.at("a", "tomorrow-ish").handler(ok()).unwrap_err();
+    assert!(matches!(err, Error::InvalidAt { .. }) && err.to_string().contains("tomorrow-ish"));
+    s.at("a", "2030-01-01T00:00:00Z").handler(ok()).unwrap();
+    for bad in ["", "has space", "slash/name", "ü", &"x".repeat(129)] {
+        let err = s.every(bad, "1s").handler(ok()).unwrap_err();
+        assert!(matches!(err, Error::InvalidJobName { .. }), "{bad:?}");
+    }
+    s.every(&"x".repeat(128), "1s").handler(ok()).unwrap();
+    let err = s.every("a", "1s").handler(ok()).unwrap_err();
+    assert!(matches!(err, Error::DuplicateJob { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn b13_heartbeat_must_be_under_half_the_lease() {
+    let err = Scheduler::leased(MemoryStore::new())
+        .lease_ms(1000)
+        .heartbeat_ms(500)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "heartbeat_ms",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        Scheduler::leased(MemoryStore::new())
+            .lease_ms(1000)
+            .heartbeat_ms(499)
+            .build()
+            .is_ok()
+    );
+    let err = Scheduler::leased(MemoryStore::new())
+        .max_attempts(0)
+        .build()
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::InvalidOption {
+            option: "max_attempts",
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn b22_lease_options_from_config_are_refused_on_a_claim_only_store() {
+    let s: Scheduler<ClaimOnly> = Scheduler::claim_only(MemoryStore::new()).build().unwrap();
+    let cfg: JobConfig = serde_json::from_str(r#"{"overlap": "allow"}"#).unwrap();
+    let err = s.every("j", "1s").config(cfg).handler(ok()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "overlap",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("claim-only"), "{err}");
+    for field in [
+        r#"{"maxAttempts": 2}"#,
+        r#"{"catchUpMs": 0}"#,
+        r#"{"historyTtlMs": 5}"#,
+    ] {
+        let cfg: JobConfig = serde_json::from_str(field).unwrap();
+        assert!(
+            s.every("k", "1s").config(cfg).handler(ok()).is_err(),
+            "{field}"
+        );
+    }
+    let cfg: JobConfig = serde_json::from_str(r#"{"jitterMs": 10, "historySize": 5}"#).unwrap();
+    s.every("j", "1s").config(cfg).handler(ok()).unwrap();
+    // An `at` job cannot overlap, even from configuration on a lease store. [B-03]
+    let l = sched();
+    let cfg: JobConfig = serde_json::from_str(r#"{"overlap": "allow"}"#).unwrap();
+    assert!(l.at("once", 0i64).config(cfg).handler(ok()).is_err());
+    assert!(
+        serde_json::from_str::<JobConfig>(r#"{"bogus": 1}"#).is_err(),
+        "unknown option names are refused"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn b11_claim_only_store_runs_each_slot_once_with_no_takeover() {
+    let store = MemoryStore::new();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let s = Scheduler::claim_only(store.clone())
+            .instance_id(format!("c{i}"))
+            .jitter_ms(50)
+            .clock(Clock::tokio())
+            .build()
+            .unwrap();
+        let runs = runs.clone();
+        s.every("tick", "1s")
+            .handler(move |ctx| {
+                runs.lock().unwrap().push(ctx.slot);
+                assert_eq!((ctx.attempt, ctx.fence), (1, 0));
+                async { Ok::<_, Error>(()) }
+            })
+            .unwrap();
+        s.start().await.unwrap();
+        nodes.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    for s in &nodes {
+        s.stop(Duration::from_secs(1)).await.unwrap();
+    }
+    let mut slots = runs.lock().unwrap().clone();
+    let n = slots.len();
+    slots.sort_unstable();
+    slots.dedup();
+    assert!(
+        n >= 3 && slots.len() == n,
+        "{n} runs, {} distinct",
+        slots.len()
+    );
+    let h = nodes[0].history("tick", 10).await.unwrap();
+    assert_eq!(h.len(), n, "every run recorded");
+}
+
+#[tokio::test(start_paused = true)]
+async fn b04_jobs_can_be_added_and_removed_while_running() {
+    let s = sched();
+    let count = Arc::new(AtomicUsize::new(0));
+    s.start().await.unwrap();
+    let c = count.clone();
+    s.every("late", "1s")
+        .jitter_ms(0)
+        .handler(move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Error>(()) }
+        })
+        .unwrap();
+    assert_eq!(s.jobs().len(), 1);
+    assert!(s.next_run("late").unwrap().unwrap() % 1000 == 0);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let seen = count.load(Ordering::SeqCst);
+    assert!(seen >= 2, "{seen}");
+    s.remove("late").unwrap();
+    assert!(matches!(s.remove("late"), Err(Error::UnknownJob { .. })));
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        seen,
+        "a removed job kept running"
+    );
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    assert!(matches!(s.start().await, Err(Error::State { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn s11_hung_store_calls_time_out_and_are_reported() {
+    let store = MemoryStore::new();
+    let s = Scheduler::leased(store.clone())
+        .store_timeout_ms(500)
+        .jitter_ms(0)
+        .catch_up_ms(0)
+        .clock(Clock::tokio())
+        .build()
+        .unwrap();
+    let events = {
+        let mut rx = s.events();
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = rx.recv().await {
+                o.lock().unwrap().push(e);
+            }
+        });
+        out
+    };
+    s.every("j", "1s").handler(ok()).unwrap();
+    s.start().await.unwrap();
+    store.set_health(Health::Hanging);
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let errors: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            if let Event::Error {
+                operation: "claim",
+                message,
+                ..
+            } = e
+            {
+                Some(message.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert!(
+        !errors.is_empty() && errors[0].contains("did not answer `claim` within 500ms"),
+        "{errors:?}"
+    );
+    assert!(s.health().last_error.is_some());
+    store.set_health(Health::Healthy);
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    // Start against a dead store fails within the timeout, naming it.
+    let dead = MemoryStore::new();
+    dead.set_health(Health::Unavailable);
+    let s2 = Scheduler::leased(dead).build().unwrap();
+    assert!(matches!(s2.start().await, Err(Error::Unavailable { .. })));
+}
+
+#[test]
+fn s11_watchdog_reports_a_blocked_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let s = Scheduler::leased(MemoryStore::new())
+            .stall_after_ms(200)
+            .build()
+            .unwrap();
+        let mut rx = s.events();
+        s.start().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(s.health().is_healthy());
+        // Block the only runtime thread: the driver cannot turn.
+        std::thread::sleep(Duration::from_millis(900));
+        assert!(s.health().stalled, "{:?}", s.health());
+        let mut stalled = false;
+        while let Ok(e) = rx.try_recv() {
+            stalled |= matches!(e, Event::Stalled { for_ms } if for_ms >= 200);
+        }
+        assert!(stalled, "no stalled event");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!s.health().stalled, "recovers once the loop turns again");
+        s.stop(Duration::from_secs(1)).await.unwrap();
+    });
+}
+
+#[tokio::test]
+async fn b20_clock_skew_beyond_the_threshold_is_reported() {
+    // A store whose clock runs 5 s ahead of this instance.
+    let store = MemoryStore::starting_at(Clock::System.now_ms() + 5_000);
+    let s = Scheduler::leased(store).build().unwrap();
+    let mut rx = s.events();
+    s.start().await.unwrap();
+    let e = rx.try_recv().expect("an event");
+    assert!(
+        matches!(e, Event::ClockSkew { skew_ms } if (-5_100..=-4_900).contains(&skew_ms)),
+        "{e:?}"
+    );
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let fine = Scheduler::leased(MemoryStore::new()).build().unwrap();
+    let mut rx = fine.events();
+    fine.start().await.unwrap();
+    assert!(rx.try_recv().is_err(), "no skew event when clocks agree");
+    fine.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn b03_at_job_runs_once_and_b06_cron_with_seconds_fires_each_second() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+    let inst = Instance::new(store.clone());
+    let s = node(&inst, "n").catch_up_ms(0).build().unwrap();
+    let events = record_events(&s);
+    let at = Clock::tokio().now_ms() + 1_500;
+    s.at("once", at).handler(ok()).unwrap();
+    s.cron("sec", "* * * * * *").handler(ok()).unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(4_200)).await;
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let ev = events.lock().unwrap().clone();
+    let starts = |job: &str| {
+        ev.iter()
+            .filter(|e| matches!(e, Event::Start(r) if r.job.as_str() == job))
+            .count()
+    };
+    assert_eq!(starts("once"), 1);
+    assert!((4..=5).contains(&starts("sec")), "{}", starts("sec"));
+    assert!(s.next_run("once").unwrap().is_none());
+    assert!(ev.iter().all(|e| !matches!(
+        e,
+        Event::Skip {
+            reason: SkipReason::Late,
+            ..
+        }
+    )));
+    let h = s.history("once", 5).await.unwrap();
+    assert_eq!(
+        (h.len(), h[0].slot, h[0].reason),
+        (1, at, Reason::Scheduled)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn b38_an_error_nobody_listens_to_is_logged() {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let store = MemoryStore::new();
+    let s = Scheduler::leased(store.clone())
+        .jitter_ms(0)
+        .catch_up_ms(0)
+        .clock(Clock::tokio())
+        .build()
+        .unwrap();
+    s.every("j", "1s").handler(ok()).unwrap();
+    s.start().await.unwrap();
+    store.set_health(Health::Unavailable);
+    wait_for(3_000, || {
+        String::from_utf8_lossy(&buf.0.lock().unwrap()).contains("ERROR")
+    })
+    .await;
+    let log = String::from_utf8_lossy(&buf.0.lock().unwrap()).to_string();
+    assert!(
+        log.contains("ERROR") && log.contains("memory store is unavailable"),
+        "{log}"
+    );
+    store.set_health(Health::Healthy);
+    s.stop(Duration::from_secs(1)).await.unwrap();
+}
