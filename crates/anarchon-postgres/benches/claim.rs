@@ -1,0 +1,3 @@
+//! Claim throughput and latency of the PostgreSQL store (written in the next commit).
+
+fn main() {}

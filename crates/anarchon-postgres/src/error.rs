@@ -1,0 +1,218 @@
+//! Construction errors of this crate, and the mapping of driver errors onto
+//! [`anarchon_core::Error`].
+
+use std::time::Duration;
+
+use anarchon_core::Error;
+use deadpool_postgres::{PoolError, TimeoutType};
+use tokio_postgres::error::SqlState;
+
+pub(crate) const KIND: &str = "postgres";
+
+/// Why a [`crate::PostgresStore`] could not be built. Converts into
+/// [`anarchon_core::Error::InvalidOption`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The connection URL could not be parsed.
+    #[error(
+        "invalid PostgreSQL URL {url}: {reason}; write it like postgres://user:password@host:5432/database"
+    )]
+    InvalidUrl {
+        /// The URL, with any password redacted.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The `table` option is not a plain SQL identifier.
+    #[error(
+        "invalid table prefix {name:?}: use 1 to 54 lowercase ASCII letters, digits or '_', starting with a letter or '_'"
+    )]
+    InvalidTable {
+        /// What was given.
+        name: String,
+    },
+    /// The `schema` option is not a plain SQL identifier.
+    #[error(
+        "invalid schema {name:?}: use 1 to 63 lowercase ASCII letters, digits or '_', starting with a letter or '_'"
+    )]
+    InvalidSchema {
+        /// What was given.
+        name: String,
+    },
+    /// The connection pool could not be built.
+    #[error("could not build the PostgreSQL connection pool: {reason}")]
+    Pool {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<PostgresError> for Error {
+    fn from(e: PostgresError) -> Self {
+        let option = match &e {
+            PostgresError::InvalidUrl { .. } | PostgresError::Pool { .. } => "url",
+            PostgresError::InvalidTable { .. } => "table",
+            PostgresError::InvalidSchema { .. } => "schema",
+        };
+        Error::InvalidOption {
+            option,
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Replaces passwords in a connection string: the URL's user info (by
+/// [`anarchon_core::redact_url`]) and any `password=` parameter, in a URL query or a
+/// `key=value` string.
+pub fn redact(url: &str) -> String {
+    let url = anarchon_core::redact_url(url);
+    let lower = url.to_ascii_lowercase();
+    let mut out = String::with_capacity(url.len());
+    let mut rest = 0;
+    let mut search = 0;
+    while let Some(pos) = lower[search..].find("password=") {
+        let start = search + pos;
+        let boundary = start == 0 || matches!(lower.as_bytes()[start - 1], b'?' | b'&' | b' ');
+        let value = start + "password=".len();
+        if !boundary {
+            search = value;
+            continue;
+        }
+        let end = lower[value..]
+            .find(['&', ' '])
+            .map_or(lower.len(), |e| value + e);
+        out.push_str(&url[rest..value]);
+        out.push_str("***");
+        rest = end;
+        search = end;
+    }
+    out.push_str(&url[rest..]);
+    out
+}
+
+/// True for the errors after which the same statement should simply be run again.
+pub(crate) fn is_retryable(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+/// Maps a driver error of `operation` onto the core error.
+pub(crate) fn map_pg(
+    e: tokio_postgres::Error,
+    operation: &'static str,
+    target: &str,
+    statement_timeout: Duration,
+) -> Error {
+    if let Some(code) = e.code() {
+        let class = &code.code()[..2];
+        if *code == SqlState::QUERY_CANCELED {
+            return Error::Timeout {
+                store: KIND,
+                operation,
+                after: statement_timeout,
+            };
+        }
+        // 08 connection exception, 28 invalid authorization, 3D unknown database,
+        // 53 insufficient resources, 57P01..57P03 shutdown / cannot connect now.
+        let unavailable = matches!(class, "08" | "28" | "3D" | "53")
+            || *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW;
+        if unavailable {
+            return Error::Unavailable {
+                store: KIND,
+                target: target.to_owned(),
+                source: e.into(),
+            };
+        }
+        if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_FUNCTION {
+            let what = e
+                .as_db_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_default();
+            return Error::Corrupt {
+                store: KIND,
+                location: target.to_owned(),
+                reason: format!(
+                    "{what}; the schema is missing: call `prepare` (the scheduler's `start`) first"
+                ),
+            };
+        }
+        return Error::Store {
+            store: KIND,
+            operation,
+            source: e.into(),
+        };
+    }
+    // No SQLSTATE: the connection failed or closed (refused, reset, TLS, timeout).
+    Error::Unavailable {
+        store: KIND,
+        target: target.to_owned(),
+        source: e.into(),
+    }
+}
+
+/// Maps a pool error (waiting for or creating a connection) onto the core error.
+pub(crate) fn map_pool(
+    e: PoolError,
+    operation: &'static str,
+    target: &str,
+    statement_timeout: Duration,
+    wait: Duration,
+) -> Error {
+    match e {
+        PoolError::Timeout(TimeoutType::Wait) => Error::Timeout {
+            store: KIND,
+            operation,
+            after: wait,
+        },
+        PoolError::Timeout(kind) => Error::Unavailable {
+            store: KIND,
+            target: target.to_owned(),
+            source: format!(
+                "timed out {} a connection",
+                match kind {
+                    TimeoutType::Create => "opening",
+                    _ => "checking",
+                }
+            )
+            .into(),
+        },
+        PoolError::Backend(e) => map_pg(e, operation, target, statement_timeout),
+        PoolError::Closed => Error::Unavailable {
+            store: KIND,
+            target: target.to_owned(),
+            source: "the connection pool is closed".into(),
+        },
+        other => Error::Unavailable {
+            store: KIND,
+            target: target.to_owned(),
+            source: other.to_string().into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redacts_url_and_parameter_passwords() {
+        assert_eq!(
+            redact("postgres://app:hunter2@db/x"),
+            "postgres://app:***@db/x"
+        );
+        assert_eq!(
+            redact("postgres://db/x?user=a&password=hunter2&sslmode=disable"),
+            "postgres://db/x?user=a&password=***&sslmode=disable"
+        );
+        assert_eq!(
+            redact("host=db password=hunter2 user=a"),
+            "host=db password=*** user=a"
+        );
+        assert_eq!(redact("host=db xpassword=kept"), "host=db xpassword=kept");
+    }
+}

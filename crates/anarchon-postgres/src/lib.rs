@@ -1,0 +1,496 @@
+//! PostgreSQL lease store for anarchon: one-statement claims on the database clock, batched
+//! heartbeats, and LISTEN/NOTIFY for fast handover. [B-42]
+//!
+//! ```no_run
+//! # async fn demo() -> anarchon_core::Result<()> {
+//! use anarchon_postgres::{PostgresOptions, PostgresStore};
+//!
+//! // Checks the connection and the server version at once (bounded by `connect_timeout`).
+//! let store = PostgresStore::connect(
+//!     "postgres://app:secret@db.internal:5432/app",
+//!     PostgresOptions::default().table("anarchon_runs").schema("public"),
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
+//! Or hand it your own [`deadpool_postgres::Pool`] with [`PostgresStore::with_pool`]; the
+//! store then leaves the pool open on `close`, and listens for releases only when given a
+//! URL for that one extra connection ([`PostgresOptions::listen_url`]).
+//!
+//! # Tables
+//!
+//! With the default prefix `anarchon_runs` in schema `public`: `anarchon_runs` (state and
+//! lease of each run), `anarchon_runs_attempts` (history, one row per attempt),
+//! `anarchon_runs_jobs` (known jobs and each job's fencing counter), `anarchon_runs_meta`
+//! (schema version) and the function `anarchon_runs_retry`. `prepare` creates or migrates
+//! them under a transaction-scoped advisory lock, so any number of instances may start at
+//! once; a schema written by a newer anarchon is refused and left untouched.
+//!
+//! # Server versions and features
+//!
+//! PostgreSQL 9.5 or newer (for `INSERT ... ON CONFLICT`); tested on 15. No cargo features.
+//! Connections made from a URL do not use TLS (`tokio-postgres`'s `NoTls`); for TLS build a
+//! pool with your TLS connector and pass it to [`PostgresStore::with_pool`].
+//!
+//! # MSRV
+//!
+//! The workspace's `rust-version`; raising it is not a breaking change before 1.0.
+
+mod error;
+mod listen;
+mod schema;
+mod sql;
+mod store;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anarchon_core::{Error, Result, RunKey};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{NoTls, Row};
+use tokio_util::sync::CancellationToken;
+
+pub use deadpool_postgres;
+pub use error::{PostgresError, redact};
+pub use tokio_postgres;
+
+use error::{KIND, is_retryable, map_pg, map_pool};
+use sql::{Names, Sql};
+
+/// How often a statement is run again after a serialization failure or a deadlock before
+/// the error is returned.
+const MAX_RETRIES: u32 = 16;
+
+/// Options of a [`PostgresStore`]. Build them with the setters:
+/// `PostgresOptions::default().table("jobs_runs").schema("ops")`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PostgresOptions {
+    /// Table prefix (default `anarchon_runs`).
+    pub table: String,
+    /// Schema (default `public`); created by `prepare` if missing.
+    pub schema: String,
+    /// Bound of every store call: the server's `statement_timeout` on connections the store
+    /// opens, and a client-side timeout around every call (default 5 s).
+    pub timeout: Duration,
+    /// Bound of opening a connection, when the URL sets no `connect_timeout` (default 5 s).
+    pub connect_timeout: Duration,
+    /// Connections in the pool the store builds from a URL (default 8).
+    pub pool_size: usize,
+    /// LISTEN/NOTIFY for fast handover (default on).
+    pub fast_handover: bool,
+    /// The URL of the dedicated LISTEN connection when the store was given a pool (a pooled
+    /// connection cannot receive notifications). Without it, backups poll.
+    pub listen_url: Option<String>,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            table: "anarchon_runs".into(),
+            schema: "public".into(),
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            pool_size: 8,
+            fast_handover: true,
+            listen_url: None,
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// Sets the table prefix.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Sets the schema.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Sets the bound of every store call.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the bound of opening a connection.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the pool size (for a store built from a URL).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// Turns LISTEN/NOTIFY handover on or off.
+    pub fn fast_handover(mut self, on: bool) -> Self {
+        self.fast_handover = on;
+        self
+    }
+
+    /// Sets the URL of the LISTEN connection (for a store given a pool).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+}
+
+/// A plain lowercase SQL identifier of at most `max` bytes.
+fn is_identifier(name: &str, max: usize) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// The PostgreSQL lease store. Cheap to clone: clones share the pool and the listener.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.inner.target)
+            .field("schema", &self.inner.names.schema)
+            .field("table", &self.inner.names.table)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pool: Pool,
+    owns_pool: bool,
+    /// What the store connects to, for messages (password redacted).
+    target: String,
+    names: Names,
+    sql: Sql,
+    timeout: Duration,
+    /// The configuration of the dedicated LISTEN connection, if any.
+    listen: Option<tokio_postgres::Config>,
+    connect_timeout: Duration,
+    releases: broadcast::Sender<RunKey>,
+    listener: Mutex<Option<JoinHandle<()>>>,
+    shutdown: CancellationToken,
+    closed: AtomicBool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn parse_url(url: &str) -> std::result::Result<tokio_postgres::Config, PostgresError> {
+    let config: tokio_postgres::Config =
+        url.parse()
+            .map_err(|e: tokio_postgres::Error| PostgresError::InvalidUrl {
+                url: redact(url),
+                reason: e.to_string(),
+            })?;
+    if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+        return Err(PostgresError::InvalidUrl {
+            url: redact(url),
+            reason: "no host given".into(),
+        });
+    }
+    Ok(config)
+}
+
+impl PostgresStore {
+    /// Builds a store and its connection pool from a URL (`postgres://user:pw@host/db` or
+    /// `host=... user=...`). Nothing is sent yet: the first connection is opened by
+    /// [`anarchon_core::Store::prepare`] or [`PostgresStore::connect`].
+    ///
+    /// The store's connections get `statement_timeout` = `options.timeout`,
+    /// `application_name` = `anarchon` (unless the URL sets one) and `connect_timeout` =
+    /// `options.connect_timeout` (unless the URL sets one).
+    pub fn new(url: &str, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
+        let mut config = parse_url(url)?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("anarchon");
+        }
+        let listen = options.fast_handover.then(|| {
+            let mut c = config.clone();
+            // An idle LISTEN connection notices a dead peer only through keepalives.
+            c.keepalives(true)
+                .keepalives_idle(Duration::from_secs(15))
+                .keepalives_interval(Duration::from_secs(5))
+                .keepalives_retries(3);
+            c
+        });
+        let statement_ms = options.timeout.as_millis().max(1);
+        let opts = match config.get_options() {
+            Some(o) if !o.trim().is_empty() => format!("{o} -c statement_timeout={statement_ms}"),
+            _ => format!("-c statement_timeout={statement_ms}"),
+        };
+        config.options(opts);
+        let connect_timeout = *config
+            .get_connect_timeout()
+            .unwrap_or(&options.connect_timeout);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .wait_timeout(Some(options.timeout))
+            .create_timeout(Some(connect_timeout + Duration::from_millis(500)))
+            .recycle_timeout(Some(options.timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| PostgresError::Pool {
+                reason: e.to_string(),
+            })?;
+        Self::build(pool, true, redact(url), listen, connect_timeout, options)
+    }
+
+    /// Builds a store and checks at once that the server answers and is new enough, within
+    /// `connect_timeout + timeout`. Errors: [`Error::InvalidOption`] (URL, table, schema),
+    /// [`Error::Unavailable`] (refused, unknown host, bad credentials, unknown database),
+    /// [`Error::Timeout`], [`Error::ServerTooOld`].
+    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
+        let store = Self::new(url, options)?;
+        store.inner.check_server().await?;
+        Ok(store)
+    }
+
+    /// Uses the caller's pool. `close` leaves it open. The pool's connections keep their own
+    /// settings: give them a `statement_timeout` (the client-side `options.timeout` bounds
+    /// every call in any case). Fast handover needs [`PostgresOptions::listen_url`].
+    pub fn with_pool(
+        pool: Pool,
+        options: PostgresOptions,
+    ) -> std::result::Result<Self, PostgresError> {
+        let listen = match (&options.listen_url, options.fast_handover) {
+            (Some(url), true) => {
+                let mut c = parse_url(url)?;
+                if c.get_connect_timeout().is_none() {
+                    c.connect_timeout(options.connect_timeout);
+                }
+                c.keepalives(true)
+                    .keepalives_idle(Duration::from_secs(15))
+                    .keepalives_interval(Duration::from_secs(5))
+                    .keepalives_retries(3);
+                Some(c)
+            }
+            _ => None,
+        };
+        let connect_timeout = options.connect_timeout;
+        Self::build(
+            pool,
+            false,
+            "the pool given to PostgresStore".into(),
+            listen,
+            connect_timeout,
+            options,
+        )
+    }
+
+    fn build(
+        pool: Pool,
+        owns_pool: bool,
+        target: String,
+        listen: Option<tokio_postgres::Config>,
+        connect_timeout: Duration,
+        options: PostgresOptions,
+    ) -> std::result::Result<Self, PostgresError> {
+        if !is_identifier(&options.table, 54) {
+            return Err(PostgresError::InvalidTable {
+                name: options.table,
+            });
+        }
+        if !is_identifier(&options.schema, 63) {
+            return Err(PostgresError::InvalidSchema {
+                name: options.schema,
+            });
+        }
+        let names = Names::new(&options.schema, &options.table);
+        let sql = Sql::new(&names);
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                owns_pool,
+                target,
+                names,
+                sql,
+                timeout: options.timeout,
+                listen,
+                connect_timeout,
+                releases: broadcast::channel(1024).0,
+                listener: Mutex::new(None),
+                shutdown: CancellationToken::new(),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The pool the store uses.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The NOTIFY channel on which releases are announced (payload `<job>:<slot>`).
+    pub fn channel(&self) -> &str {
+        &self.inner.names.channel
+    }
+
+    /// The schema the store's tables live in.
+    pub fn schema(&self) -> &str {
+        &self.inner.names.schema
+    }
+
+    /// The table prefix.
+    pub fn table(&self) -> &str {
+        &self.inner.names.table
+    }
+}
+
+impl Inner {
+    fn closed_error(&self) -> Error {
+        Error::Unavailable {
+            store: KIND,
+            target: self.target.clone(),
+            source: "the store was closed".into(),
+        }
+    }
+
+    fn pg(&self, e: tokio_postgres::Error, operation: &'static str) -> Error {
+        map_pg(e, operation, &self.target, self.timeout)
+    }
+
+    /// A pooled connection, bounded by the store's timeout.
+    async fn client(&self, operation: &'static str) -> Result<Object> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(self.closed_error());
+        }
+        let bound = self.timeout.max(self.connect_timeout) + Duration::from_secs(1);
+        match tokio::time::timeout(bound, self.pool.get()).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(map_pool(
+                e,
+                operation,
+                &self.target,
+                self.timeout,
+                self.timeout,
+            )),
+            Err(_) => Err(Error::Timeout {
+                store: KIND,
+                operation,
+                after: bound,
+            }),
+        }
+    }
+
+    /// Runs one prepared (and cached per connection) statement, again after a serialization
+    /// failure or a deadlock, all within the store's timeout. A connection whose call timed
+    /// out is dropped rather than returned to the pool, since it may still be busy.
+    async fn query(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        types: &[Type],
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let client = self.client(operation).await?;
+        let work = async {
+            let mut tries = 0;
+            loop {
+                let statement = client.prepare_typed_cached(sql, types).await?;
+                match client.query(&statement, params).await {
+                    Err(e) if is_retryable(&e) && tries < MAX_RETRIES => {
+                        tries += 1;
+                        tracing::debug!(operation, tries, "postgres statement retried: {e}");
+                        tokio::task::yield_now().await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
+                if e.is_closed() {
+                    drop(Object::take(client));
+                }
+                Err(self.pg(e, operation))
+            }
+            Err(_) => {
+                drop(Object::take(client));
+                Err(Error::Timeout {
+                    store: KIND,
+                    operation,
+                    after: self.timeout,
+                })
+            }
+        }
+    }
+
+    /// Checks that the server answers and is at least 9.5.
+    async fn check_server(&self) -> Result<()> {
+        let rows = self
+            .query(
+                "connect",
+                "SELECT current_setting('server_version_num')::int4, current_setting('server_version')",
+                &[],
+                &[],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::store(KIND, "connect", "no version row"))?;
+        let num: i32 = row.get(0);
+        let version: String = row.get(1);
+        if num < 90_500 {
+            return Err(Error::ServerTooOld {
+                store: KIND,
+                found: version,
+                required: "9.5".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts the LISTEN task once, when a runtime is at hand.
+    fn ensure_listener(&self) {
+        let Some(config) = &self.listen else { return };
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut guard = self.listener.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            *guard = Some(runtime.spawn(listen::run(
+                config.clone(),
+                self.names.channel.clone(),
+                self.releases.clone(),
+                self.target.clone(),
+                self.connect_timeout,
+                self.shutdown.clone(),
+            )));
+        }
+    }
+}

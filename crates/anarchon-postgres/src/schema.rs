@@ -1,0 +1,225 @@
+//! Creating, checking and migrating the schema in `prepare`. [B-33, B-42]
+//!
+//! Everything happens in one transaction that first takes a transaction-scoped advisory
+//! lock, so ten instances starting at once create the tables once and the others wait a few
+//! milliseconds. When every table exists at the current version, no DDL runs at all (DDL
+//! would take locks that block the claims of instances already running).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anarchon_core::{Error, JobName, Result};
+use deadpool_postgres::Object;
+
+use crate::Inner;
+use crate::error::KIND;
+use crate::sql::{SCHEMA_VERSION, SHAPES};
+
+impl Inner {
+    pub(crate) async fn prepare_schema(&self, jobs: &[JobName]) -> Result<()> {
+        self.check_server().await?;
+        let mut client = self.client("prepare").await?;
+        // Creating the schema may wait for another instance's lock: give it twice the bound.
+        let bound = self.timeout * 2;
+        match tokio::time::timeout(bound, self.prepare_in(&mut client, jobs)).await {
+            Ok(r) => r,
+            Err(_) => {
+                drop(Object::take(client));
+                Err(Error::Timeout {
+                    store: KIND,
+                    operation: "prepare",
+                    after: bound,
+                })
+            }
+        }
+    }
+
+    async fn prepare_in(&self, client: &mut Object, jobs: &[JobName]) -> Result<()> {
+        let pg = |e| self.pg(e, "prepare");
+        let names = &self.names;
+        let tx = client.transaction().await.map_err(pg)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&names.lock_key()])
+            .await
+            .map_err(pg)?;
+
+        let schema_exists: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)",
+                &[&names.schema],
+            )
+            .await
+            .map_err(pg)?
+            .get(0);
+        let table_names = names.table_names();
+        let wanted: Vec<&str> = table_names.iter().map(String::as_str).collect();
+        let mut kinds: BTreeMap<String, String> = BTreeMap::new();
+        for row in tx
+            .query(
+                "SELECT c.relname::text, c.relkind::text FROM pg_catalog.pg_class c
+                 JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+                 WHERE s.nspname = $1 AND c.relname = ANY($2::text[])",
+                &[&names.schema, &wanted],
+            )
+            .await
+            .map_err(pg)?
+        {
+            kinds.insert(row.get(0), row.get(1));
+        }
+        let mut columns: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for row in tx
+            .query(
+                "SELECT table_name::text, column_name::text, data_type::text
+                 FROM information_schema.columns
+                 WHERE table_schema = $1 AND table_name = ANY($2::text[])",
+                &[&names.schema, &wanted],
+            )
+            .await
+            .map_err(pg)?
+        {
+            columns
+                .entry(row.get(0))
+                .or_default()
+                .insert(row.get(1), row.get(2));
+        }
+
+        // The meta table first: a newer schema may have another shape, and that must be
+        // reported as "too new", not as "not anarchon's".
+        let meta_name = &table_names[3];
+        let mut version: Option<i64> = None;
+        if kinds.contains_key(meta_name) {
+            self.check_shape(meta_name, &kinds, &columns, SHAPES[3].1)?;
+            let row = tx
+                .query_opt(
+                    &format!(
+                        "SELECT value FROM {} WHERE key = 'schema_version'",
+                        names.meta
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(pg)?;
+            if let Some(row) = row {
+                let text: String = row.get(0);
+                let v = text.trim().parse::<i64>().map_err(|_| Error::Corrupt {
+                    store: KIND,
+                    location: self.location(meta_name),
+                    reason: format!(
+                        "schema_version is {text:?}, not a number; it was not written by anarchon"
+                    ),
+                })?;
+                if v > SCHEMA_VERSION {
+                    return Err(Error::SchemaTooNew {
+                        store: KIND,
+                        location: format!("{}.{}", names.schema, names.table),
+                        found: v,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
+                version = Some(v);
+            }
+        }
+        for (name, (_, shape)) in table_names.iter().zip(SHAPES.iter()).take(3) {
+            if kinds.contains_key(name) {
+                self.check_shape(name, &kinds, &columns, shape)?;
+            }
+        }
+
+        let retry_name = format!("{}_retry", names.table);
+        let retry_exists: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                 JOIN pg_catalog.pg_namespace s ON s.oid = p.pronamespace
+                 WHERE s.nspname = $1 AND p.proname = $2)",
+                &[&names.schema, &retry_name],
+            )
+            .await
+            .map_err(pg)?
+            .get(0);
+        let complete =
+            kinds.len() == table_names.len() && retry_exists && version == Some(SCHEMA_VERSION);
+        if !complete {
+            if !schema_exists {
+                tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", names.schema))
+                    .await
+                    .map_err(pg)?;
+            }
+            tx.batch_execute(&self.sql.create).await.map_err(pg)?;
+            // Migrations from older versions go here, one step per version. Version 1 is the
+            // first, so an older (or missing) version only needs the tables above.
+            tx.execute(
+                &format!(
+                    "INSERT INTO {} (key, value) VALUES ('schema_version', $1)
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    names.meta
+                ),
+                &[&SCHEMA_VERSION.to_string()],
+            )
+            .await
+            .map_err(pg)?;
+            tracing::info!(
+                schema = %names.schema,
+                table = %names.table,
+                version = SCHEMA_VERSION,
+                "postgres store schema created or migrated"
+            );
+        }
+        if !jobs.is_empty() {
+            let list: Vec<&str> = jobs.iter().map(JobName::as_str).collect();
+            tx.execute(&self.sql.register_jobs, &[&list])
+                .await
+                .map_err(pg)?;
+        }
+        tx.commit().await.map_err(pg)?;
+        Ok(())
+    }
+
+    fn location(&self, table: &str) -> String {
+        format!("table {}.{}", self.names.schema, table)
+    }
+
+    fn check_shape(
+        &self,
+        table: &str,
+        kinds: &BTreeMap<String, String>,
+        columns: &BTreeMap<String, BTreeMap<String, String>>,
+        shape: &[(&str, &str)],
+    ) -> Result<()> {
+        let corrupt = |reason: String| Error::Corrupt {
+            store: KIND,
+            location: self.location(table),
+            reason: format!(
+                "{reason}; it was not created by anarchon: choose another `table` prefix or \
+                 `schema`, or drop it"
+            ),
+        };
+        match kinds.get(table).map(String::as_str) {
+            Some("r" | "p") => {}
+            Some(kind) => return Err(corrupt(format!("it is not a table (relkind {kind:?})"))),
+            None => return Ok(()),
+        }
+        let empty = BTreeMap::new();
+        let found = columns.get(table).unwrap_or(&empty);
+        let mut problems = Vec::new();
+        for (column, ty) in shape {
+            match found.get(*column) {
+                None => problems.push(format!("column {column} is missing")),
+                Some(t) if t != ty => {
+                    problems.push(format!("column {column} is {t}, expected {ty}"))
+                }
+                Some(_) => {}
+            }
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let expected: BTreeSet<&str> = shape.iter().map(|(c, _)| *c).collect();
+        let extra: Vec<&str> = found
+            .keys()
+            .map(String::as_str)
+            .filter(|c| !expected.contains(c))
+            .collect();
+        if !extra.is_empty() {
+            problems.push(format!("it has other columns ({})", extra.join(", ")));
+        }
+        Err(corrupt(problems.join(", ")))
+    }
+}

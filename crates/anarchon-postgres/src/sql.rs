@@ -1,0 +1,592 @@
+//! The SQL text of every statement, built once per store from the schema and table names.
+//!
+//! Every hot-path operation is one statement. A statement first reads a snapshot (data CTEs),
+//! decides from it, then writes with the same conditions repeated in the `UPDATE`/`DELETE`
+//! `WHERE` clauses, so PostgreSQL re-checks them against the newest row version when a
+//! concurrent transaction changed the row (READ COMMITTED re-evaluation). When a write finds
+//! that the snapshot was stale, the statement raises SQLSTATE 40001 through the
+//! `<table>_retry` function; the whole statement rolls back and the client runs it again on
+//! a fresh snapshot. Claims of one job by several instances therefore behave as if they ran
+//! one after the other, without a multi-statement transaction.
+//!
+//! Lock order, to keep deadlocks away: run rows first, the job's fence row last.
+
+/// The database clock in epoch milliseconds. `clock_timestamp()` is volatile, so a CTE that
+/// computes it is evaluated once per statement and every use sees the same instant.
+pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::int8";
+
+/// The schema version this build writes and reads.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// Quoted, schema-qualified names of the store's objects.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+    pub(crate) table: String,
+    /// `"schema"."table"` (runs).
+    pub(crate) runs: String,
+    /// `"schema"."table_attempts"`.
+    pub(crate) attempts: String,
+    /// `"schema"."table_jobs"`.
+    pub(crate) jobs: String,
+    /// `"schema"."table_meta"`.
+    pub(crate) meta: String,
+    /// `"schema"."table_retry"`, the function that asks the client to run a statement again.
+    pub(crate) retry: String,
+    /// The NOTIFY channel of releases.
+    pub(crate) channel: String,
+}
+
+impl Names {
+    /// `schema` and `table` are validated identifiers (lowercase letters, digits, `_`).
+    pub(crate) fn new(schema: &str, table: &str) -> Self {
+        let q = |name: &str| format!("\"{schema}\".\"{name}\"");
+        let plain = format!("{schema}.{table}");
+        // A channel name is an identifier: at most 63 bytes.
+        let channel = if plain.len() <= 63 {
+            plain
+        } else {
+            format!("anarchon_{:016x}", fnv1a(plain.as_bytes()))
+        };
+        Names {
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+            runs: q(table),
+            attempts: q(&format!("{table}_attempts")),
+            jobs: q(&format!("{table}_jobs")),
+            meta: q(&format!("{table}_meta")),
+            retry: q(&format!("{table}_retry")),
+            channel,
+        }
+    }
+
+    /// The advisory lock key that serialises schema creation and migration.
+    pub(crate) fn lock_key(&self) -> i64 {
+        fnv1a(format!("anarchon-postgres:{}.{}", self.schema, self.table).as_bytes()) as i64
+    }
+
+    /// The four table names (unquoted), runs first.
+    pub(crate) fn table_names(&self) -> [String; 4] {
+        let t = &self.table;
+        [
+            t.clone(),
+            format!("{t}_attempts"),
+            format!("{t}_jobs"),
+            format!("{t}_meta"),
+        ]
+    }
+}
+
+/// FNV-1a, 64 bit: a stable hash (std's hasher is randomly seeded per process).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The expected columns of each table: (table suffix, [(column, information_schema type)]).
+pub(crate) const SHAPES: [(&str, &[(&str, &str)]); 4] = [
+    (
+        "",
+        &[
+            ("job", "text"),
+            ("slot", "bigint"),
+            ("status", "text"),
+            ("attempt", "integer"),
+            ("counted_starts", "integer"),
+            ("owner", "text"),
+            ("expires_at", "bigint"),
+            ("scheduled_at", "bigint"),
+            ("started_at", "bigint"),
+        ],
+    ),
+    (
+        "_attempts",
+        &[
+            ("job", "text"),
+            ("slot", "bigint"),
+            ("manual", "boolean"),
+            ("attempt", "integer"),
+            ("instance_id", "text"),
+            ("scheduled_at", "bigint"),
+            ("reason", "text"),
+            ("status", "text"),
+            ("fence", "bigint"),
+            ("started_at", "bigint"),
+            ("finished_at", "bigint"),
+            ("error", "text"),
+        ],
+    ),
+    (
+        "_jobs",
+        &[
+            ("job", "text"),
+            ("fence", "bigint"),
+            ("registered_at", "bigint"),
+        ],
+    ),
+    ("_meta", &[("key", "text"), ("value", "text")]),
+];
+
+/// Every statement of the store.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) create: String,
+    pub(crate) now: String,
+    pub(crate) register_jobs: String,
+    pub(crate) known_jobs: String,
+    pub(crate) history: String,
+    pub(crate) record_manual: String,
+    pub(crate) prune: String,
+    pub(crate) claim: String,
+    pub(crate) heartbeat: String,
+    pub(crate) finish: String,
+    pub(crate) release: String,
+    pub(crate) take_over: String,
+    pub(crate) runs: String,
+    pub(crate) unfinished: String,
+}
+
+/// The retention CTEs `pk`, `pkeep`, `prun`, `pdrop`, `pdrop_runs` of the reference model
+/// (`MemoryStore::prune`), computed on the statement's snapshot plus what the statement itself
+/// changes (a snapshot does not see the statement's own writes):
+///
+/// - `gate`: a boolean SQL expression; nothing is pruned when it is false;
+/// - `add_key`: a SELECT of `(slot, manual)` history keys this statement adds;
+/// - `not_running`: a SELECT of slots that stop running in this statement;
+/// - `add_running`: a SELECT of slots that start running in this statement.
+///
+/// The model keeps the `size` newest distinct (slot, manual) keys of a job, drops rows that
+/// finished before `now - ttl`, always keeps the rows of running runs, and removes a run once
+/// none of its rows is left. `$1` is the job; `n.ms` is the statement's now.
+fn prune_ctes(
+    names: &Names,
+    gate: &str,
+    add_key: &str,
+    not_running: &str,
+    add_running: &str,
+    size: &str,
+    ttl: &str,
+) -> String {
+    let Names { runs, attempts, .. } = names;
+    format!(
+        "pk AS (
+    SELECT a.slot, a.manual FROM {attempts} a WHERE a.job = $1 AND ({gate})
+    UNION SELECT x.slot, x.manual FROM ({add_key}) x
+),
+pkeep AS (
+    SELECT slot, manual FROM pk ORDER BY slot DESC, manual DESC LIMIT greatest({size}, 1)
+),
+prun AS (
+    SELECT r.slot FROM {runs} r
+    WHERE r.job = $1 AND r.status = 'running' AND r.slot NOT IN (SELECT x.slot FROM ({not_running}) x)
+    UNION SELECT y.slot FROM ({add_running}) y
+),
+pdrop AS (
+    SELECT a.slot, a.manual, a.attempt, a.instance_id FROM {attempts} a, n
+    WHERE a.job = $1 AND ({gate})
+      AND NOT ((NOT a.manual AND a.slot IN (SELECT slot FROM prun))
+            OR ((a.slot, a.manual) IN (SELECT slot, manual FROM pkeep)
+                AND NOT coalesce(a.finished_at < n.ms - {ttl}, false)))
+),
+pdrop_runs AS (
+    SELECT DISTINCT d.slot FROM pdrop d
+    WHERE NOT d.manual AND NOT EXISTS (
+        SELECT 1 FROM {attempts} a
+        WHERE a.job = $1 AND a.slot = d.slot AND NOT a.manual
+          AND NOT EXISTS (SELECT 1 FROM pdrop e
+                          WHERE NOT e.manual AND e.slot = a.slot AND e.attempt = a.attempt))
+),
+del_a AS (
+    DELETE FROM {attempts} a USING pdrop d
+    WHERE a.job = $1 AND a.slot = d.slot AND a.manual = d.manual AND a.attempt = d.attempt
+      AND a.instance_id = d.instance_id
+),"
+    )
+}
+
+const NO_KEYS: &str = "SELECT NULL::int8 AS slot, NULL::bool AS manual WHERE false";
+const NO_SLOTS: &str = "SELECT NULL::int8 AS slot WHERE false";
+
+impl Sql {
+    pub(crate) fn new(names: &Names) -> Self {
+        let Names {
+            runs,
+            attempts,
+            jobs,
+            meta,
+            retry,
+            table,
+            schema,
+            ..
+        } = names;
+        let now = NOW_MS;
+
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {meta} (
+    key text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {jobs} (
+    job text PRIMARY KEY,
+    fence bigint NOT NULL DEFAULT 0,
+    registered_at bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {runs} (
+    job text NOT NULL,
+    slot bigint NOT NULL,
+    status text NOT NULL,
+    attempt integer NOT NULL,
+    counted_starts integer NOT NULL,
+    owner text,
+    expires_at bigint NOT NULL,
+    scheduled_at bigint NOT NULL,
+    started_at bigint NOT NULL,
+    PRIMARY KEY (job, slot)
+);
+CREATE INDEX IF NOT EXISTS \"{table}_running\" ON {runs} (job, slot) WHERE status = 'running';
+CREATE TABLE IF NOT EXISTS {attempts} (
+    job text NOT NULL,
+    slot bigint NOT NULL,
+    manual boolean NOT NULL,
+    attempt integer NOT NULL,
+    instance_id text NOT NULL,
+    scheduled_at bigint NOT NULL,
+    reason text NOT NULL,
+    status text NOT NULL,
+    fence bigint NOT NULL,
+    started_at bigint NOT NULL,
+    finished_at bigint,
+    error text
+);
+CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_attempts_run\"
+    ON {attempts} (job, slot, attempt) WHERE NOT manual;
+CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_attempts_manual\"
+    ON {attempts} (job, slot, instance_id) WHERE manual;
+CREATE INDEX IF NOT EXISTS \"{table}_attempts_started\"
+    ON {attempts} (job, started_at DESC, attempt DESC);
+CREATE OR REPLACE FUNCTION {retry}(reason text) RETURNS integer LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    RAISE EXCEPTION 'anarchon: %; the statement is run again', reason
+        USING ERRCODE = 'serialization_failure';
+END
+$fn$;
+COMMENT ON TABLE {runs} IS 'anarchon: state and lease of each run (job, slot)';
+COMMENT ON TABLE {attempts} IS 'anarchon: history, one row per attempt';
+COMMENT ON TABLE {jobs} IS 'anarchon: known jobs and their fencing counter';
+COMMENT ON TABLE {meta} IS 'anarchon: schema version';
+INSERT INTO {meta} (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')
+    ON CONFLICT (key) DO NOTHING;"
+        );
+        let _ = schema;
+
+        let register_jobs = format!(
+            "INSERT INTO {jobs} (job, fence, registered_at)
+SELECT j, 0, {now} FROM unnest($1::text[]) AS j
+ON CONFLICT (job) DO NOTHING"
+        );
+        let known_jobs = format!("SELECT job FROM {jobs}");
+        let history = format!(
+            "SELECT job, slot, scheduled_at, instance_id, manual, attempt, reason, status, fence,
+       started_at, finished_at, error
+FROM {attempts} WHERE job = $1
+ORDER BY started_at DESC, attempt DESC, slot DESC
+LIMIT $2"
+        );
+        let record_manual = format!(
+            "WITH j AS (
+    INSERT INTO {jobs} (job, fence, registered_at) VALUES ($1, 0, {now})
+    ON CONFLICT (job) DO NOTHING
+)
+INSERT INTO {attempts} AS a (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at, finished_at, error)
+VALUES ($1, $2, true, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (job, slot, instance_id) WHERE manual DO UPDATE SET
+    attempt = EXCLUDED.attempt, scheduled_at = EXCLUDED.scheduled_at, reason = EXCLUDED.reason,
+    status = EXCLUDED.status, fence = EXCLUDED.fence, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, error = EXCLUDED.error"
+        );
+        // $1 job, $2 size, $3 ttl ms (or NULL).
+        let prune = format!(
+            "WITH n AS (SELECT {now} AS ms),
+{prune}
+del_r AS (
+    DELETE FROM {runs} r
+    WHERE r.job = $1 AND r.slot IN (SELECT slot FROM pdrop_runs) AND r.status <> 'running'
+)
+SELECT count(*) FROM pdrop",
+            prune = prune_ctes(names, "true", NO_KEYS, NO_SLOTS, NO_SLOTS, "$2", "$3"),
+        );
+
+        // $1 job, $2 slot, $3 scheduled_at, $4 instance, $5 lease ms, $6 not_after,
+        // $7 overlap skip, $8 reason, $9 retention size, $10 retention ttl ms (or NULL).
+        let claim = format!(
+            "WITH n AS (SELECT {now} AS ms),
+ok AS (SELECT ms FROM n WHERE ms <= $6),
+to_mark AS (
+    SELECT r.slot FROM {runs} r, ok
+    WHERE r.job = $1 AND r.slot < $2 AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= ok.ms)
+),
+existing AS (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
+live AS (
+    SELECT r.slot FROM {runs} r, ok
+    WHERE $7 AND r.job = $1 AND r.slot < $2 AND r.status = 'running'
+      AND r.owner IS NOT NULL AND r.expires_at > ok.ms
+    ORDER BY r.slot LIMIT 1
+),
+snap AS (SELECT j.fence FROM {jobs} j WHERE j.job = $1),
+ins AS (
+    INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
+                        scheduled_at, started_at)
+    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms FROM ok
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM live)
+    ON CONFLICT (job, slot) DO NOTHING
+    RETURNING slot, expires_at, started_at
+),
+{prune}
+marked AS (
+    UPDATE {runs} r SET status = 'interrupted', owner = NULL
+    FROM to_mark m, n
+    WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= n.ms)
+      AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+    RETURNING r.slot, r.attempt
+),
+marked_rows AS (
+    UPDATE {attempts} a
+    SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
+    FROM marked m, n
+    WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
+      AND a.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM pdrop d
+                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+),
+del_r AS (
+    DELETE FROM {runs} r USING n
+    WHERE r.job = $1 AND r.slot IN (SELECT slot FROM pdrop_runs)
+      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
+    RETURNING r.slot
+),
+fence AS (
+    INSERT INTO {jobs} AS j (job, fence, registered_at)
+    SELECT $1, 1, ins.started_at FROM ins
+    WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1
+    WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
+    RETURNING j.fence
+),
+row_ins AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at)
+    SELECT $1, ins.slot, false, 1, $4, $3, $8, 'running', fence.fence, ins.started_at
+    FROM ins, fence
+)
+SELECT n.ms,
+       n.ms > $6 AS late,
+       EXISTS (SELECT 1 FROM existing) AS existed,
+       (SELECT slot FROM live) AS live_slot,
+       (SELECT expires_at FROM ins) AS expires_at,
+       (SELECT fence FROM fence) AS fence,
+       CASE
+           WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
+               THEN {retry}('another claim of the job committed first')
+           WHEN (SELECT count(*) FROM marked)
+                + (SELECT count(*) FROM del_r WHERE slot IN (SELECT slot FROM to_mark))
+                <> (SELECT count(*) FROM to_mark)
+               THEN {retry}('an ended lease was renewed meanwhile')
+       END AS retry
+FROM n",
+            prune = prune_ctes(
+                names,
+                "EXISTS (SELECT 1 FROM ins)",
+                "SELECT slot, false AS manual FROM ins",
+                "SELECT slot FROM to_mark",
+                "SELECT slot FROM ins",
+                "$9",
+                "$10",
+            ),
+        );
+
+        // $1 jobs, $2 slots, $3 attempts, $4 owners, $5 lease ms.
+        let heartbeat = format!(
+            "WITH n AS (SELECT {now} AS ms),
+b AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int4[], $4::text[])
+        WITH ORDINALITY AS b(job, slot, attempt, owner, ord)
+),
+u AS (
+    UPDATE {runs} r SET expires_at = n.ms + $5
+    FROM b, n
+    WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt AND r.owner = b.owner
+      AND r.status = 'running'
+    RETURNING r.job, r.slot, r.attempt, r.owner, r.expires_at
+)
+SELECT b.ord, u.expires_at
+FROM b LEFT JOIN u
+  ON u.job = b.job AND u.slot = b.slot AND u.attempt = b.attempt AND u.owner = b.owner
+ORDER BY b.ord"
+        );
+
+        // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
+        let finish = format!(
+            "WITH n AS (SELECT {now} AS ms),
+chk AS (
+    SELECT r.slot FROM {runs} r
+    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running'
+),
+{prune}
+f AS (
+    UPDATE {runs} r SET status = $5, owner = NULL
+    FROM chk
+    WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running' AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+    RETURNING r.slot
+),
+h AS (
+    UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
+    FROM chk, n
+    WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
+      AND NOT EXISTS (SELECT 1 FROM pdrop d
+                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+),
+del_r AS (
+    DELETE FROM {runs} r
+    WHERE r.job = $1 AND r.slot IN (SELECT slot FROM pdrop_runs)
+      AND (r.status <> 'running'
+           OR (r.slot = $2 AND r.attempt = $3 AND r.owner = $4))
+    RETURNING r.slot
+)
+SELECT EXISTS (SELECT 1 FROM chk) AS done,
+       CASE
+           WHEN EXISTS (SELECT 1 FROM chk) AND NOT EXISTS (SELECT 1 FROM f)
+                AND NOT EXISTS (SELECT 1 FROM del_r WHERE slot = $2)
+               THEN {retry}('the run changed while it was finished')
+       END AS retry",
+            prune = prune_ctes(
+                names,
+                "EXISTS (SELECT 1 FROM chk)",
+                NO_KEYS,
+                "SELECT slot FROM chk",
+                NO_SLOTS,
+                "$7",
+                "$8",
+            ),
+        );
+
+        // $1 job, $2 slot, $3 attempt, $4 owner, $5 channel, $6 payload.
+        let release = format!(
+            "WITH n AS (SELECT {now} AS ms),
+u AS (
+    UPDATE {runs} r SET owner = NULL, expires_at = n.ms
+    FROM n
+    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running'
+    RETURNING r.slot
+),
+h AS (
+    UPDATE {attempts} a SET status = 'interrupted', finished_at = n.ms, error = 'handed over'
+    FROM u, n
+    WHERE a.job = $1 AND a.slot = $2 AND a.attempt = $3 AND NOT a.manual
+      AND a.status = 'running'
+),
+note AS (SELECT pg_notify($5, $6) FROM u)
+SELECT EXISTS (SELECT 1 FROM u) AS done, (SELECT count(*) FROM note) AS notified"
+        );
+
+        // $1 job, $2 slot, $3 seen attempt, $4 instance, $5 max attempts, $6 superseded,
+        // $7 lease ms.
+        let take_over = format!(
+            "WITH n AS (SELECT {now} AS ms),
+d AS (
+    SELECT r.status, r.scheduled_at, n.ms,
+           CASE WHEN r.owner IS NULL THEN r.counted_starts ELSE r.counted_starts + 1 END
+               AS counted,
+           CASE
+               WHEN r.status <> 'running' THEN 'finished'
+               WHEN r.attempt <> $3 OR (r.owner IS NOT NULL AND r.expires_at > n.ms) THEN 'live'
+               WHEN $6 THEN 'interrupted'
+               WHEN (CASE WHEN r.owner IS NULL THEN r.counted_starts
+                          ELSE r.counted_starts + 1 END) > $5 THEN 'exhausted'
+               ELSE 'won'
+           END AS outcome
+    FROM {runs} r, n
+    WHERE r.job = $1 AND r.slot = $2
+),
+u AS (
+    UPDATE {runs} r SET
+        status = CASE d.outcome WHEN 'interrupted' THEN 'interrupted'
+                                WHEN 'exhausted' THEN 'failed' ELSE 'running' END,
+        attempt = CASE WHEN d.outcome = 'won' THEN r.attempt + 1 ELSE r.attempt END,
+        counted_starts = CASE WHEN d.outcome = 'won' THEN d.counted ELSE r.counted_starts END,
+        owner = CASE WHEN d.outcome = 'won' THEN $4 ELSE r.owner END,
+        expires_at = CASE WHEN d.outcome = 'won' THEN d.ms + $7 ELSE r.expires_at END
+    FROM d
+    WHERE r.job = $1 AND r.slot = $2 AND d.outcome IN ('interrupted', 'exhausted', 'won')
+      AND r.status = 'running' AND r.attempt = $3
+      AND (r.owner IS NULL OR r.expires_at <= d.ms)
+    RETURNING r.attempt, r.expires_at
+),
+old_row AS (
+    UPDATE {attempts} a SET status = 'interrupted', finished_at = d.ms, error = 'lease expired'
+    FROM d, u
+    WHERE a.job = $1 AND a.slot = $2 AND a.attempt = $3 AND NOT a.manual
+      AND a.status = 'running'
+),
+fence AS (
+    INSERT INTO {jobs} AS j (job, fence, registered_at)
+    SELECT $1, 1, d.ms FROM d, u WHERE d.outcome = 'won'
+    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1
+    RETURNING j.fence
+),
+new_row AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at)
+    SELECT $1, $2, false, u.attempt, $4, d.scheduled_at, 'takeover', 'running', fence.fence,
+           d.ms
+    FROM d, u, fence
+)
+SELECT d.outcome, d.status, u.attempt, u.expires_at, fence.fence, d.scheduled_at, n.ms,
+       CASE WHEN d.outcome IN ('interrupted', 'exhausted', 'won') AND u.attempt IS NULL
+            THEN {retry}('the run changed during the takeover') END AS retry
+FROM n LEFT JOIN d ON true LEFT JOIN u ON true LEFT JOIN fence ON true"
+        );
+
+        let runs_sql = format!(
+            "WITH n AS (SELECT {now} AS ms)
+SELECT r.job, r.slot, r.status, r.attempt, r.owner, r.expires_at, n.ms
+FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS k(job, slot, ord)
+JOIN {runs} r ON r.job = k.job AND r.slot = k.slot
+CROSS JOIN n
+ORDER BY k.ord"
+        );
+        let unfinished = format!(
+            "WITH n AS (SELECT {now} AS ms)
+SELECT r.job, r.slot, r.status, r.attempt, r.owner, r.expires_at, n.ms
+FROM {runs} r CROSS JOIN n
+WHERE r.status = 'running' AND r.job = ANY($1::text[])
+ORDER BY r.job COLLATE \"C\", r.slot"
+        );
+
+        Sql {
+            create,
+            now: format!("SELECT {now}"),
+            register_jobs,
+            known_jobs,
+            history,
+            record_manual,
+            prune,
+            claim,
+            heartbeat,
+            finish,
+            release,
+            take_over,
+            runs: runs_sql,
+            unfinished,
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Helpers of the PostgreSQL tests: a fresh schema per store, and cleanup of old ones.
+
+#![allow(dead_code, unreachable_pub)] // Each test binary uses a different part.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anarchon_core::{Prepare, Store};
+use anarchon_postgres::{PostgresOptions, PostgresStore};
+
+/// The server URL, or `None` after a SKIP line (a failure under ANARCHON_REQUIRE_SERVERS=1).
+pub fn url() -> Option<String> {
+    anarchon_core::testkit::server_url("ANARCHON_POSTGRES_URL")
+}
+
+/// A schema name no other test uses: `anarchon_test_<unix seconds>_<random>`.
+pub fn fresh_schema() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!("anarchon_test_{secs}_{:08x}", rand::random::<u32>())
+}
+
+/// A store on a fresh schema (not yet prepared).
+pub fn store_on(url: &str, schema: &str) -> PostgresStore {
+    PostgresStore::new(url, PostgresOptions::default().schema(schema).pool_size(4))
+        .expect("valid options")
+}
+
+/// A prepared store on a fresh schema. Also drops the test schemas older than an hour, so
+/// the server stays small however often the tests run.
+pub async fn fresh_store(url: &str) -> PostgresStore {
+    drop_old_schemas(url).await;
+    let store = store_on(url, &fresh_schema());
+    store
+        .prepare(&Prepare {
+            jobs: vec![],
+            instance_id: "test".into(),
+        })
+        .await
+        .expect("prepare a fresh schema");
+    store
+}
+
+/// Runs SQL on a connection of its own.
+pub async fn exec(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let task = tokio::spawn(connection);
+    let r = client.batch_execute(sql).await;
+    drop(client);
+    let _ = task.await;
+    r
+}
+
+/// Drops one schema and everything in it.
+pub async fn drop_schema(url: &str, schema: &str) {
+    let _ = exec(url, &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).await;
+}
+
+async fn drop_old_schemas(url: &str) {
+    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    let task = tokio::spawn(connection);
+    let cutoff = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() - Duration::from_secs(3600);
+    if let Ok(rows) = client
+        .query(
+            "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'anarchon\\_test\\_%'",
+            &[],
+        )
+        .await
+    {
+        for row in rows {
+            let name: String = row.get(0);
+            let secs = name
+                .strip_prefix("anarchon_test_")
+                .and_then(|r| r.split('_').next())
+                .and_then(|s| s.parse::<u64>().ok());
+            if secs.is_some_and(|s| s < cutoff.as_secs()) {
+                let _ = client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+                    .await;
+            }
+        }
+    }
+    drop(client);
+    let _ = task.await;
+}

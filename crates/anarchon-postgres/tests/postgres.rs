@@ -1,0 +1,697 @@
+//! Direct tests of the PostgreSQL store against a real server: races, schema checks, bad
+//! input and NOTIFY. The shared contract is checked by `conformance.rs`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anarchon_core::{
+    ClaimOutcome, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
+    OwnerWrite, Prepare, Reason, Renewal, Retention, RunKey, RunStatus, Store, Takeover,
+    TakeoverOutcome,
+};
+use anarchon_postgres::{PostgresError, PostgresOptions, PostgresStore};
+
+fn prep(jobs: &[&JobName]) -> Prepare {
+    Prepare {
+        jobs: jobs.iter().map(|j| (*j).clone()).collect(),
+        instance_id: "test".into(),
+    }
+}
+
+fn job(prefix: &str) -> JobName {
+    anarchon_core::testkit::unique_job(prefix)
+}
+
+fn claim(job: &JobName, slot: i64, instance: &str, now: i64) -> LeaseClaim {
+    LeaseClaim {
+        run: RunKey::new(job.clone(), slot),
+        scheduled_at: slot,
+        instance_id: instance.into(),
+        lease_ms: 30_000,
+        not_after: now + 60_000,
+        overlap: Overlap::Skip,
+        reason: Reason::Scheduled,
+        retention: Retention::default(),
+    }
+}
+
+fn won(outcome: ClaimOutcome) -> Lease {
+    match outcome {
+        ClaimOutcome::Won(lease) => lease,
+        other => panic!("expected Won, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b11_sixteen_concurrent_claimers_one_winner() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("race");
+    let now = store.now().await.unwrap();
+    for round in 0..5 {
+        let slot = now + round * 1000;
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let store = store.clone();
+                let c = claim(&j, slot, &format!("instance-{i}"), now);
+                tokio::spawn(async move { store.claim(&c).await })
+            })
+            .collect();
+        let mut winners = 0;
+        for t in tasks {
+            match t.await.unwrap().unwrap() {
+                ClaimOutcome::Won(_) => winners += 1,
+                ClaimOutcome::Taken | ClaimOutcome::Overlap { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // Round 0 has exactly one winner; later rounds overlap the live earlier run.
+        assert_eq!(winners, usize::from(round == 0), "round {round}");
+    }
+    let history = store.history(&j, 100).await.unwrap();
+    assert_eq!(history.len(), 1);
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b11_concurrent_claims_of_many_slots_with_overlap_allow_get_distinct_fences() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("fences");
+    let now = store.now().await.unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let store = store.clone();
+            let mut c = claim(&j, now - 1000 + i / 2, &format!("i{i}"), now);
+            c.overlap = Overlap::Allow;
+            tokio::spawn(async move { store.claim(&c).await })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for t in tasks {
+        if let ClaimOutcome::Won(lease) = t.await.unwrap().unwrap() {
+            fences.push(lease.fence);
+        }
+    }
+    fences.sort_unstable();
+    assert_eq!(fences, (1..=16).collect::<Vec<u64>>());
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b12_concurrent_claims_of_different_slots_with_overlap_skip_start_one() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    for round in 0..10 {
+        let j = job("skip");
+        let now = store.now().await.unwrap();
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                let c = claim(&j, now - 10_000 + i * 1000, &format!("i{i}"), now);
+                tokio::spawn(async move { store.claim(&c).await })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for t in tasks {
+            if let ClaimOutcome::Won(lease) = t.await.unwrap().unwrap() {
+                winners.push((lease.run.slot, lease.fence));
+            }
+        }
+        assert!(!winners.is_empty(), "round {round}");
+        // Only earlier runs block a slot, so several may win, but only in an order in which
+        // each winner saw no live earlier run: a later slot must have won before (with a
+        // smaller fence than) every earlier slot that also won. Without the snapshot
+        // re-check, two racing claims could both miss each other and break this.
+        winners.sort_unstable();
+        assert!(
+            winners.windows(2).all(|w| w[0].1 > w[1].1),
+            "round {round}: {winners:?}"
+        );
+    }
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lease_lifecycle_claim_heartbeat_finish_history() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("life");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let now = store.now().await.unwrap();
+    let slot = now - now % 1000;
+    let a = won(store.claim(&claim(&j, slot, "a", now)).await.unwrap());
+    assert_eq!((a.attempt, a.fence), (1, 1));
+    assert!(a.expires_at >= now + 30_000);
+    assert_eq!(
+        store.claim(&claim(&j, slot, "b", now)).await.unwrap(),
+        ClaimOutcome::Taken
+    );
+    // The next slot overlaps the live run.
+    assert_eq!(
+        store
+            .claim(&claim(&j, slot + 1000, "b", now))
+            .await
+            .unwrap(),
+        ClaimOutcome::Overlap { running_slot: slot }
+    );
+    // Late: the store's clock is past not_after.
+    let mut late = claim(&j, slot + 2000, "b", now);
+    late.not_after = now - 1;
+    assert!(matches!(
+        store.claim(&late).await.unwrap(),
+        ClaimOutcome::Late { .. }
+    ));
+
+    let mut stranger = a.clone();
+    stranger.instance_id = "b".into();
+    let r = store
+        .heartbeat(&[a.clone(), stranger.clone()], 10_000)
+        .await
+        .unwrap();
+    assert!(matches!(r[0], Renewal::Renewed { .. }));
+    assert_eq!(r[1], Renewal::Lost);
+
+    let finish = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    assert_eq!(
+        store.finish(&stranger, &finish).await.unwrap(),
+        OwnerWrite::Lost
+    );
+    assert_eq!(store.finish(&a, &finish).await.unwrap(), OwnerWrite::Done);
+    assert_eq!(store.finish(&a, &finish).await.unwrap(), OwnerWrite::Lost);
+    let h = store.history(&j, 10).await.unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].status, RunStatus::Succeeded);
+    assert_eq!(h[0].instance_id, "a");
+    assert!(h[0].finished_at.is_some());
+    assert_eq!(store.known_jobs().await.unwrap(), vec![j.clone()]);
+    assert_eq!(store.last_run(&j).await.unwrap().unwrap().slot, slot);
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b14_takeover_after_expiry_then_exhausted() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("take");
+    let now = store.now().await.unwrap();
+    let mut c = claim(&j, now, "a", now);
+    c.lease_ms = 50;
+    let a = won(store.claim(&c).await.unwrap());
+    let key = RunKey::new(j.clone(), now);
+    let t = |attempt, instance: &str| Takeover {
+        run: key.clone(),
+        seen_attempt: attempt,
+        instance_id: instance.into(),
+        lease_ms: 50,
+        max_attempts: 2,
+        superseded: false,
+    };
+    assert_eq!(
+        store.take_over(&t(1, "b")).await.unwrap(),
+        TakeoverOutcome::Live
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let b = match store.take_over(&t(1, "b")).await.unwrap() {
+        TakeoverOutcome::Won(l) => l,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((b.attempt, b.fence, b.reason), (2, 2, Reason::Takeover));
+    // The stale owner is fenced off.
+    assert_eq!(
+        store.heartbeat(std::slice::from_ref(&a), 1000).await.unwrap(),
+        vec![Renewal::Lost]
+    );
+    assert_eq!(
+        store.take_over(&t(1, "c")).await.unwrap(),
+        TakeoverOutcome::Live
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(
+        store.take_over(&t(2, "c")).await.unwrap(),
+        TakeoverOutcome::Exhausted
+    );
+    assert_eq!(
+        store.take_over(&t(2, "c")).await.unwrap(),
+        TakeoverOutcome::Finished(RunStatus::Failed)
+    );
+    let h = store.history(&j, 10).await.unwrap();
+    let statuses: Vec<_> = h.iter().map(|r| (r.attempt, r.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![(2, RunStatus::Interrupted), (1, RunStatus::Interrupted)]
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b17_release_hands_over_without_counting_and_notifies() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let backup = common::store_on(&url, store.schema());
+    let mut releases = backup
+        .subscribe_releases()
+        .expect("postgres has LISTEN/NOTIFY");
+    // The listener connects in the background; give it a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let j = job("handover");
+    let now = store.now().await.unwrap();
+    let a = won(store.claim(&claim(&j, now, "a", now)).await.unwrap());
+    let sent = Instant::now();
+    assert_eq!(store.release(&a).await.unwrap(), OwnerWrite::Done);
+    let key = tokio::time::timeout(Duration::from_secs(2), releases.recv())
+        .await
+        .expect("notification within 2 s")
+        .unwrap();
+    assert_eq!(key, RunKey::new(j.clone(), now));
+    eprintln!("release -> notification: {:?}", sent.elapsed());
+    let view = &store.runs(std::slice::from_ref(&key)).await.unwrap()[0];
+    assert!(view.is_takeable());
+    assert_eq!(view.owner, None);
+    let t = Takeover {
+        run: key.clone(),
+        seen_attempt: 1,
+        instance_id: "b".into(),
+        lease_ms: 30_000,
+        max_attempts: 1,
+        superseded: false,
+    };
+    // max_attempts 1 and yet the takeover wins: a handover is not a crash.
+    let b = match backup.take_over(&t).await.unwrap() {
+        TakeoverOutcome::Won(l) => l,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(b.attempt, 2);
+    let h = store.history(&j, 10).await.unwrap();
+    assert_eq!(h[1].status, RunStatus::Interrupted);
+    assert_eq!(h[1].error.as_deref(), Some("handed over"));
+    assert_eq!(store.release(&a).await.unwrap(), OwnerWrite::Lost);
+    backup.close().await.unwrap();
+    store.close().await.unwrap();
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b15_expired_earlier_run_is_interrupted_by_the_next_slot() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("next");
+    let now = store.now().await.unwrap();
+    let mut c = claim(&j, now - 1000, "a", now);
+    c.lease_ms = 30;
+    won(store.claim(&c).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    won(store.claim(&claim(&j, now, "b", now)).await.unwrap());
+    let v = store
+        .runs(&[RunKey::new(j.clone(), now - 1000)])
+        .await
+        .unwrap();
+    assert_eq!(v[0].status, RunStatus::Interrupted);
+    let h = store.history(&j, 10).await.unwrap();
+    let old = h.iter().find(|r| r.slot == now - 1000).unwrap();
+    assert_eq!(old.status, RunStatus::Interrupted);
+    assert_eq!(old.error.as_deref(), Some("replaced by the next slot"));
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_retention_prunes_runs_and_history() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("keep");
+    let now = store.now().await.unwrap();
+    let retention = Retention {
+        size: 3,
+        ttl_ms: None,
+    };
+    for i in 0..6 {
+        let mut c = claim(&j, now - 10_000 + i * 1000, "a", now);
+        c.retention = retention;
+        let l = won(store.claim(&c).await.unwrap());
+        let f = Finish {
+            status: RunStatus::Succeeded,
+            error: None,
+            retention,
+        };
+        assert_eq!(store.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+    }
+    let h = store.history(&j, 100).await.unwrap();
+    assert_eq!(
+        h.iter().map(|r| r.slot).collect::<Vec<_>>(),
+        vec![now - 5000, now - 6000, now - 7000]
+    );
+    let old = store
+        .runs(&[RunKey::new(j.clone(), now - 10_000)])
+        .await
+        .unwrap();
+    assert!(old.is_empty(), "pruned run still there: {old:?}");
+    // Size 1 with an expired earlier run: the claim marks it and prunes it in one go.
+    let mut c = claim(&j, now - 4000, "a", now);
+    c.lease_ms = 20;
+    c.retention = Retention {
+        size: 1,
+        ttl_ms: None,
+    };
+    won(store.claim(&c).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut c = claim(&j, now - 3000, "a", now);
+    c.retention = Retention {
+        size: 1,
+        ttl_ms: None,
+    };
+    let l3 = won(store.claim(&c).await.unwrap());
+    let h = store.history(&j, 100).await.unwrap();
+    assert_eq!(
+        h.iter().map(|r| r.slot).collect::<Vec<_>>(),
+        vec![now - 3000]
+    );
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention,
+    };
+    assert_eq!(store.finish(&l3, &f).await.unwrap(), OwnerWrite::Done);
+    // TTL: finished rows older than the TTL go.
+    let l = won(store.claim(&claim(&j, now - 2000, "a", now)).await.unwrap());
+    let f = Finish {
+        status: RunStatus::Failed,
+        error: Some("boom".into()),
+        retention,
+    };
+    store.finish(&l, &f).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let mut c = claim(&j, now - 1000, "a", now);
+    c.retention = Retention {
+        size: 10,
+        ttl_ms: Some(10),
+    };
+    won(store.claim(&c).await.unwrap());
+    let slots: Vec<_> = store
+        .history(&j, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.slot)
+        .collect();
+    assert!(!slots.contains(&(now - 2000)), "{slots:?}");
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b36_manual_records_are_kept_by_job_slot_instance() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("manual");
+    let now = store.now().await.unwrap();
+    let mut rec = anarchon_core::HistoryRecord {
+        job: j.clone(),
+        slot: now,
+        scheduled_at: now,
+        instance_id: "api".into(),
+        manual: true,
+        attempt: 1,
+        reason: Reason::Manual,
+        status: RunStatus::Running,
+        fence: 0,
+        started_at: now,
+        finished_at: None,
+        error: None,
+    };
+    store
+        .record_manual(&rec, Retention::default())
+        .await
+        .unwrap();
+    rec.status = RunStatus::Succeeded;
+    rec.finished_at = Some(now + 5);
+    store
+        .record_manual(&rec, Retention::default())
+        .await
+        .unwrap();
+    let h = store.history(&j, 10).await.unwrap();
+    assert_eq!(h, vec![rec]);
+    assert!(store.known_jobs().await.unwrap().contains(&j));
+    common::drop_schema(&url, store.schema()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let j = job("boot");
+    let tasks: Vec<_> = (0..10)
+        .map(|i| {
+            let store = common::store_on(&url, &schema);
+            let p = Prepare {
+                jobs: vec![j.clone()],
+                instance_id: format!("i{i}"),
+            };
+            tokio::spawn(async move { store.prepare(&p).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().expect("every concurrent prepare succeeds");
+    }
+    let store = common::store_on(&url, &schema);
+    assert_eq!(store.known_jobs().await.unwrap(), vec![j]);
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_newer_schema_is_refused_and_left_untouched() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let schema = store.schema().to_owned();
+    common::exec(
+        &url,
+        &format!(
+            "UPDATE \"{schema}\".anarchon_runs_meta SET value = '99' WHERE key = 'schema_version'"
+        ),
+    )
+    .await
+    .unwrap();
+    let j = job("newer");
+    let err = store.prepare(&prep(&[&j])).await.unwrap_err();
+    match &err {
+        Error::SchemaTooNew {
+            found, supported, ..
+        } => assert_eq!((*found, *supported), (99, 1)),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    assert!(err.to_string().contains("nothing was changed"), "{err}");
+    // Nothing changed: the job was not registered.
+    assert!(store.known_jobs().await.unwrap().is_empty());
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_table_of_another_shape_is_refused() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    common::exec(
+        &url,
+        &format!(
+            "CREATE SCHEMA \"{schema}\";
+             CREATE TABLE \"{schema}\".anarchon_runs (id serial PRIMARY KEY, slot integer, note text);"
+        ),
+    )
+    .await
+    .unwrap();
+    let store = common::store_on(&url, &schema);
+    let err = store.prepare(&prep(&[])).await.unwrap_err();
+    match &err {
+        Error::Corrupt {
+            location, reason, ..
+        } => {
+            assert!(
+                location.contains(&format!("{schema}.anarchon_runs")),
+                "{location}"
+            );
+            assert!(
+                reason.contains("slot is integer, expected bigint"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Nothing was created beside it.
+    let err = store.known_jobs().await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_at_construction() {
+    let err = PostgresStore::new("redis://nope", PostgresOptions::default()).unwrap_err();
+    assert!(matches!(err, PostgresError::InvalidUrl { .. }), "{err:?}");
+    let err = PostgresStore::new(
+        "postgres://u:hunter2@h:notaport/db",
+        PostgresOptions::default(),
+    )
+    .unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    let err = PostgresStore::new(
+        "postgres://localhost/db",
+        PostgresOptions::default().table("Robert'); DROP TABLE students;--"),
+    )
+    .unwrap_err();
+    assert!(matches!(err, PostgresError::InvalidTable { .. }), "{err:?}");
+    let err = PostgresStore::new(
+        "postgres://localhost/db",
+        PostgresOptions::default().schema(""),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, PostgresError::InvalidSchema { .. }),
+        "{err:?}"
+    );
+    let core: Error = err.into();
+    assert!(matches!(
+        core,
+        Error::InvalidOption {
+            option: "schema",
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn refused_connection_fails_fast_and_redacts_the_password() {
+    // Port 1 on localhost: nothing listens there.
+    let started = Instant::now();
+    let err = PostgresStore::connect(
+        "postgres://app:hunter2@127.0.0.1:1/db",
+        PostgresOptions::default().connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        !text.contains("hunter2") && text.contains("127.0.0.1:1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn unroutable_host_fails_within_the_connect_timeout() {
+    // TEST-NET-1 (RFC 5737): packets go nowhere, so only the timeout ends the attempt.
+    let started = Instant::now();
+    let err = PostgresStore::connect(
+        "postgres://app@192.0.2.1:5432/db",
+        PostgresOptions::default().connect_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_role_and_database_are_unavailable() {
+    let Some(url) = common::url() else { return };
+    let cfg: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &cfg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)] // Unix sockets exist only on Unix.
+        _ => "localhost".into(),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let bad_role = format!("postgres://no_such_role_anarchon:pw@{host}:{port}/postgres");
+    let err = PostgresStore::connect(&bad_role, PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(!err.to_string().contains(":pw@"), "{err}");
+    let user = cfg.get_user().unwrap_or("postgres");
+    let bad_db = format!("postgres://{user}@{host}:{port}/no_such_db_anarchon");
+    let err = PostgresStore::connect(&bad_db, PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_users_pool_stays_open_after_close() {
+    let Some(url) = common::url() else { return };
+    let cfg: tokio_postgres::Config = url.parse().unwrap();
+    let manager = anarchon_postgres::deadpool_postgres::Manager::new(cfg, tokio_postgres::NoTls);
+    let pool = anarchon_postgres::deadpool_postgres::Pool::builder(manager)
+        .max_size(2)
+        .build()
+        .unwrap();
+    let schema = common::fresh_schema();
+    let store =
+        PostgresStore::with_pool(pool.clone(), PostgresOptions::default().schema(&schema)).unwrap();
+    store.prepare(&prep(&[])).await.unwrap();
+    // Without a listen URL a user's pool gives no release stream: backups poll.
+    assert!(store.subscribe_releases().is_none());
+    store.close().await.unwrap();
+    assert!(matches!(
+        store.now().await.unwrap_err(),
+        Error::Unavailable { .. }
+    ));
+    let client = pool.get().await.expect("the user's pool is still open");
+    client.simple_query("SELECT 1").await.unwrap();
+    drop(client);
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statements_are_bounded_by_the_timeout() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let schema = store.schema().to_owned();
+    let slow = PostgresStore::new(
+        &url,
+        PostgresOptions::default()
+            .schema(&schema)
+            .timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    // Hold the jobs table's lock so a claim has to wait for it.
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{schema}\".anarchon_runs_jobs IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    let j = job("slow");
+    let now = slow.now().await.unwrap();
+    let started = Instant::now();
+    let err = slow.claim(&claim(&j, now, "a", now)).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    drop(client);
+    let _ = task.await;
+    // The store still works afterwards.
+    won(slow.claim(&claim(&j, now, "a", now)).await.unwrap());
+    drop(Arc::new(slow));
+    common::drop_schema(&url, &schema).await;
+}
