@@ -1,0 +1,639 @@
+//! libSQL lease store for anarchon: the SQLite store's schema and SQL on a remote libSQL
+//! server (`sqld`, Turso), so instances on several machines share one database. [B-43]
+//!
+//! ```no_run
+//! # async fn f() -> anarchon_core::Result<()> {
+//! use std::sync::Arc;
+//! use anarchon_core::LeaseStore;
+//! use anarchon_libsql::LibsqlStore;
+//!
+//! let token = std::env::var("LIBSQL_AUTH_TOKEN").unwrap_or_default();
+//! let store: Arc<dyn LeaseStore> =
+//!     Arc::new(LibsqlStore::open("libsql://my-db.example.turso.io", token).await?);
+//! # Ok(()) }
+//! ```
+//!
+//! The statements, the schema (with its version and migrations) and the row mapping are
+//! `anarchon_sqlite::sql`, the very code the local SQLite store runs; this crate only
+//! carries them over the network. It uses `libsql`'s remote client alone
+//! (`default-features = false, features = ["remote", "tls"]`): that client has no C
+//! SQLite inside, so it can sit in one binary beside `anarchon-sqlite`'s bundled SQLite.
+//! A local libSQL file is an SQLite file: open it with `anarchon-sqlite`.
+//!
+//! Lease times are the server's clock (`julianday('now')` on the server), read inside each
+//! write transaction. Every write is one interactive `BEGIN IMMEDIATE` transaction on the
+//! server (one HTTP request per statement). Each call is bounded by the call timeout.
+//!
+//! # Versions
+//! A libSQL server (`sqld`) or Turso; SQLite ≥ 3.35 semantics (`RETURNING`). MSRV: the
+//! workspace's `rust-version`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anarchon_core::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+    TakeoverOutcome, redact_url,
+};
+use anarchon_sqlite::releases;
+use anarchon_sqlite::sql::{self, Exec, Row, Sql, Tables, Value, ops, schema};
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+const KIND: &str = "libsql";
+
+/// The default bound of one call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The store's clock on the server, epoch ms (`julianday` works on every SQLite version).
+const NOW_SQL: &str = "SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+/// Why a libSQL store could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LibsqlError {
+    /// The URL is not a remote libSQL URL.
+    #[error(
+        "invalid libSQL URL {url:?}: {reason}; give libsql://, https:// or http:// and the \
+         server's auth token (for a local file use anarchon-sqlite)"
+    )]
+    InvalidUrl {
+        /// The URL, redacted.
+        url: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The `table` option is not a usable SQL identifier.
+    #[error(
+        "invalid table prefix {table:?}: {reason}; use an SQL identifier such as \"anarchon_runs\""
+    )]
+    InvalidTable {
+        /// What was given.
+        table: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+}
+
+impl From<LibsqlError> for Error {
+    fn from(e: LibsqlError) -> Self {
+        match e {
+            LibsqlError::InvalidUrl { .. } => Error::invalid_option("url", e.to_string()),
+            LibsqlError::InvalidTable { .. } => Error::invalid_option("table", e.to_string()),
+        }
+    }
+}
+
+/// A URL fit for messages: no password, no query string (where tokens may hide).
+fn display_url(url: &str) -> String {
+    let base = url.split(['?', '#']).next().unwrap_or(url);
+    redact_url(base)
+}
+
+/// Options for opening a [`LibsqlStore`]; see [`LibsqlStore::builder`].
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct LibsqlStoreBuilder {
+    url: String,
+    auth_token: String,
+    table: String,
+    call_timeout: Duration,
+}
+
+impl std::fmt::Debug for LibsqlStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LibsqlStoreBuilder")
+            .field("url", &display_url(&self.url))
+            .field("table", &self.table)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LibsqlStoreBuilder {
+    /// The table prefix (default `anarchon_runs`), as for the SQLite store. [B-42]
+    pub fn table(mut self, prefix: impl Into<String>) -> Self {
+        self.table = prefix.into();
+        self
+    }
+
+    /// The longest any call may take (default 10 s); past it the call fails with
+    /// [`Error::Timeout`].
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Connects and creates, checks or migrates the tables (the first network use).
+    pub async fn open(self) -> Result<LibsqlStore> {
+        let shown = display_url(&self.url);
+        let scheme = self
+            .url
+            .split("://")
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if !self.url.contains("://") || !matches!(scheme.as_str(), "libsql" | "https" | "http") {
+            return Err(LibsqlError::InvalidUrl {
+                url: shown,
+                reason: "it is not a remote URL",
+            }
+            .into());
+        }
+        let tables = Tables::new(&self.table).map_err(|reason| LibsqlError::InvalidTable {
+            table: self.table.clone(),
+            reason,
+        })?;
+        let db = libsql::Builder::new_remote(self.url.clone(), self.auth_token)
+            .build()
+            .await
+            .map_err(|e| Error::Unavailable {
+                store: KIND,
+                target: shown.clone(),
+                source: Box::new(e),
+            })?;
+        let sql = Sql::new(KIND, shown.clone(), tables);
+        let releases = releases::channel(&format!("libsql:{shown}#{}", sql.tables.runs));
+        let store = LibsqlStore {
+            inner: Arc::new(Inner {
+                db,
+                sql,
+                call_timeout: self.call_timeout,
+                releases,
+                closed: AtomicBool::new(false),
+            }),
+        };
+        store
+            .run("open", |mut e, sql| async move {
+                schema::ensure(&mut e, sql).await.map(drop)
+            })
+            .await?;
+        Ok(store)
+    }
+}
+
+/// A lease store on a remote libSQL server. Clones share the client.
+#[derive(Clone)]
+pub struct LibsqlStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: libsql::Database,
+    sql: Sql,
+    call_timeout: Duration,
+    releases: Arc<broadcast::Sender<RunKey>>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for LibsqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LibsqlStore")
+            .field("url", &self.inner.sql.location)
+            .field("table", &self.inner.sql.tables.runs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LibsqlStore {
+    /// Opens the remote database with the default options.
+    pub async fn open(url: impl Into<String>, auth_token: impl Into<String>) -> Result<Self> {
+        Self::builder(url, auth_token).open().await
+    }
+
+    /// Options for the remote database at `url` (`libsql://`, `https://`, `http://`).
+    pub fn builder(url: impl Into<String>, auth_token: impl Into<String>) -> LibsqlStoreBuilder {
+        LibsqlStoreBuilder {
+            url: url.into(),
+            auth_token: auth_token.into(),
+            table: sql::DEFAULT_PREFIX.to_owned(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// The table names.
+    pub fn tables(&self) -> &Tables {
+        &self.inner.sql.tables
+    }
+
+    /// The schema version on the server.
+    pub async fn schema_version(&self) -> Result<Option<i64>> {
+        self.run("schema_version", |mut e, sql| async move {
+            schema::version(&mut e, sql).await
+        })
+        .await
+    }
+
+    /// Runs one operation on a connection of its own (a Hrana stream), bounded by the call
+    /// timeout. A transaction cut off by the timeout is rolled back by the client (and by
+    /// the server when the stream expires).
+    async fn run<'s, T, F, Fut>(&'s self, operation: &'static str, f: F) -> Result<T>
+    where
+        F: FnOnce(RemoteExec, &'s Sql) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable {
+                store: KIND,
+                target: self.inner.sql.location.clone(),
+                source: "the store was closed".into(),
+            });
+        }
+        let timeout = self.inner.call_timeout;
+        let deadline = Instant::now() + timeout;
+        let conn = self
+            .inner
+            .db
+            .connect()
+            .map_err(|e| map_err(&self.inner.sql.location, operation, e))?;
+        let exec = RemoteExec {
+            conn,
+            tx: None,
+            operation,
+            sql_location: self.inner.sql.location.clone(),
+            deadline,
+        };
+        match tokio::time::timeout(timeout, f(exec, &self.inner.sql)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                store: KIND,
+                operation,
+                after: timeout,
+            }),
+        }
+    }
+}
+
+/// Maps a libSQL client error to the core error the contract names for it.
+fn map_err(location: &str, operation: &'static str, e: libsql::Error) -> Error {
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    let code = match &e {
+        libsql::Error::SqliteFailure(code, _) => Some(*code & 0xff),
+        libsql::Error::RemoteSqliteFailure(code, _, _) => Some(*code & 0xff),
+        _ => None,
+    };
+    if matches!(code, Some(5 | 6))
+        || lower.contains("database is locked")
+        || lower.contains("sqlite_busy")
+    {
+        return Error::Timeout {
+            store: KIND,
+            operation,
+            after: Duration::ZERO,
+        };
+    }
+    if matches!(code, Some(26 | 11)) || lower.contains("not a database") {
+        return Error::Corrupt {
+            store: KIND,
+            location: location.to_owned(),
+            reason: text,
+        };
+    }
+    let unreachable = matches!(e, libsql::Error::ConnectionFailed(_))
+        || [
+            "http error",
+            "connect",
+            "dns",
+            "unauthorized",
+            "401",
+            "403",
+            "tls",
+            "stream closed",
+            "broken pipe",
+        ]
+        .iter()
+        .any(|s| lower.contains(s));
+    if unreachable {
+        Error::Unavailable {
+            store: KIND,
+            target: location.to_owned(),
+            source: Box::new(e),
+        }
+    } else {
+        Error::store(KIND, operation, e)
+    }
+}
+
+/// [`Exec`] on one remote connection. `BEGIN IMMEDIATE`, `COMMIT` and `ROLLBACK` go
+/// through the client's transaction API, which keeps one server stream for the whole
+/// transaction.
+struct RemoteExec {
+    conn: libsql::Connection,
+    tx: Option<libsql::Transaction>,
+    operation: &'static str,
+    sql_location: String,
+    deadline: Instant,
+}
+
+fn to_params(params: &[Value]) -> libsql::params::Params {
+    libsql::params::Params::Positional(
+        params
+            .iter()
+            .map(|v| match v {
+                Value::Null => libsql::Value::Null,
+                Value::Integer(i) => libsql::Value::Integer(*i),
+                Value::Text(s) => libsql::Value::Text(s.clone()),
+            })
+            .collect(),
+    )
+}
+
+impl RemoteExec {
+    fn err(&self, e: libsql::Error) -> Error {
+        map_err(&self.sql_location, self.operation, e)
+    }
+
+    fn conn(&self) -> &libsql::Connection {
+        match &self.tx {
+            Some(tx) => tx,
+            None => &self.conn,
+        }
+    }
+
+    /// `BEGIN IMMEDIATE`, retried while another writer holds the lock, until the deadline.
+    async fn begin(&mut self) -> Result<()> {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self
+                .conn
+                .transaction_with_behavior(libsql::TransactionBehavior::Immediate)
+                .await
+            {
+                Ok(tx) => {
+                    self.tx = Some(tx);
+                    return Ok(());
+                }
+                Err(e) => {
+                    let err = self.err(e);
+                    if !matches!(err, Error::Timeout { .. })
+                        || Instant::now() + pause > self.deadline
+                    {
+                        return Err(err);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
+
+impl Exec for RemoteExec {
+    async fn now(&mut self) -> Result<EpochMs> {
+        let rows = self.query(NOW_SQL, &[]).await?;
+        match rows.first().and_then(|r| r.first()) {
+            Some(Value::Integer(ms)) => Ok(*ms),
+            other => Err(Error::Corrupt {
+                store: KIND,
+                location: self.sql_location.clone(),
+                reason: format!("the server's clock read as {other:?}"),
+            }),
+        }
+    }
+
+    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let mut rows = self
+            .conn()
+            .query(sql, to_params(params))
+            .await
+            .map_err(|e| self.err(e))?;
+        let n = rows.column_count();
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().await.map_err(|e| self.err(e))? {
+            let mut row = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+            for i in 0..n {
+                row.push(match r.get_value(i).map_err(|e| self.err(e))? {
+                    libsql::Value::Null => Value::Null,
+                    libsql::Value::Integer(v) => Value::Integer(v),
+                    libsql::Value::Text(t) => Value::Text(t),
+                    other => {
+                        return Err(Error::Corrupt {
+                            store: KIND,
+                            location: self.sql_location.clone(),
+                            reason: format!("column {i} of a result holds {other:?}"),
+                        });
+                    }
+                });
+            }
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    async fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        match sql {
+            "BEGIN IMMEDIATE" => self.begin().await.map(|()| 0),
+            "COMMIT" => match self.tx.take() {
+                Some(tx) => tx.commit().await.map(|()| 0).map_err(|e| self.err(e)),
+                None => Ok(0),
+            },
+            "ROLLBACK" => match self.tx.take() {
+                Some(tx) => tx.rollback().await.map(|()| 0).map_err(|e| self.err(e)),
+                None => Ok(0),
+            },
+            _ => self
+                .conn()
+                .execute(sql, to_params(params))
+                .await
+                .map_err(|e| self.err(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for LibsqlStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        let jobs = prepare.jobs.clone();
+        self.run("prepare", |mut e, sql| async move {
+            // Another instance may have migrated the schema since this one opened it.
+            schema::ensure(&mut e, sql).await?;
+            ops::register_jobs(&mut e, sql, &jobs).await
+        })
+        .await
+    }
+
+    async fn now(&self) -> Result<EpochMs> {
+        self.run("now", |mut e, _| async move { e.now().await })
+            .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        // The remote client holds no open connection between calls.
+        self.inner.closed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for LibsqlStore {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        self.run("history", |mut e, sql| async move {
+            ops::history(&mut e, sql, job, count).await
+        })
+        .await
+    }
+
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.run("record_manual", |mut e, sql| async move {
+            ops::record_manual(&mut e, sql, record, retention).await
+        })
+        .await
+    }
+
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        self.run("known_jobs", |mut e, sql| async move {
+            ops::known_jobs(&mut e, sql).await
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for LibsqlStore {
+    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
+        self.run("claim", |mut e, sql| async move {
+            ops::claim(&mut e, sql, claim).await
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("heartbeat", |mut e, sql| async move {
+            ops::heartbeat(&mut e, sql, leases, lease_ms).await
+        })
+        .await
+    }
+
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        self.run("finish", |mut e, sql| async move {
+            ops::finish(&mut e, sql, lease, finish).await
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
+        let r = self
+            .run("release", |mut e, sql| async move {
+                ops::release(&mut e, sql, lease).await
+            })
+            .await?;
+        if r == OwnerWrite::Done {
+            let _ = self.inner.releases.send(lease.run.clone());
+        }
+        Ok(r)
+    }
+
+    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
+        self.run("take_over", |mut e, sql| async move {
+            ops::take_over(&mut e, sql, takeover).await
+        })
+        .await
+    }
+
+    async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("runs", |mut e, sql| async move {
+            ops::runs(&mut e, sql, runs).await
+        })
+        .await
+    }
+
+    async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("unfinished_runs", |mut e, sql| async move {
+            ops::unfinished_runs(&mut e, sql, jobs).await
+        })
+        .await
+    }
+
+    /// An in-process broadcast shared by the stores of this process on the same server and
+    /// prefix; backups elsewhere notice a release at their next poll (every heartbeat).
+    fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
+        Some(self.inner.releases.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_in_messages_lose_passwords_and_query_strings() {
+        assert_eq!(
+            display_url("libsql://db.example.io?authToken=secret"),
+            "libsql://db.example.io"
+        );
+        assert_eq!(
+            display_url("https://u:pw@db.example.io/"),
+            "https://u:***@db.example.io/"
+        );
+    }
+
+    #[tokio::test]
+    async fn b43_a_local_path_or_other_scheme_is_refused_with_a_clear_error() {
+        for url in [
+            "anarchon.db",
+            "file:anarchon.db",
+            "postgres://x/y",
+            "redis://h",
+        ] {
+            let err = LibsqlStore::open(url, "").await.unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidOption { option: "url", .. }),
+                "{url}: {err}"
+            );
+            assert!(err.to_string().contains("anarchon-sqlite"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn b42_invalid_table_prefix_is_refused_before_connecting() {
+        let err = LibsqlStore::builder("http://127.0.0.1:9", "")
+            .table("a-b")
+            .open()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidOption {
+                    option: "table",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn b43_an_unreachable_server_is_unavailable_and_names_the_url_without_secrets() {
+        // Port 9 (discard) on loopback: nothing listens there on these machines.
+        let err = LibsqlStore::builder("http://user:hunter2@127.0.0.1:9", "token")
+            .call_timeout(Duration::from_secs(5))
+            .open()
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }),
+            "{err:?}"
+        );
+        assert!(!msg.contains("hunter2"), "{msg}");
+    }
+}
