@@ -1,0 +1,170 @@
+//! Slow suite (`ANARCHON_SLOW=1`): a Redis server this test starts itself is killed and
+//! restarted while three instances claim slots. [B-10, B-11, B-29, B-41]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anarchon_core::testkit::{slow_enabled, unique_job};
+use anarchon_core::{
+    ClaimOutcome, HistoryStore, LeaseClaim, LeaseStore, Overlap, Prepare, Reason, Retention,
+    RunKey, Store,
+};
+use anarchon_redis::RedisStore;
+use common::{OwnServer, options};
+
+const GRID_MS: i64 = 200;
+
+fn host_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The server is SIGKILLed mid-run and restarted 1.5 s later on the same port (its
+/// append-only file keeps every acknowledged write). The instances reconnect by themselves,
+/// claim again, and no slot is ever started twice: claims buffered during the outage reach
+/// the server after their deadline and are refused by the script. A release after the
+/// restart still reaches the subscriber (it subscribed again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b29_server_restart_reconnects_without_duplicate_start() {
+    if !slow_enabled() {
+        eprintln!(
+            "SKIP ANARCHON_SLOW is not 1: the Redis kill-and-restart test did not run (cargo xtask test --slow)"
+        );
+        return;
+    }
+    let Some(mut server) = OwnServer::start("redis-server", &[]) else {
+        return;
+    };
+    let opts = options()
+        .command_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(2))
+        .reconnect_delay(Duration::from_millis(50), Duration::from_millis(400));
+    let job = unique_job("restart");
+    let mut stores = Vec::new();
+    for i in 0..3 {
+        let s = Arc::new(RedisStore::from_url_with(&server.url(), opts.clone()).unwrap());
+        s.prepare(&Prepare {
+            jobs: vec![job.clone()],
+            instance_id: format!("i{i}"),
+        })
+        .await
+        .unwrap();
+        stores.push(s);
+    }
+    let mut releases = stores[2].subscribe_releases().unwrap();
+
+    // (slot, instance) -> outcome text; wins per slot.
+    let wins: Arc<Mutex<BTreeMap<i64, Vec<String>>>> = Arc::default();
+    let errors = Arc::new(Mutex::new(0usize));
+    let run_for = Duration::from_secs(7);
+    let began = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, s) in stores.iter().enumerate() {
+        let (s, wins, errors, job) = (s.clone(), wins.clone(), errors.clone(), job.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            while began.elapsed() < run_for {
+                let slot = host_ms() / GRID_MS * GRID_MS;
+                if slot == last {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                last = slot;
+                tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 30)).await;
+                let c = LeaseClaim {
+                    run: RunKey::new(job.clone(), slot),
+                    scheduled_at: slot,
+                    instance_id: format!("i{i}"),
+                    lease_ms: 5_000,
+                    not_after: slot + 300,
+                    overlap: Overlap::Allow,
+                    reason: Reason::Scheduled,
+                    retention: Retention::default(),
+                };
+                match s.claim(&c).await {
+                    Ok(ClaimOutcome::Won(_)) => wins
+                        .lock()
+                        .unwrap()
+                        .entry(slot)
+                        .or_default()
+                        .push(format!("i{i}")),
+                    Ok(_) => {}
+                    Err(_) => *errors.lock().unwrap() += 1,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    server.kill();
+    let killed_at = host_ms();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    server.restart();
+    let restarted_at = host_ms();
+    for t in tasks {
+        t.await.unwrap();
+    }
+
+    let wins = wins.lock().unwrap().clone();
+    eprintln!(
+        "slots won: {}, claim errors during the outage: {}, slots won after the restart: {}",
+        wins.len(),
+        errors.lock().unwrap(),
+        wins.keys().filter(|&&s| s > restarted_at).count()
+    );
+    let duplicates: Vec<_> = wins.iter().filter(|(_, w)| w.len() > 1).collect();
+    assert!(duplicates.is_empty(), "slots started twice: {duplicates:?}");
+    assert!(
+        wins.keys().any(|&s| s < killed_at),
+        "no claim before the kill"
+    );
+    assert!(
+        wins.keys().filter(|&&s| s > restarted_at + 500).count() >= 5,
+        "the instances did not reconnect and claim again: {wins:?}"
+    );
+    assert!(*errors.lock().unwrap() > 0, "the outage went unnoticed");
+    // Every run the server holds was won by a claim that got its answer: nothing started
+    // behind the instances' backs when buffered commands reached the restarted server.
+    let h = stores[0].history(&job, 1000).await.unwrap();
+    let stored: BTreeSet<i64> = h.iter().map(|r| r.slot).collect();
+    let answered: BTreeSet<i64> = wins.keys().copied().collect();
+    assert_eq!(
+        stored, answered,
+        "runs in the store that no instance was told it won"
+    );
+
+    // Release notifications survive the restart: the subscriber subscribed again.
+    let t = stores[0].now().await.unwrap();
+    let c = LeaseClaim {
+        run: RunKey::new(job.clone(), t + 1),
+        scheduled_at: t,
+        instance_id: "i0".into(),
+        lease_ms: 5_000,
+        not_after: t + 60_000,
+        overlap: Overlap::Allow,
+        reason: Reason::Scheduled,
+        retention: Retention::default(),
+    };
+    let ClaimOutcome::Won(lease) = stores[0].claim(&c).await.unwrap() else {
+        panic!("claim after restart")
+    };
+    stores[0].release(&lease).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match releases.recv().await {
+                Ok(k) if k == lease.run => return k,
+                Ok(_) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert!(got.is_ok(), "no release notification after the restart");
+    for s in stores {
+        s.close().await.unwrap();
+    }
+}
