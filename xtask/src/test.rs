@@ -45,9 +45,16 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
 
     let mut main = prepared(slow, &mut effective);
     if nextest {
-        main.args(["nextest", "run", "--workspace", "--no-tests=warn"]);
+        main.args(["nextest", "run", "--no-tests=warn"]);
     } else {
-        main.args(["test", "--workspace"]);
+        main.arg("test");
+    }
+    // `--workspace` would override a `-p <crate>` given after `--`.
+    let picks_packages = extra.iter().take_while(|arg| *arg != "--").any(|arg| {
+        arg == "-p" || arg.starts_with("--package") || (arg.starts_with("-p") && arg.len() > 2)
+    });
+    if !picks_packages {
+        main.arg("--workspace");
     }
     main.args(&extra);
     let main_status = util::run_visible(&mut main)?;
@@ -94,7 +101,7 @@ fn summary(effective: &[(String, String)], slow: bool) {
             .join(", ")
     };
     eprintln!();
-    eprintln!("server-backed suites:");
+    eprintln!("server-backed suites (judged by the URLs the tests were given):");
     if ran.is_empty() {
         eprintln!("  ran:     none");
     } else {
@@ -112,6 +119,16 @@ fn summary(effective: &[(String, String)], slow: bool) {
             "  start them with `cargo xtask test-servers{}`, then run `cargo xtask test` again",
             if brokers { " --brokers" } else { "" }
         );
+        if skipped
+            .iter()
+            .any(|(_, name, _)| *name == "redis86" || *name == "libsql")
+        {
+            eprintln!(
+                "  (redis86 and libsql need binaries no Debian package has: a redis-server >= 8.6 \
+                 in ANARCHON_REDIS86_SERVER, sqld on PATH or in ANARCHON_SQLD, or Docker; see \
+                 docs/testing.md)"
+            );
+        }
         if std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1") {
             eprintln!(
                 "  ANARCHON_REQUIRE_SERVERS=1: suites without their server fail instead of skipping"
