@@ -1137,10 +1137,12 @@ impl Driver {
         }
         // [B-15] If the job's next slot is already due, the expired run is replaced, not
         // restarted.
-        let superseded = job
-            .schedule
-            .newest_due(self.now_ms())
-            .is_some_and(|s| s > view.run.slot);
+        // A released run (graceful handover) is always continued as the same slot. [B-17]
+        let superseded = view.owner.is_some()
+            && job
+                .schedule
+                .newest_due(self.now_ms())
+                .is_some_and(|s| s > view.run.slot);
         let Backend::Lease(store) = self.shared.backend.clone() else {
             return;
         };
@@ -1207,6 +1209,14 @@ impl Driver {
                     run: info(),
                     cause: "replaced by the next slot".into(),
                 });
+                // The new slot may start now: it may have been skipped for overlap while the
+                // dead run still looked live. [B-15]
+                if self.stopping.is_none()
+                    && let Some(slot) = job.schedule.newest_due(self.now_ms())
+                {
+                    let not_after = slot + job.opts.max_late_ms as EpochMs;
+                    self.claim(job, slot, Reason::Scheduled, not_after);
+                }
             }
             Err(e) => {
                 self.error("take_over", Some(&view.run.job), &e);

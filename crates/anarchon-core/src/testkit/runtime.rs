@@ -35,9 +35,11 @@ macro_rules! __runtime_tests {
             b12_overlap_skip_never_runs_two_at_once,
             b14_backup_takes_over_after_the_owner_crashes,
             b14_crashed_run_is_exhausted_after_max_attempts,
+            b15_expired_run_is_replaced_and_the_due_slot_starts,
             b16_frozen_owner_is_fenced_then_learns_it_lost,
             b17_graceful_stop_hands_over_at_once_without_counting,
             b17_handler_ignoring_the_signal_is_recorded_as_succeeded,
+            b17_handover_continues_the_same_slot_after_the_next_came_due,
             b17_stop_timeout_stops_heartbeats_and_a_backup_takes_over,
             b19_missed_slot_is_caught_up_on_start,
             b19_catch_up_zero_turns_it_off,
@@ -978,4 +980,118 @@ pub async fn s11_no_store_traffic_while_idle(store: Arc<dyn LeaseStore>) {
     sleep_ms(3_000).await;
     assert_eq!(inst.calls(), before, "idle instance talked to the store");
     a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// Starts `a` on an `every 2s` job at the start of a slot and a backup `b` that skips the next
+/// slot for overlap; returns the slot `a` runs.
+async fn long_run_then_overlap(
+    store: &Arc<dyn LeaseStore>,
+    job: &JobName,
+    starts: &Starts,
+    fail_on_cancel: bool,
+) -> (
+    Scheduler<Leased>,
+    Scheduler<Leased>,
+    EpochMs,
+    Arc<std::sync::Mutex<Vec<Event>>>,
+) {
+    align(2_000, 100).await;
+    let a = node(&Instance::new(store.clone()), "a").build().unwrap();
+    a.every(job.as_str(), "2s")
+        .catch_up_ms(10_000)
+        .handler(worker(starts, "a", 60_000, fail_on_cancel))
+        .unwrap();
+    a.start().await.unwrap();
+    assert!(
+        wait_for(1_000, || !starts.lock().unwrap().is_empty()).await,
+        "a did not start"
+    );
+    let slot = starts.lock().unwrap()[0].1;
+    let b = node(&Instance::new(store.clone()), "b")
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    let b_events = record_events(&b);
+    b.every(job.as_str(), "2s")
+        .handler(worker(starts, "b", 100, false))
+        .unwrap();
+    b.start().await.unwrap();
+    assert!(
+        wait_for(3_000, || count(&b_events, |e| matches!(
+            e,
+            Event::Skip {
+                reason: SkipReason::Overlap,
+                ..
+            }
+        )) >= 1)
+        .await,
+        "b never skipped for overlap"
+    );
+    (a, b, slot, b_events)
+}
+
+/// [B-15] When a crashed run's lease expires after the job's next slot came due (and was
+/// skipped for overlap), the backup marks it `interrupted` and starts the due slot.
+pub async fn b15_expired_run_is_replaced_and_the_due_slot_starts(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("replace");
+    let starts: Starts = Arc::default();
+    let (a, b, slot, b_events) = long_run_then_overlap(&store, &job, &starts, false).await;
+    a.crash();
+    assert!(
+        wait_for(LEASE_MS + 3 * HEARTBEAT_MS + 500, || starts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.0 == "b"))
+        .await,
+        "b never started: {:?}",
+        starts.lock().unwrap()
+    );
+    let s: Vec<_> = starts.lock().unwrap().clone();
+    let b_run = s.iter().find(|s| s.0 == "b").unwrap();
+    assert_eq!(
+        (b_run.1, b_run.2, b_run.3),
+        (slot + 2_000, 1, Reason::Scheduled),
+        "{s:?}"
+    );
+    assert_eq!(
+        count(
+            &b_events,
+            |e| matches!(e, Event::Interrupted { cause, .. } if cause == "replaced by the next slot")
+        ),
+        1
+    );
+    b.stop(Duration::from_secs(5)).await.unwrap();
+    let h = history_of(&store, &job).await;
+    let old = h.iter().find(|r| r.slot == slot).unwrap();
+    assert_eq!(old.status, RunStatus::Interrupted);
+}
+
+/// [B-17] A handover continues the same slot as attempt 2, even when the job's next slot is
+/// already due.
+pub async fn b17_handover_continues_the_same_slot_after_the_next_came_due(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("handnext");
+    let starts: Starts = Arc::default();
+    let (a, b, slot, _) = long_run_then_overlap(&store, &job, &starts, true).await;
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        wait_for(2 * HEARTBEAT_MS + 500, || starts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.0 == "b"))
+        .await,
+        "no handover: {:?}",
+        starts.lock().unwrap()
+    );
+    let s: Vec<_> = starts.lock().unwrap().clone();
+    let b_run = s.iter().find(|s| s.0 == "b").unwrap();
+    assert_eq!(
+        (b_run.1, b_run.2, b_run.3),
+        (slot, 2, Reason::Takeover),
+        "{s:?}"
+    );
+    b.stop(Duration::from_secs(5)).await.unwrap();
 }
