@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use anarchon_core::{Error, Result, RunKey};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
@@ -185,6 +185,8 @@ pub(crate) struct Inner {
     listen: Option<tokio_postgres::Config>,
     connect_timeout: Duration,
     releases: broadcast::Sender<RunKey>,
+    /// True while the LISTEN connection is up and listening.
+    listening: watch::Sender<bool>,
     listener: Mutex<Option<JoinHandle<()>>>,
     shutdown: CancellationToken,
     closed: AtomicBool,
@@ -339,6 +341,7 @@ impl PostgresStore {
                 listen,
                 connect_timeout,
                 releases: broadcast::channel(1024).0,
+                listening: watch::channel(false).0,
                 listener: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 closed: AtomicBool::new(false),
@@ -472,6 +475,27 @@ impl Inner {
         Ok(())
     }
 
+    /// Starts the LISTEN task and waits until it listens, at most `connect_timeout`: a
+    /// release sent right after `prepare` then reaches this instance. When the connection
+    /// cannot be made, backups poll, so this only logs.
+    pub(crate) async fn start_listener(&self) {
+        if self.listen.is_none() {
+            return;
+        }
+        self.ensure_listener();
+        let mut listening = self.listening.subscribe();
+        let wait = listening.wait_for(|l| *l);
+        if tokio::time::timeout(self.connect_timeout, wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                target_url = %self.target,
+                "postgres release listener is not listening yet; backups poll until it is"
+            );
+        }
+    }
+
     /// Starts the LISTEN task once, when a runtime is at hand.
     fn ensure_listener(&self) {
         let Some(config) = &self.listen else { return };
@@ -487,6 +511,7 @@ impl Inner {
                 config.clone(),
                 self.names.channel.clone(),
                 self.releases.clone(),
+                self.listening.clone(),
                 self.target.clone(),
                 self.connect_timeout,
                 self.shutdown.clone(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anarchon_core::{JobName, RunKey};
 use futures::StreamExt;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,7 @@ pub(crate) async fn run(
     config: tokio_postgres::Config,
     channel: String,
     releases: broadcast::Sender<RunKey>,
+    state: watch::Sender<bool>,
     target: String,
     connect_timeout: Duration,
     shutdown: CancellationToken,
@@ -52,6 +53,7 @@ pub(crate) async fn run(
                             Ok(()) => {
                                 listening = true;
                                 backoff = BACKOFF_START;
+                                state.send_replace(true);
                                 tracing::debug!(channel = %channel, "postgres release listener is listening");
                             }
                             Err(e) => break e.to_string(),
@@ -73,6 +75,7 @@ pub(crate) async fn run(
             Ok(Err(e)) => e.to_string(),
             Err(_) => "timed out opening the connection".to_owned(),
         };
+        state.send_replace(false);
         tracing::warn!(
             target_url = %target,
             "postgres release listener lost its connection ({reason}); reconnecting in {backoff:?}, \

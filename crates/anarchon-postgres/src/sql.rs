@@ -307,7 +307,10 @@ VALUES ($1, $2, true, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (job, slot, instance_id) WHERE manual DO UPDATE SET
     attempt = EXCLUDED.attempt, scheduled_at = EXCLUDED.scheduled_at, reason = EXCLUDED.reason,
     status = EXCLUDED.status, fence = EXCLUDED.fence, started_at = EXCLUDED.started_at,
-    finished_at = EXCLUDED.finished_at, error = EXCLUDED.error"
+    finished_at = EXCLUDED.finished_at, error = EXCLUDED.error
+-- The start record (running) and the finish record of a manual run may be written on two
+-- pooled connections at once; a late start record must not undo the finish.
+WHERE a.status = 'running' OR EXCLUDED.status <> 'running'"
         );
         // $1 job, $2 size, $3 ttl ms (or NULL).
         let prune = format!(

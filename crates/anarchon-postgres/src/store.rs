@@ -61,8 +61,10 @@ impl Store for PostgresStore {
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
         self.inner.prepare_schema(&prepare.jobs).await?;
-        if self.inner.releases.receiver_count() > 0 {
-            self.inner.ensure_listener();
+        // An instance with jobs is a backup: listen for releases from the start. A process
+        // that only reads history opens no LISTEN connection unless it subscribes.
+        if !prepare.jobs.is_empty() || self.inner.releases.receiver_count() > 0 {
+            self.inner.start_listener().await;
         }
         Ok(())
     }

@@ -225,7 +225,10 @@ async fn b14_takeover_after_expiry_then_exhausted() {
     assert_eq!((b.attempt, b.fence, b.reason), (2, 2, Reason::Takeover));
     // The stale owner is fenced off.
     assert_eq!(
-        store.heartbeat(std::slice::from_ref(&a), 1000).await.unwrap(),
+        store
+            .heartbeat(std::slice::from_ref(&a), 1000)
+            .await
+            .unwrap(),
         vec![Renewal::Lost]
     );
     assert_eq!(

@@ -57,7 +57,7 @@ pub async fn drop_schema(url: &str, schema: &str) {
     let _ = exec(url, &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).await;
 }
 
-async fn drop_old_schemas(url: &str) {
+pub async fn drop_old_schemas(url: &str) {
     let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
         return;
     };
