@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
 use anarchon_core::{
-    ClaimOutcome, ClaimStore, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap, Prepare,
-    Reason, Retention, RunKey, RunStatus, SlotClaim, Store,
+    ClaimOutcome, ClaimStore, Finish, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
+    Retention, RunKey, RunStatus, SlotClaim, Store,
 };
 use anarchon_redis::fred::interfaces::ClientLike;
 use anarchon_redis::{RedisClaimStore, RedisOptions, RedisStore, Strategy};
@@ -52,33 +52,6 @@ async fn ping(store: &RedisStore) {
     let _: String = store.client().ping(None).await.expect("PING");
 }
 
-/// Times only `timed`; `after` (untimed) resets the state for the next operation.
-async fn measure_split<T, A, FutT, FutA, O>(
-    name: &str,
-    cfg: &BenchConfig,
-    mut timed: T,
-    mut after: A,
-) -> Measurement
-where
-    T: FnMut(usize) -> FutT,
-    FutT: Future<Output = O>,
-    A: FnMut(O) -> FutA,
-    FutA: Future<Output = ()>,
-{
-    for i in 0..cfg.warmup {
-        let o = timed(i).await;
-        after(o).await;
-    }
-    let mut samples = Vec::with_capacity(cfg.ops);
-    for i in cfg.warmup..cfg.warmup + cfg.ops {
-        let started = Instant::now();
-        let o = timed(i).await;
-        samples.push(started.elapsed());
-        after(o).await;
-    }
-    Measurement::from_samples(name, &samples)
-}
-
 async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchConfig, json: bool) {
     let opts = options();
     let store = RedisStore::from_url_with(url, opts.clone()).expect("store");
@@ -99,32 +72,32 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
     let base = now - 10_000_000;
     let mut rows = Vec::new();
 
-    rows.push(measure("PING", cfg, |_| ping(&store)).await);
-
-    // Won claims: each op claims the next slot; the previous run was finished (untimed), as
-    // between two slots of a real job, and retention prunes beyond 100 runs as it goes.
-    let store_ref = &store;
-    let lease_job_ref = &lease_job;
-    rows.push(
-        measure_split(
-            "lease claim (won)",
-            cfg,
-            |i| async move {
-                match store_ref
-                    .claim(&lease_claim(lease_job_ref, base + i as i64, "a", now))
-                    .await
-                    .unwrap()
-                {
-                    ClaimOutcome::Won(l) => l,
-                    other => panic!("{other:?}"),
-                }
-            },
-            |lease: Lease| async move {
-                store_ref.finish(&lease, &done()).await.unwrap();
-            },
-        )
-        .await,
-    );
+    // PING and the won claim alternate in one loop, so both see the same machine load (the
+    // ratio of their p50s is the figure that matters). Each claim takes the next slot; the
+    // previous run was finished (untimed), as between two slots of a real job, and
+    // retention prunes beyond 100 runs as it goes.
+    let (mut pings, mut claims) = (Vec::with_capacity(cfg.ops), Vec::with_capacity(cfg.ops));
+    for i in 0..cfg.warmup + cfg.ops {
+        let started = Instant::now();
+        ping(&store).await;
+        let ping_took = started.elapsed();
+        let started = Instant::now();
+        let outcome = store
+            .claim(&lease_claim(&lease_job, base + i as i64, "a", now))
+            .await
+            .unwrap();
+        let claim_took = started.elapsed();
+        let ClaimOutcome::Won(lease) = outcome else {
+            panic!("{outcome:?}")
+        };
+        store.finish(&lease, &done()).await.unwrap();
+        if i >= cfg.warmup {
+            pings.push(ping_took);
+            claims.push(claim_took);
+        }
+    }
+    rows.push(Measurement::from_samples("PING", &pings));
+    rows.push(Measurement::from_samples("lease claim (won)", &claims));
 
     // Lost claims: the slot is already taken (what every other instance sees).
     let taken_slot = base - 1;
@@ -201,51 +174,46 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
         warmup: cfg.warmup.min(20),
         ops: cfg.ops.min(300),
     };
-    let (store_ref, hand_ref, rx_ref) = (&store, &hand_job, &mut rx);
-    let rx_cell = std::cell::RefCell::new(rx_ref);
-    rows.push(
-        measure_split(
-            "handover (release -> backup notified)",
-            &hand_cfg,
-            |i| {
-                let rx_cell = &rx_cell;
-                async move {
-                    let ClaimOutcome::Won(l) = store_ref
-                        .claim(&lease_claim(hand_ref, base + i as i64, "a", now))
-                        .await
-                        .unwrap()
-                    else {
-                        panic!("claim")
-                    };
-                    // Claim untimed would be fairer; the claim is a few percent of this row.
-                    store_ref.release(&l).await.unwrap();
-                    let mut rx = rx_cell.borrow_mut();
-                    loop {
-                        let k = tokio::time::timeout(Duration::from_secs(2), rx.recv())
-                            .await
-                            .expect("no notification in 2 s")
-                            .unwrap();
-                        if k == l.run {
-                            break l;
-                        }
-                    }
-                }
-            },
-            |l: Lease| async move {
-                let _ = store_ref
-                    .take_over(&anarchon_core::Takeover {
-                        run: l.run.clone(),
-                        seen_attempt: l.attempt,
-                        instance_id: "b".into(),
-                        lease_ms: 30_000,
-                        max_attempts: 3,
-                        superseded: true,
-                    })
-                    .await;
-            },
-        )
-        .await,
-    );
+    let mut samples = Vec::with_capacity(hand_cfg.ops);
+    for i in 0..hand_cfg.warmup + hand_cfg.ops {
+        // Claim untimed; time from the release call to the backup's notification.
+        let ClaimOutcome::Won(l) = store
+            .claim(&lease_claim(&hand_job, base + i as i64, "a", now))
+            .await
+            .unwrap()
+        else {
+            panic!("claim")
+        };
+        let started = Instant::now();
+        store.release(&l).await.unwrap();
+        loop {
+            let k = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+                .await
+                .expect("no release notification within 2 s")
+                .unwrap();
+            if k == l.run {
+                break;
+            }
+        }
+        if i >= hand_cfg.warmup {
+            samples.push(started.elapsed());
+        }
+        // Ends the released run, so the next claim is not held back by it.
+        let _ = store
+            .take_over(&anarchon_core::Takeover {
+                run: l.run.clone(),
+                seen_attempt: l.attempt,
+                instance_id: "b".into(),
+                lease_ms: 30_000,
+                max_attempts: 3,
+                superseded: true,
+            })
+            .await;
+    }
+    rows.push(Measurement::from_samples(
+        "handover (release -> backup notified)",
+        &samples,
+    ));
 
     let title = format!("anarchon-redis claim bench on {label} ({server})");
     report(&title, &rows, "PING", json);
