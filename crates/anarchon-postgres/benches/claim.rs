@@ -1,3 +1,331 @@
-//! Claim throughput and latency of the PostgreSQL store (written in the next commit).
+//! Claim benchmark of the PostgreSQL store: claims per second and p50/p99 beside `SELECT 1`
+//! on the same pool in the same run, the other lease operations, and the graceful-handover
+//! latency (release → another instance's subscriber notified, and → its takeover won).
+//!
+//! `cargo xtask bench postgres [--json]` (or `cargo bench -p anarchon-postgres --bench claim`)
+//! with `ANARCHON_POSTGRES_URL`. `ANARCHON_BENCH_OPS` / `ANARCHON_BENCH_WARMUP` shorten a run.
+//! The bench works in a schema of its own and drops it at the end.
 
-fn main() {}
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
+use anarchon_core::{
+    ClaimOutcome, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
+    Retention, RunKey, RunStatus, Store, Takeover, TakeoverOutcome,
+};
+use anarchon_postgres::{PostgresOptions, PostgresStore};
+
+/// The targets of the issue: a claim's p50 at most twice `SELECT 1`'s; a graceful handover
+/// under 100 ms.
+const TARGET_RATIO: f64 = 2.0;
+const TARGET_HANDOVER: Duration = Duration::from_millis(100);
+
+fn job(name: &str) -> JobName {
+    JobName::new(format!("{name}-{:08x}", rand::random::<u32>())).unwrap()
+}
+
+fn lease_claim(job: &JobName, slot: i64, instance: &str, now: i64) -> LeaseClaim {
+    LeaseClaim {
+        run: RunKey::new(job.clone(), slot),
+        scheduled_at: slot,
+        instance_id: instance.into(),
+        lease_ms: 30_000,
+        not_after: now + 3_600_000,
+        overlap: Overlap::Skip,
+        reason: Reason::Scheduled,
+        retention: Retention::default(),
+    }
+}
+
+fn done() -> Finish {
+    Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    }
+}
+
+fn won(outcome: ClaimOutcome) -> Lease {
+    match outcome {
+        ClaimOutcome::Won(lease) => lease,
+        other => panic!("bench claim did not win: {other:?}"),
+    }
+}
+
+/// Times only `timed`; `after` (untimed) resets the state for the next operation.
+async fn measure_split<T, A, FutT, FutA, O>(
+    name: &str,
+    cfg: &BenchConfig,
+    mut timed: T,
+    mut after: A,
+) -> Measurement
+where
+    T: FnMut(usize) -> FutT,
+    FutT: Future<Output = O>,
+    A: FnMut(O) -> FutA,
+    FutA: Future<Output = ()>,
+{
+    for i in 0..cfg.warmup {
+        let o = timed(i).await;
+        after(o).await;
+    }
+    let mut samples = Vec::with_capacity(cfg.ops);
+    for i in cfg.warmup..cfg.warmup + cfg.ops {
+        let started = Instant::now();
+        let o = timed(i).await;
+        samples.push(started.elapsed());
+        after(o).await;
+    }
+    Measurement::from_samples(name, &samples)
+}
+
+async fn select_one(store: &PostgresStore) {
+    let client = store.pool().get().await.expect("pooled connection");
+    let statement = client.prepare_cached("SELECT 1").await.expect("prepare");
+    let row = client.query_one(&statement, &[]).await.expect("SELECT 1");
+    assert_eq!(row.get::<_, i32>(0), 1);
+}
+
+/// The cheapest durable write: one row updated and committed (the commit's WAL flush is the
+/// floor of every claim, heartbeat and finish).
+async fn update_one(store: &PostgresStore, sql: &str) {
+    let client = store.pool().get().await.expect("pooled connection");
+    let statement = client.prepare_cached(sql).await.expect("prepare");
+    client.execute(&statement, &[]).await.expect("UPDATE");
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    if let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+        let task = tokio::spawn(connection);
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await;
+        drop(client);
+        let _ = task.await;
+    }
+}
+
+async fn run(url: &str, cfg: &BenchConfig, json: bool) {
+    let schema = format!("anarchon_bench_{:08x}", rand::random::<u32>());
+    let options = PostgresOptions::default().schema(&schema);
+    let a = PostgresStore::new(url, options.clone()).expect("store");
+    let b = PostgresStore::new(url, options).expect("store");
+    let jobs = [job("claim"), job("taken"), job("beat"), job("hand")];
+    let prepare = Prepare {
+        jobs: jobs.to_vec(),
+        instance_id: "bench".into(),
+    };
+    if let Err(e) = a.prepare(&prepare).await {
+        eprintln!("SKIP postgres bench: {e}");
+        return;
+    }
+    b.prepare(&prepare).await.expect("prepare b");
+    let [claim_job, taken_job, beat_job, hand_job] = &jobs;
+    let now = a.now().await.expect("now");
+    let base = now - 3_000_000;
+
+    let baseline = measure("SELECT 1", cfg, |_| select_one(&a)).await;
+    {
+        let client = a.pool().get().await.expect("pooled connection");
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE \"{schema}\".floor (id int PRIMARY KEY, v int8 NOT NULL);
+                 INSERT INTO \"{schema}\".floor VALUES (1, 0);"
+            ))
+            .await
+            .expect("floor table");
+    }
+    let update_sql = format!("UPDATE \"{schema}\".floor SET v = v + 1 WHERE id = 1");
+    let floor = measure("UPDATE 1 row (commit floor)", cfg, |_| {
+        update_one(&a, &update_sql)
+    })
+    .await;
+    let now_row = measure("now()", cfg, |_| async {
+        a.now().await.map(|_| ()).expect("now")
+    })
+    .await;
+
+    // A claim that wins a new slot, in steady state: the previous run is finished (untimed)
+    // and, after the warm-up, every claim also prunes one run beyond the 100 kept.
+    let claim_won = measure_split(
+        "claim (won, prunes)",
+        cfg,
+        |i| {
+            let c = lease_claim(claim_job, base + i as i64, "a", now);
+            let a = a.clone();
+            async move { won(a.claim(&c).await.expect("claim")) }
+        },
+        |lease| {
+            let a = a.clone();
+            async move {
+                a.finish(&lease, &done()).await.expect("finish");
+            }
+        },
+    )
+    .await;
+
+    let taken_lease = won(a
+        .claim(&lease_claim(taken_job, now, "a", now))
+        .await
+        .expect("claim"));
+    let claim_taken = measure("claim (taken)", cfg, |_| {
+        let c = lease_claim(taken_job, now, "b", now);
+        let b = b.clone();
+        async move {
+            assert_eq!(b.claim(&c).await.expect("claim"), ClaimOutcome::Taken);
+        }
+    })
+    .await;
+    a.finish(&taken_lease, &done()).await.expect("finish");
+
+    let finish_row = measure_split(
+        "claim+finish",
+        cfg,
+        |i| {
+            let c = lease_claim(
+                claim_job,
+                base + (cfg.warmup + cfg.ops + i) as i64,
+                "a",
+                now,
+            );
+            let a = a.clone();
+            async move {
+                let lease = won(a.claim(&c).await.expect("claim"));
+                a.finish(&lease, &done()).await.expect("finish");
+            }
+        },
+        |()| async {},
+    )
+    .await;
+
+    // Fifty leases (slots of one job, overlap allowed), renewed in one statement.
+    let mut leases = Vec::new();
+    for k in 0..50 {
+        let mut c = lease_claim(beat_job, now - 50 + k, "a", now);
+        c.overlap = Overlap::Allow;
+        leases.push(won(a.claim(&c).await.expect("claim")));
+    }
+    let beat_one = measure("heartbeat (1 lease)", cfg, |_| {
+        let a = a.clone();
+        let l = leases[..1].to_vec();
+        async move {
+            a.heartbeat(&l, 30_000).await.expect("heartbeat");
+        }
+    })
+    .await;
+    let beat_fifty = measure("heartbeat (50 leases)", cfg, |_| {
+        let a = a.clone();
+        let l = leases.clone();
+        async move {
+            a.heartbeat(&l, 30_000).await.expect("heartbeat");
+        }
+    })
+    .await;
+
+    // Graceful handover: a's lease is released; b hears of it (LISTEN) and takes it over.
+    let mut notes = b.subscribe_releases().expect("LISTEN/NOTIFY");
+    let handover_cfg = BenchConfig {
+        warmup: cfg.warmup.min(20),
+        ops: cfg.ops.min(300),
+    };
+    let hand_base = now - 1_000_000;
+    let mut notify_samples = Vec::new();
+    let mut takeover_samples = Vec::new();
+    for i in 0..handover_cfg.warmup + handover_cfg.ops {
+        let mut c = lease_claim(hand_job, hand_base + i as i64, "a", now);
+        c.overlap = Overlap::Allow;
+        let lease = won(a.claim(&c).await.expect("claim"));
+        let started = Instant::now();
+        a.release(&lease).await.expect("release");
+        let key = loop {
+            let k = tokio::time::timeout(Duration::from_secs(5), notes.recv())
+                .await
+                .expect("release notification within 5 s")
+                .expect("notification");
+            if k == lease.run {
+                break k;
+            }
+        };
+        let notified = started.elapsed();
+        let t = Takeover {
+            run: key,
+            seen_attempt: 1,
+            instance_id: "b".into(),
+            lease_ms: 30_000,
+            max_attempts: 3,
+            superseded: false,
+        };
+        let TakeoverOutcome::Won(l2) = b.take_over(&t).await.expect("take over") else {
+            panic!("handover takeover did not win")
+        };
+        let taken = started.elapsed();
+        if i >= handover_cfg.warmup {
+            notify_samples.push(notified);
+            takeover_samples.push(taken);
+        }
+        b.finish(&l2, &done()).await.expect("finish");
+    }
+    let notify_row = Measurement::from_samples("handover: release -> notified", &notify_samples);
+    let takeover_row =
+        Measurement::from_samples("handover: release -> taken over", &takeover_samples);
+
+    let rows = [
+        baseline,
+        floor,
+        now_row,
+        claim_won,
+        claim_taken,
+        finish_row,
+        beat_one,
+        beat_fifty,
+        notify_row,
+        takeover_row,
+    ];
+    report("postgres lease store", &rows, "SELECT 1", json);
+    if !json {
+        let p50 = |name: &str| {
+            rows.iter()
+                .find(|r| r.name == name)
+                .map(|r| r.p50.as_secs_f64())
+        };
+        let claim = p50("claim (won, prunes)").unwrap_or_default();
+        let ratio = claim / p50("SELECT 1").unwrap_or(f64::NAN);
+        let floor_ratio = claim / p50("UPDATE 1 row (commit floor)").unwrap_or(f64::NAN);
+        println!(
+            "claim p50 / SELECT 1 p50 = {ratio:.2}x (target <= {TARGET_RATIO:.1}x: {}); \
+             claim p50 / one-row UPDATE p50 = {floor_ratio:.2}x",
+            if ratio <= TARGET_RATIO {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+        let handover = &rows[rows.len() - 1];
+        println!(
+            "graceful handover (release -> taken over) p50 {:.2?}, p99 {:.2?} (target < {TARGET_HANDOVER:?}: {})",
+            handover.p50,
+            handover.p99,
+            if handover.p99 < TARGET_HANDOVER {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+    drop_schema(url, &schema).await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Some(url) = anarchon_core::testkit::server_url("ANARCHON_POSTGRES_URL") else {
+        return;
+    };
+    let cfg = BenchConfig::from_env(BenchConfig {
+        warmup: 200,
+        ops: 2_000,
+    });
+    run(&url, &cfg, json_requested()).await;
+}

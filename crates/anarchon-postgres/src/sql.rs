@@ -140,28 +140,35 @@ pub(crate) struct Sql {
     pub(crate) known_jobs: String,
     pub(crate) history: String,
     pub(crate) record_manual: String,
-    pub(crate) prune: String,
-    pub(crate) claim: String,
+    /// Indexed by "a TTL is set" (0 without, 1 with).
+    pub(crate) prune: [String; 2],
+    /// Indexed like `prune`.
+    pub(crate) claim: [String; 2],
     pub(crate) heartbeat: String,
-    pub(crate) finish: String,
+    /// Indexed like `prune`.
+    pub(crate) finish: [String; 2],
     pub(crate) release: String,
     pub(crate) take_over: String,
     pub(crate) runs: String,
     pub(crate) unfinished: String,
 }
 
-/// The retention CTEs `pk`, `pkeep`, `prun`, `pdrop`, `pdrop_runs` of the reference model
-/// (`MemoryStore::prune`), computed on the statement's snapshot plus what the statement itself
-/// changes (a snapshot does not see the statement's own writes):
+/// The retention CTEs of the reference model (`MemoryStore::prune`), computed on the
+/// statement's snapshot plus what the statement itself changes (a snapshot does not see the
+/// statement's own writes):
 ///
 /// - `gate`: a boolean SQL expression; nothing is pruned when it is false;
 /// - `add_key`: a SELECT of `(slot, manual)` history keys this statement adds;
 /// - `not_running`: a SELECT of slots that stop running in this statement;
-/// - `add_running`: a SELECT of slots that start running in this statement.
+/// - `add_running`: a SELECT of slots that start running in this statement;
+/// - `ttl`: the TTL parameter, or `None` for the variant without a TTL.
 ///
 /// The model keeps the `size` newest distinct (slot, manual) keys of a job, drops rows that
 /// finished before `now - ttl`, always keeps the rows of running runs, and removes a run once
-/// none of its rows is left. `$1` is the job; `n.ms` is the statement's now.
+/// none of its rows is left. Rather than build the set of kept keys, the statement finds the
+/// oldest kept key (`pcut`, by an ordered index scan of at most `size` keys) and looks only
+/// at the rows below it, which in steady state is the one run a claim pushes out. `$1` is the
+/// job; `n.ms` is the statement's now. Defines `pdrop`, `pdrop_runs` and `del_a`.
 fn prune_ctes(
     names: &Names,
     gate: &str,
@@ -169,28 +176,41 @@ fn prune_ctes(
     not_running: &str,
     add_running: &str,
     size: &str,
-    ttl: &str,
+    ttl: Option<&str>,
 ) -> String {
     let Names { runs, attempts, .. } = names;
+    let expired = match ttl {
+        Some(ttl) => format!(
+            "
+    UNION
+    SELECT a.slot, a.manual, a.attempt, a.instance_id FROM {attempts} a, n
+    WHERE a.job = $1 AND ({gate}) AND a.finished_at < n.ms - {ttl}"
+        ),
+        None => String::new(),
+    };
     format!(
-        "pk AS (
-    SELECT a.slot, a.manual FROM {attempts} a WHERE a.job = $1 AND ({gate})
-    UNION SELECT x.slot, x.manual FROM ({add_key}) x
+        "ptop AS (
+    SELECT DISTINCT a.slot, a.manual FROM {attempts} a
+    WHERE a.job = $1 AND ({gate})
+    ORDER BY a.slot DESC, a.manual DESC LIMIT greatest({size}, 1)
 ),
-pkeep AS (
-    SELECT slot, manual FROM pk ORDER BY slot DESC, manual DESC LIMIT greatest({size}, 1)
+pcut AS (
+    SELECT k.slot, k.manual
+    FROM (SELECT slot, manual FROM ptop UNION SELECT x.slot, x.manual FROM ({add_key}) x) k
+    WHERE ({gate})
+    ORDER BY k.slot DESC, k.manual DESC OFFSET greatest({size}, 1) - 1 LIMIT 1
 ),
-prun AS (
-    SELECT r.slot FROM {runs} r
-    WHERE r.job = $1 AND r.status = 'running' AND r.slot NOT IN (SELECT x.slot FROM ({not_running}) x)
-    UNION SELECT y.slot FROM ({add_running}) y
+pcand AS (
+    SELECT a.slot, a.manual, a.attempt, a.instance_id FROM {attempts} a, pcut c
+    WHERE a.job = $1 AND a.slot <= c.slot AND (a.slot, a.manual) < (c.slot, c.manual){expired}
 ),
 pdrop AS (
-    SELECT a.slot, a.manual, a.attempt, a.instance_id FROM {attempts} a, n
-    WHERE a.job = $1 AND ({gate})
-      AND NOT ((NOT a.manual AND a.slot IN (SELECT slot FROM prun))
-            OR ((a.slot, a.manual) IN (SELECT slot, manual FROM pkeep)
-                AND NOT coalesce(a.finished_at < n.ms - {ttl}, false)))
+    SELECT p.slot, p.manual, p.attempt, p.instance_id FROM pcand p
+    WHERE p.manual OR NOT (
+        p.slot IN (SELECT y.slot FROM ({add_running}) y)
+        OR (p.slot NOT IN (SELECT x.slot FROM ({not_running}) x)
+            AND EXISTS (SELECT 1 FROM {runs} r
+                        WHERE r.job = $1 AND r.slot = p.slot AND r.status = 'running')))
 ),
 pdrop_runs AS (
     SELECT DISTINCT d.slot FROM pdrop d
@@ -205,6 +225,189 @@ del_a AS (
     WHERE a.job = $1 AND a.slot = d.slot AND a.manual = d.manual AND a.attempt = d.attempt
       AND a.instance_id = d.instance_id
 ),"
+    )
+}
+
+/// The `prune` statement; `ttl` selects the variant that also prunes by age.
+fn prune_sql(names: &Names, ttl: bool) -> String {
+    let Names { runs, .. } = names;
+    let now = NOW_MS;
+    // $1 job, $2 size, $3 ttl ms (or NULL).
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+{prune}
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p
+    WHERE r.job = $1 AND r.slot = p.slot AND r.status <> 'running'
+)
+SELECT count(*) FROM pdrop",
+        prune = prune_ctes(
+            names,
+            "true",
+            NO_KEYS,
+            NO_SLOTS,
+            NO_SLOTS,
+            "$2",
+            ttl.then_some("$3")
+        ),
+    )
+}
+
+/// The `claim` statement; `ttl` selects the variant that also prunes by age.
+fn claim_sql(names: &Names, ttl: bool) -> String {
+    let Names {
+        runs,
+        attempts,
+        jobs,
+        retry,
+        ..
+    } = names;
+    let now = NOW_MS;
+    // $1 job, $2 slot, $3 scheduled_at, $4 instance, $5 lease ms, $6 not_after,
+    // $7 overlap skip, $8 reason, $9 retention size, $10 retention ttl ms (or NULL).
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+ok AS (SELECT ms FROM n WHERE ms <= $6),
+to_mark AS (
+    SELECT r.slot FROM {runs} r, ok
+    WHERE r.job = $1 AND r.slot < $2 AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= ok.ms)
+),
+existing AS (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
+live AS (
+    SELECT r.slot FROM {runs} r, ok
+    WHERE $7 AND r.job = $1 AND r.slot < $2 AND r.status = 'running'
+      AND r.owner IS NOT NULL AND r.expires_at > ok.ms
+    ORDER BY r.slot LIMIT 1
+),
+snap AS (SELECT j.fence FROM {jobs} j WHERE j.job = $1),
+ins AS (
+    INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
+                        scheduled_at, started_at)
+    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms FROM ok
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM live)
+    ON CONFLICT (job, slot) DO NOTHING
+    RETURNING slot, expires_at, started_at
+),
+{prune}
+marked AS (
+    UPDATE {runs} r SET status = 'interrupted', owner = NULL
+    FROM to_mark m, n
+    WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= n.ms)
+      AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+    RETURNING r.slot, r.attempt
+),
+marked_rows AS (
+    UPDATE {attempts} a
+    SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
+    FROM marked m, n
+    WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
+      AND a.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM pdrop d
+                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+),
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p, n
+    WHERE r.job = $1 AND r.slot = p.slot
+      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
+    RETURNING r.slot
+),
+fence AS (
+    INSERT INTO {jobs} AS j (job, fence, registered_at)
+    SELECT $1, 1, ins.started_at FROM ins
+    WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1
+    WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
+    RETURNING j.fence
+),
+row_ins AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at)
+    SELECT $1, ins.slot, false, 1, $4, $3, $8, 'running', fence.fence, ins.started_at
+    FROM ins, fence
+)
+SELECT n.ms,
+       n.ms > $6 AS late,
+       EXISTS (SELECT 1 FROM existing) AS existed,
+       (SELECT slot FROM live) AS live_slot,
+       (SELECT expires_at FROM ins) AS expires_at,
+       (SELECT fence FROM fence) AS fence,
+       CASE
+           WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
+               THEN {retry}('another claim of the job committed first')
+           WHEN (SELECT count(*) FROM marked)
+                + (SELECT count(*) FROM del_r WHERE slot IN (SELECT slot FROM to_mark))
+                <> (SELECT count(*) FROM to_mark)
+               THEN {retry}('an ended lease was renewed meanwhile')
+       END AS retry
+FROM n",
+        prune = prune_ctes(
+            names,
+            "EXISTS (SELECT 1 FROM ins)",
+            "SELECT slot, false AS manual FROM ins",
+            "SELECT slot FROM to_mark",
+            "SELECT slot FROM ins",
+            "$9",
+            ttl.then_some("$10"),
+        ),
+    )
+}
+
+/// The `finish` statement; `ttl` selects the variant that also prunes by age.
+fn finish_sql(names: &Names, ttl: bool) -> String {
+    let Names {
+        runs,
+        attempts,
+        retry,
+        ..
+    } = names;
+    let now = NOW_MS;
+    // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+chk AS (
+    SELECT r.slot FROM {runs} r
+    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running'
+),
+{prune}
+f AS (
+    UPDATE {runs} r SET status = $5, owner = NULL
+    FROM chk
+    WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running' AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+    RETURNING r.slot
+),
+h AS (
+    UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
+    FROM chk, n
+    WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
+      AND NOT EXISTS (SELECT 1 FROM pdrop d
+                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+),
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p
+    WHERE r.job = $1 AND r.slot = p.slot
+      AND (r.status <> 'running'
+           OR (r.slot = $2 AND r.attempt = $3 AND r.owner = $4))
+    RETURNING r.slot
+)
+SELECT EXISTS (SELECT 1 FROM chk) AS done,
+       CASE
+           WHEN EXISTS (SELECT 1 FROM chk) AND NOT EXISTS (SELECT 1 FROM f)
+                AND NOT EXISTS (SELECT 1 FROM del_r WHERE slot = $2)
+               THEN {retry}('the run changed while it was finished')
+       END AS retry",
+        prune = prune_ctes(
+            names,
+            "EXISTS (SELECT 1 FROM chk)",
+            NO_KEYS,
+            "SELECT slot FROM chk",
+            NO_SLOTS,
+            "$7",
+            ttl.then_some("$8"),
+        ),
     )
 }
 
@@ -262,8 +465,10 @@ CREATE TABLE IF NOT EXISTS {attempts} (
     finished_at bigint,
     error text
 );
-CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_attempts_run\"
-    ON {attempts} (job, slot, attempt) WHERE NOT manual;
+-- Not unique: a second unique index beside the manual one would make two concurrent manual
+-- upserts fail instead of update (only the ON CONFLICT arbiter index is handled).
+CREATE INDEX IF NOT EXISTS \"{table}_attempts_slot\"
+    ON {attempts} (job, slot, manual);
 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_attempts_manual\"
     ON {attempts} (job, slot, instance_id) WHERE manual;
 CREATE INDEX IF NOT EXISTS \"{table}_attempts_started\"
@@ -312,108 +517,6 @@ ON CONFLICT (job, slot, instance_id) WHERE manual DO UPDATE SET
 -- pooled connections at once; a late start record must not undo the finish.
 WHERE a.status = 'running' OR EXCLUDED.status <> 'running'"
         );
-        // $1 job, $2 size, $3 ttl ms (or NULL).
-        let prune = format!(
-            "WITH n AS (SELECT {now} AS ms),
-{prune}
-del_r AS (
-    DELETE FROM {runs} r
-    WHERE r.job = $1 AND r.slot IN (SELECT slot FROM pdrop_runs) AND r.status <> 'running'
-)
-SELECT count(*) FROM pdrop",
-            prune = prune_ctes(names, "true", NO_KEYS, NO_SLOTS, NO_SLOTS, "$2", "$3"),
-        );
-
-        // $1 job, $2 slot, $3 scheduled_at, $4 instance, $5 lease ms, $6 not_after,
-        // $7 overlap skip, $8 reason, $9 retention size, $10 retention ttl ms (or NULL).
-        let claim = format!(
-            "WITH n AS (SELECT {now} AS ms),
-ok AS (SELECT ms FROM n WHERE ms <= $6),
-to_mark AS (
-    SELECT r.slot FROM {runs} r, ok
-    WHERE r.job = $1 AND r.slot < $2 AND r.status = 'running'
-      AND (r.owner IS NULL OR r.expires_at <= ok.ms)
-),
-existing AS (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
-live AS (
-    SELECT r.slot FROM {runs} r, ok
-    WHERE $7 AND r.job = $1 AND r.slot < $2 AND r.status = 'running'
-      AND r.owner IS NOT NULL AND r.expires_at > ok.ms
-    ORDER BY r.slot LIMIT 1
-),
-snap AS (SELECT j.fence FROM {jobs} j WHERE j.job = $1),
-ins AS (
-    INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
-                        scheduled_at, started_at)
-    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms FROM ok
-    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM live)
-    ON CONFLICT (job, slot) DO NOTHING
-    RETURNING slot, expires_at, started_at
-),
-{prune}
-marked AS (
-    UPDATE {runs} r SET status = 'interrupted', owner = NULL
-    FROM to_mark m, n
-    WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
-      AND (r.owner IS NULL OR r.expires_at <= n.ms)
-      AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
-    RETURNING r.slot, r.attempt
-),
-marked_rows AS (
-    UPDATE {attempts} a
-    SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
-    FROM marked m, n
-    WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
-      AND a.status = 'running'
-      AND NOT EXISTS (SELECT 1 FROM pdrop d
-                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
-),
-del_r AS (
-    DELETE FROM {runs} r USING n
-    WHERE r.job = $1 AND r.slot IN (SELECT slot FROM pdrop_runs)
-      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
-    RETURNING r.slot
-),
-fence AS (
-    INSERT INTO {jobs} AS j (job, fence, registered_at)
-    SELECT $1, 1, ins.started_at FROM ins
-    WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
-    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1
-    WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
-    RETURNING j.fence
-),
-row_ins AS (
-    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
-                            status, fence, started_at)
-    SELECT $1, ins.slot, false, 1, $4, $3, $8, 'running', fence.fence, ins.started_at
-    FROM ins, fence
-)
-SELECT n.ms,
-       n.ms > $6 AS late,
-       EXISTS (SELECT 1 FROM existing) AS existed,
-       (SELECT slot FROM live) AS live_slot,
-       (SELECT expires_at FROM ins) AS expires_at,
-       (SELECT fence FROM fence) AS fence,
-       CASE
-           WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
-               THEN {retry}('another claim of the job committed first')
-           WHEN (SELECT count(*) FROM marked)
-                + (SELECT count(*) FROM del_r WHERE slot IN (SELECT slot FROM to_mark))
-                <> (SELECT count(*) FROM to_mark)
-               THEN {retry}('an ended lease was renewed meanwhile')
-       END AS retry
-FROM n",
-            prune = prune_ctes(
-                names,
-                "EXISTS (SELECT 1 FROM ins)",
-                "SELECT slot, false AS manual FROM ins",
-                "SELECT slot FROM to_mark",
-                "SELECT slot FROM ins",
-                "$9",
-                "$10",
-            ),
-        );
-
         // $1 jobs, $2 slots, $3 attempts, $4 owners, $5 lease ms.
         let heartbeat = format!(
             "WITH n AS (SELECT {now} AS ms),
@@ -432,53 +535,6 @@ SELECT b.ord, u.expires_at
 FROM b LEFT JOIN u
   ON u.job = b.job AND u.slot = b.slot AND u.attempt = b.attempt AND u.owner = b.owner
 ORDER BY b.ord"
-        );
-
-        // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
-        let finish = format!(
-            "WITH n AS (SELECT {now} AS ms),
-chk AS (
-    SELECT r.slot FROM {runs} r
-    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
-      AND r.status = 'running'
-),
-{prune}
-f AS (
-    UPDATE {runs} r SET status = $5, owner = NULL
-    FROM chk
-    WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
-      AND r.status = 'running' AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
-    RETURNING r.slot
-),
-h AS (
-    UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
-    FROM chk, n
-    WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
-      AND NOT EXISTS (SELECT 1 FROM pdrop d
-                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
-),
-del_r AS (
-    DELETE FROM {runs} r
-    WHERE r.job = $1 AND r.slot IN (SELECT slot FROM pdrop_runs)
-      AND (r.status <> 'running'
-           OR (r.slot = $2 AND r.attempt = $3 AND r.owner = $4))
-    RETURNING r.slot
-)
-SELECT EXISTS (SELECT 1 FROM chk) AS done,
-       CASE
-           WHEN EXISTS (SELECT 1 FROM chk) AND NOT EXISTS (SELECT 1 FROM f)
-                AND NOT EXISTS (SELECT 1 FROM del_r WHERE slot = $2)
-               THEN {retry}('the run changed while it was finished')
-       END AS retry",
-            prune = prune_ctes(
-                names,
-                "EXISTS (SELECT 1 FROM chk)",
-                NO_KEYS,
-                "SELECT slot FROM chk",
-                NO_SLOTS,
-                "$7",
-                "$8",
-            ),
         );
 
         // $1 job, $2 slot, $3 attempt, $4 owner, $5 channel, $6 payload.
@@ -582,10 +638,10 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             known_jobs,
             history,
             record_manual,
-            prune,
-            claim,
+            prune: [prune_sql(names, false), prune_sql(names, true)],
+            claim: [claim_sql(names, false), claim_sql(names, true)],
             heartbeat,
-            finish,
+            finish: [finish_sql(names, false), finish_sql(names, true)],
             release,
             take_over,
             runs: runs_sql,

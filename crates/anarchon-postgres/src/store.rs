@@ -169,7 +169,7 @@ impl HistoryStore for PostgresStore {
         inner
             .query(
                 "record_manual",
-                &inner.sql.prune,
+                &inner.sql.prune[usize::from(retention.ttl_ms.is_some())],
                 &[Type::TEXT, Type::INT8, Type::INT8],
                 &[
                     &record.job.as_str(),
@@ -204,7 +204,7 @@ impl LeaseStore for PostgresStore {
         let rows = inner
             .query(
                 "claim",
-                &inner.sql.claim,
+                &inner.sql.claim[usize::from(claim.retention.ttl_ms.is_some())],
                 &[
                     Type::TEXT,
                     Type::INT8,
@@ -305,7 +305,7 @@ impl LeaseStore for PostgresStore {
         let rows = inner
             .query(
                 "finish",
-                &inner.sql.finish,
+                &inner.sql.finish[usize::from(finish.retention.ttl_ms.is_some())],
                 &[
                     Type::TEXT,
                     Type::INT8,

@@ -698,3 +698,43 @@ async fn statements_are_bounded_by_the_timeout() {
     drop(Arc::new(slow));
     common::drop_schema(&url, &schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b35_racing_start_and_finish_records_of_a_manual_run_end_finished() {
+    // The scheduler writes a manual run's start record and its finish record from two tasks,
+    // so on a pool they can arrive in either order, or at the same moment.
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("manualrace");
+    let now = store.now().await.unwrap();
+    for i in 0..40 {
+        let start = anarchon_core::HistoryRecord {
+            job: j.clone(),
+            slot: now + i,
+            scheduled_at: now + i,
+            instance_id: "a".into(),
+            manual: true,
+            attempt: 1,
+            reason: Reason::Manual,
+            status: RunStatus::Running,
+            fence: 0,
+            started_at: now + i,
+            finished_at: None,
+            error: None,
+        };
+        let mut end = start.clone();
+        end.status = RunStatus::Succeeded;
+        end.finished_at = Some(now + i + 1);
+        let (s1, s2) = (store.clone(), store.clone());
+        let (r1, r2) = tokio::join!(
+            tokio::spawn(async move { s1.record_manual(&start, Retention::default()).await }),
+            tokio::spawn(async move { s2.record_manual(&end, Retention::default()).await }),
+        );
+        r1.unwrap().unwrap();
+        r2.unwrap().unwrap();
+    }
+    let h = store.history(&j, 100).await.unwrap();
+    assert_eq!(h.len(), 40);
+    assert!(h.iter().all(|r| r.status == RunStatus::Succeeded), "{h:#?}");
+    common::drop_schema(&url, store.schema()).await;
+}
