@@ -539,7 +539,13 @@ pub async fn b16_frozen_owner_is_fenced_then_learns_it_lost(store: Arc<dyn Lease
         fenced - frozen_at < Duration::from_millis(LEASE_MS),
         "fenced too late"
     );
-    assert!(count(&a_events, |e| matches!(e, Event::Fenced(_))) == 1);
+    assert!(
+        wait_for(1_000, || count(&a_events, |e| matches!(
+            e,
+            Event::Fenced(_)
+        )) == 1)
+        .await
+    );
     a_store.freeze(false);
     assert!(
         wait_for(3_000, || count(&a_events, |e| matches!(e, Event::Lost(_)))
@@ -596,12 +602,12 @@ pub async fn b17_graceful_stop_hands_over_at_once_without_counting(store: Arc<dy
         (s[1].0.as_str(), s[1].2, s[1].3),
         ("b", 2, Reason::Takeover)
     );
-    assert_eq!(
-        count(
+    assert!(
+        wait_for(1_000, || count(
             &a_events,
             |e| matches!(e, Event::Interrupted { cause, .. } if cause == "handed over")
-        ),
-        1
+        ) == 1)
+        .await
     );
     sleep_ms(600).await;
     let h = b.history(job.as_str(), 10).await.unwrap();
@@ -651,12 +657,15 @@ pub async fn b17_stop_timeout_stops_heartbeats_and_a_backup_takes_over(store: Ar
         t0.elapsed() < Duration::from_millis(2_000),
         "stop waited past its timeout"
     );
-    assert_eq!(
-        count(
+    // The recorder task may not have seen the event yet when `stop` returns.
+    assert!(
+        wait_for(1_000, || count(
             &a_events,
             |e| matches!(e, Event::Interrupted { cause, .. } if cause == "stop timeout")
-        ),
-        1
+        ) == 1)
+        .await,
+        "no stop-timeout interruption: {:?}",
+        a_events.lock().unwrap()
     );
     assert!(
         wait_for(LEASE_MS + 2_000, || starts.lock().unwrap().len() >= 2).await,
