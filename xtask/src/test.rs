@@ -13,7 +13,8 @@ use anyhow::{Result, bail};
 use crate::{test_servers, util};
 
 pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    let mut slow = false;
+    // `ANARCHON_SLOW=1 cargo xtask test` is the same as `--slow` (CI runs the README's command so).
+    let mut slow = std::env::var("ANARCHON_SLOW").is_ok_and(|v| v == "1");
     let mut extra: Vec<String> = Vec::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
