@@ -99,6 +99,27 @@ pub(crate) fn is_retryable(e: &tokio_postgres::Error) -> bool {
     )
 }
 
+/// True when the connection that returned `e` cannot be used again: it is closed, or the
+/// server said it is ending the session (terminated backend, shutdown, connection
+/// exception). Such a connection is dropped instead of going back to the pool, where the
+/// next call would meet the same dead socket.
+pub(crate) fn is_connection_lost(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+        }
+        // No SQLSTATE: an I/O or protocol error of the connection (or a conversion error,
+        // after which a fresh connection costs little).
+        None => true,
+    }
+}
+
 /// Maps a driver error of `operation` onto the core error.
 pub(crate) fn map_pg(
     e: tokio_postgres::Error,

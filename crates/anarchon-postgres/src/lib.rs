@@ -59,7 +59,7 @@ pub use deadpool_postgres;
 pub use error::{PostgresError, redact};
 pub use tokio_postgres;
 
-use error::{KIND, is_retryable, map_pg, map_pool};
+use error::{KIND, is_connection_lost, is_retryable, map_pg, map_pool};
 use sql::{Names, Sql};
 
 /// How often a statement is run again after a serialization failure or a deadlock before
@@ -434,7 +434,7 @@ impl Inner {
         match tokio::time::timeout(self.timeout, work).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
-                if e.is_closed() {
+                if is_connection_lost(&e) {
                     drop(Object::take(client));
                 }
                 Err(self.pg(e, operation))

@@ -21,7 +21,12 @@ impl Inner {
         // Creating the schema may wait for another instance's lock: give it twice the bound.
         let bound = self.timeout * 2;
         match tokio::time::timeout(bound, self.prepare_in(&mut client, jobs)).await {
-            Ok(r) => r,
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                // A failed prepare is rare; its connection may be dead or still rolling back.
+                drop(Object::take(client));
+                Err(e)
+            }
             Err(_) => {
                 drop(Object::take(client));
                 Err(Error::Timeout {

@@ -738,3 +738,79 @@ async fn b35_racing_start_and_finish_records_of_a_manual_run_end_finished() {
     assert!(h.iter().all(|r| r.status == RunStatus::Succeeded), "{h:#?}");
     common::drop_schema(&url, store.schema()).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_connections_are_replaced_and_the_listener_reconnects() {
+    // A server restart, seen from one store: its backends are terminated. Only this test's
+    // own backends are touched (the server is shared).
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let store = PostgresStore::new(
+        &url,
+        PostgresOptions::default().schema(&schema).pool_size(1),
+    )
+    .unwrap();
+    let j = job("restart");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let mut releases = store.subscribe_releases().unwrap();
+    let pid: i32 = {
+        let client = store.pool().get().await.unwrap();
+        client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let listen = format!("LISTEN \"{}\"", store.channel());
+    common::exec(
+        &url,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE pid = {pid} OR query = '{}'",
+            listen.replace('\'', "''")
+        ),
+    )
+    .await
+    .unwrap();
+    // The pool notices the closed connection and opens another; at most one call may fail
+    // with Unavailable before that.
+    let now = match store.now().await {
+        Ok(now) => now,
+        Err(e) => {
+            assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+            store
+                .now()
+                .await
+                .expect("a new connection after the old one was lost")
+        }
+    };
+    let lease = won(store.claim(&claim(&j, now, "a", now)).await.unwrap());
+    // The listener reconnects after its backoff (100 ms first).
+    let mut listening = false;
+    for _ in 0..50 {
+        let rows = {
+            let client = store.pool().get().await.unwrap();
+            client
+                .query(
+                    "SELECT 1 FROM pg_stat_activity WHERE query = $1",
+                    &[&listen],
+                )
+                .await
+                .unwrap()
+        };
+        if !rows.is_empty() {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listening, "the listener did not reconnect");
+    assert_eq!(store.release(&lease).await.unwrap(), OwnerWrite::Done);
+    let key = tokio::time::timeout(Duration::from_secs(2), releases.recv())
+        .await
+        .expect("notification after the listener reconnected")
+        .unwrap();
+    assert_eq!(key, lease.run);
+    store.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
