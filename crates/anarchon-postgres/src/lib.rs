@@ -147,6 +147,18 @@ impl PostgresOptions {
     }
 }
 
+/// PostgreSQL 9.5 brought `INSERT ... ON CONFLICT`, which every claim uses.
+fn check_version(server_version_num: i32, server_version: String) -> Result<()> {
+    if server_version_num < 90_500 {
+        return Err(Error::ServerTooOld {
+            store: KIND,
+            found: server_version,
+            required: "9.5".into(),
+        });
+    }
+    Ok(())
+}
+
 /// A plain lowercase SQL identifier of at most `max` bytes.
 fn is_identifier(name: &str, max: usize) -> bool {
     let b = name.as_bytes();
@@ -463,16 +475,7 @@ impl Inner {
         let row = rows
             .first()
             .ok_or_else(|| Error::store(KIND, "connect", "no version row"))?;
-        let num: i32 = row.get(0);
-        let version: String = row.get(1);
-        if num < 90_500 {
-            return Err(Error::ServerTooOld {
-                store: KIND,
-                found: version,
-                required: "9.5".into(),
-            });
-        }
-        Ok(())
+        check_version(row.get(0), row.get(1))
     }
 
     /// Starts the LISTEN task and waits until it listens, at most `connect_timeout`: a
@@ -517,5 +520,33 @@ impl Inner {
                 self.shutdown.clone(),
             )));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_version, is_identifier};
+    use anarchon_core::Error;
+
+    #[test]
+    fn servers_older_than_9_5_are_refused_by_name() {
+        let err = check_version(90_406, "9.4.6".into()).unwrap_err();
+        assert!(matches!(err, Error::ServerTooOld { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("9.4.6") && err.to_string().contains("9.5"),
+            "{err}"
+        );
+        assert!(check_version(90_500, "9.5.0".into()).is_ok());
+        assert!(check_version(150_020, "15.20".into()).is_ok());
+    }
+
+    #[test]
+    fn identifiers_are_plain_lowercase() {
+        assert!(is_identifier("anarchon_runs", 54));
+        assert!(is_identifier("_x1", 54));
+        assert!(!is_identifier("Runs", 54));
+        assert!(!is_identifier("1runs", 54));
+        assert!(!is_identifier("a-b", 54));
+        assert!(!is_identifier(&"a".repeat(55), 54));
     }
 }
