@@ -207,28 +207,51 @@ impl Error {
 /// logs never carry it.
 ///
 /// ```
-/// assert_eq!(
-///     anarchon_core::redact_url("postgres://app:hunter2@db:5432/x"),
-///     "postgres://app:***@db:5432/x"
-/// );
+/// use anarchon_core::redact_url;
+/// assert_eq!(redact_url("postgres://app:hunter2@db:5432/x"), "postgres://app:***@db:5432/x");
+/// assert_eq!(redact_url("postgres://app@db/x?password=hunter2&sslmode=require"),
+///            "postgres://app@db/x?password=***&sslmode=require");
+/// assert_eq!(redact_url("redis://:secret@cache:6379"), "redis://:***@cache:6379");
 /// ```
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+        return redact_query(url);
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
-    match authority.rfind('@') {
+    let out = match authority.rfind('@') {
         Some(at) => {
             let userinfo = &authority[..at];
+            // A user name alone is not a secret; a password is.
             let redacted = match userinfo.find(':') {
                 Some(colon) => format!("{}:***", &userinfo[..colon]),
-                None if userinfo.is_empty() => String::new(),
-                None => "***".to_owned(),
+                None => userinfo.to_owned(),
             };
             format!("{}://{}@{}", &url[..scheme_end], redacted, &rest[at + 1..])
         }
         None => url.to_owned(),
-    }
+    };
+    redact_query(&out)
+}
+
+/// Hides the values of `password=` / `token=` / `authToken=` query parameters.
+fn redact_query(url: &str) -> String {
+    let Some(q) = url.find('?') else {
+        return url.to_owned();
+    };
+    let (head, query) = url.split_at(q + 1);
+    let params: Vec<String> = query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _))
+                if ["password", "pass", "token", "authtoken", "auth_token"]
+                    .contains(&k.to_ascii_lowercase().as_str()) =>
+            {
+                format!("{k}=***")
+            }
+            _ => p.to_owned(),
+        })
+        .collect();
+    format!("{head}{}", params.join("&"))
 }

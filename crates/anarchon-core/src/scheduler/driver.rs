@@ -163,6 +163,9 @@ struct Active {
     returned: bool,
     /// A finish/release/record write is in flight.
     writing: bool,
+    /// Resolves when the `running` history record of a manual or claim-only run is written,
+    /// so its final record is never written before it (a pooled store could reorder them).
+    start_written: Option<oneshot::Receiver<()>>,
     manual_reply: Option<oneshot::Sender<Result<HistoryRecord>>>,
 }
 
@@ -619,28 +622,8 @@ impl Driver {
                 let id = self.start_run(job.clone(), info, None, now, data);
                 if let Some(a) = self.active.get_mut(&id) {
                     a.manual_reply = Some(reply);
-                    let rec = a.record(RunStatus::Running, None, None);
-                    let retention = job.opts.retention();
-                    let store = self.shared.backend.clone();
-                    self.tasks.spawn({
-                        let shared = self.shared.clone();
-                        async move {
-                            let r = bounded(
-                                &shared,
-                                "record_manual",
-                                store.history().record_manual(&rec, retention),
-                            )
-                            .await;
-                            if let Err(e) = r {
-                                let _ = shared.events.send(Event::Error {
-                                    operation: "record_manual",
-                                    job: Some(rec.job.clone()),
-                                    message: e.to_string(),
-                                });
-                            }
-                        }
-                    });
                 }
+                self.record_start(id);
             }
             Command::Stop { timeout, reply } => {
                 self.stopping = Some(reply);
@@ -711,6 +694,7 @@ impl Driver {
                 phase: Phase::Running,
                 returned: false,
                 writing: false,
+                start_written: None,
                 manual_reply: None,
             },
         );
@@ -794,6 +778,36 @@ impl Driver {
         self.start_run(job, info, Some(lease), started_at, None);
     }
 
+    /// Writes the `running` record of a run without a lease (manual, claim-only).
+    fn record_start(&mut self, id: u64) {
+        let Some(a) = self.active.get_mut(&id) else {
+            return;
+        };
+        let rec = a.record(RunStatus::Running, None, None);
+        let retention = a.job.opts.retention();
+        let manual = a.info.manual;
+        let (done, written) = oneshot::channel();
+        a.start_written = Some(written);
+        let store = self.shared.backend.clone();
+        let shared = self.shared.clone();
+        self.tasks.spawn(async move {
+            let write = async {
+                match &store {
+                    Backend::Claim(s) if !manual => s.record(&rec, retention).await,
+                    other => other.history().record_manual(&rec, retention).await,
+                }
+            };
+            if let Err(e) = bounded(&shared, "record", write).await {
+                let _ = shared.events.send(Event::Error {
+                    operation: "record",
+                    job: Some(rec.job.clone()),
+                    message: e.to_string(),
+                });
+            }
+            let _ = done.send(());
+        });
+    }
+
     /// [B-21] The timeout passed: cancel the signal and record the attempt as failed.
     fn timed_out(&mut self, id: u64) {
         let Some(a) = self.active.get_mut(&id) else {
@@ -870,9 +884,13 @@ impl Driver {
             let rec = a.record(status, error, Some(finished_at));
             let store = self.shared.backend.clone();
             let manual = a.info.manual;
+            let start_written = a.start_written.take();
             self.call(
                 "record",
                 async move {
+                    if let Some(started) = start_written {
+                        let _ = started.await;
+                    }
                     match &store {
                         Backend::Claim(s) if !manual => s.record(&rec, retention).await,
                         other => other.history().record_manual(&rec, retention).await,
@@ -1293,22 +1311,7 @@ impl Driver {
                     };
                     let now = self.now_ms();
                     let id = self.start_run(job.clone(), info, None, now, None);
-                    let rec = self.active[&id].record(RunStatus::Running, None, None);
-                    let retention = job.opts.retention();
-                    if let Backend::Claim(store) = self.shared.backend.clone() {
-                        let shared = self.shared.clone();
-                        self.tasks.spawn(async move {
-                            if let Err(e) =
-                                bounded(&shared, "record", store.record(&rec, retention)).await
-                            {
-                                let _ = shared.events.send(Event::Error {
-                                    operation: "record",
-                                    job: Some(rec.job.clone()),
-                                    message: e.to_string(),
-                                });
-                            }
-                        });
-                    }
+                    self.record_start(id);
                 }
                 Ok(outcome) => {
                     let reason = match outcome {

@@ -48,6 +48,7 @@ macro_rules! __runtime_tests {
             b30_context_carries_the_run_identity,
             b31_data_merges_levels_and_a_failing_data_function_fails_the_run,
             b35_run_now_is_manual_and_recorded,
+            b35_final_record_is_never_overtaken_by_the_start_record,
             b36_history_is_readable_from_a_process_without_jobs,
             s11_all_catch_up_replays_missed_slots_in_order,
             s11_no_store_traffic_while_idle,
@@ -62,6 +63,7 @@ macro_rules! __runtime_tests {
 pub struct Instance {
     inner: Arc<dyn LeaseStore>,
     frozen: Arc<AtomicBool>,
+    slow_starts: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
 }
 
@@ -71,12 +73,18 @@ impl Instance {
         Instance {
             inner,
             frozen: Arc::default(),
+            slow_starts: Arc::default(),
             calls: Arc::default(),
         }
     }
     /// Freezes or thaws this instance's store access.
     pub fn freeze(&self, frozen: bool) {
         self.frozen.store(frozen, Ordering::SeqCst);
+    }
+    /// Delays the write of every `running` manual record by 300 ms (a slow connection of a
+    /// pool), to check that the final record is never overtaken by the start record.
+    pub fn slow_start_records(&self, slow: bool) {
+        self.slow_starts.store(slow, Ordering::SeqCst);
     }
     /// Store calls made through this handle.
     pub fn calls(&self) -> usize {
@@ -116,6 +124,9 @@ impl HistoryStore for Instance {
     }
     async fn record_manual(&self, r: &HistoryRecord, k: Retention) -> Result<()> {
         self.gate().await;
+        if r.status == RunStatus::Running && self.slow_starts.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
         self.inner.record_manual(r, k).await
     }
     async fn known_jobs(&self) -> Result<Vec<JobName>> {
@@ -461,7 +472,7 @@ pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn Leas
         .handler(worker(&starts, "c", 100, false))
         .unwrap();
     c.start().await.unwrap();
-    let exhausted = wait_for(LEASE_MS + 3_000, || {
+    let exhausted = wait_for(LEASE_MS + 6_000, || {
         count(
             &events,
             |e| matches!(e, Event::Failure { error, .. } if error.contains("exhausted")),
@@ -1103,4 +1114,29 @@ pub async fn b17_handover_continues_the_same_slot_after_the_next_came_due(
         "{s:?}"
     );
     b.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-35, B-37] The final record of a manual run is written after its `running` record,
+/// even when the start write is slow: history never shows a finished run as running.
+pub async fn b35_final_record_is_never_overtaken_by_the_start_record(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("order");
+    let inst = Instance::new(store.clone());
+    inst.slow_start_records(true);
+    let a = node(&inst, "a").build().unwrap();
+    a.every(job.as_str(), "1h")
+        .catch_up_ms(0)
+        .handler(|_ctx| async { Ok::<_, Error>(()) })
+        .unwrap();
+    a.start().await.unwrap();
+    let rec = a.run_now(job.as_str(), None).await.unwrap();
+    assert_eq!(rec.status, RunStatus::Succeeded);
+    sleep_ms(500).await;
+    let h = history_of(&store, &job).await;
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(
+        h[0].status,
+        RunStatus::Succeeded,
+        "the start record overwrote the final one: {h:?}"
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
 }
