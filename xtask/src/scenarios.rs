@@ -32,10 +32,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     if fast {
         command.env("ANARCHON_SCENARIOS_FAST", "1");
     }
+    // The Redis and PostgreSQL scenarios (and the naive column, on Redis `stream-id`) are
+    // compiled only with their store features.
     command.args([
         "test",
         "-p",
         "anarchon",
+        "--features",
+        "redis,postgres",
         "--test",
         "scenarios",
         "--",

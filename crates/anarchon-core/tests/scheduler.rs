@@ -416,3 +416,34 @@ async fn b38_an_error_nobody_listens_to_is_logged() {
     store.set_health(Health::Healthy);
     s.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
+    let store = MemoryStore::new();
+    let s = Scheduler::claim_only(store.clone())
+        .jitter_ms(0)
+        .clock(Clock::tokio())
+        .build()
+        .unwrap();
+    let mut rx = s.events();
+    s.every("wait", "1s")
+        .handler(|ctx| async move {
+            ctx.signal.cancelled().await;
+            ctx.check_cancelled()
+        })
+        .unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let h = s.history("wait", 5).await.unwrap();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(
+        (h[0].status, h[0].error.as_deref()),
+        (anarchon_core::RunStatus::Interrupted, Some("stopped"))
+    );
+    let mut interrupted = false;
+    while let Ok(e) = rx.try_recv() {
+        interrupted |= matches!(e, Event::Interrupted { ref cause, .. } if cause == "stopped");
+    }
+    assert!(interrupted);
+}

@@ -842,12 +842,9 @@ impl Driver {
                 status: RunStatus::Succeeded,
                 error: None,
             },
-            // A handler that returns an error because it was stopped hands the run over. [B-17]
-            Err(_)
-                if a.lease.is_some() && matches!(cause, Some("stopping" | "lease not renewed")) =>
-            {
-                Write::Release
-            }
+            // A handler that returns an error because it was stopped hands the run over
+            // [B-17]; without a lease (manual, claim-only) the run is recorded `interrupted`.
+            Err(_) if matches!(cause, Some("stopping" | "lease not renewed")) => Write::Release,
             Err(e) => Write::Finish {
                 status: RunStatus::Failed,
                 error: Some(e.to_string()),
@@ -932,7 +929,8 @@ impl Driver {
             return;
         };
         a.writing = false;
-        a.lease = None;
+        let had_lease = a.lease.take().is_some();
+        let stopped = if had_lease { "handed over" } else { "stopped" };
         let info = a.info.clone();
         let catching_up = info.reason == Reason::CatchUp;
         let job = a.job.clone();
@@ -940,7 +938,7 @@ impl Driver {
         let reply = a.manual_reply.take();
         let (status, error) = match &write {
             Write::Finish { status, error } => (*status, error.clone()),
-            Write::Release => (RunStatus::Interrupted, Some("handed over".into())),
+            Write::Release => (RunStatus::Interrupted, Some(stopped.to_owned())),
         };
         let record = a.record(status, error.clone(), Some(self.shared.cfg.clock.now_ms()));
         self.reap(id);
@@ -952,7 +950,7 @@ impl Driver {
                 }),
                 RunStatus::Interrupted => self.emit(Event::Interrupted {
                     run: info,
-                    cause: "handed over".into(),
+                    cause: stopped.into(),
                 }),
                 _ => self.emit(Event::Failure {
                     run: info,
