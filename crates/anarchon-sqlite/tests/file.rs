@@ -288,13 +288,11 @@ async fn b33_an_older_schema_is_migrated_keeping_its_data() {
         )
         .unwrap();
     }
-    assert!(!tables(&path).iter().any(|n| n.ends_with("_by_start")));
+    assert!(!tables(&path).iter().any(|n| n == "anarchon_runs_running"));
     let store = SqliteStore::open(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), Some(SCHEMA_VERSION));
     assert!(
-        tables(&path)
-            .iter()
-            .any(|n| n == "anarchon_runs_attempts_by_start"),
+        tables(&path).iter().any(|n| n == "anarchon_runs_running"),
         "{:?}",
         tables(&path)
     );

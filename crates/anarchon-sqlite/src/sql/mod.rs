@@ -203,15 +203,15 @@ fn render(template: &str, t: &Tables) -> String {
 
 /// The fixed statements of one prefix, rendered once so drivers can cache them by text.
 pub(crate) struct Statements {
-    pub(crate) interrupt_attempts: String,
     pub(crate) interrupt_runs: String,
     pub(crate) claim_check: String,
     pub(crate) register_job: String,
     pub(crate) next_fence: String,
     pub(crate) insert_run: String,
     pub(crate) insert_attempt: String,
-    pub(crate) prune_attempts: String,
-    pub(crate) prune_runs: String,
+    pub(crate) prune_by_count: String,
+    pub(crate) prune_by_age: String,
+    pub(crate) prune_run: String,
     pub(crate) finish_run: String,
     pub(crate) finish_attempt: String,
     pub(crate) release_run: String,
@@ -240,17 +240,11 @@ impl Statements {
     fn new(t: &Tables) -> Self {
         let r = |s: &str| render(s, t);
         Statements {
-            // [B-15] The running history rows of earlier runs whose lease ended, then the runs.
-            interrupt_attempts: r(
-                "UPDATE {attempts} SET status = 'interrupted', finished_at = ?3, \
-                 error = 'replaced by the next slot' \
-                 WHERE job = ?1 AND manual = 0 AND status = 'running' AND (slot, attempt) IN \
-                 (SELECT slot, attempt FROM {runs} WHERE job = ?1 AND slot < ?2 \
-                  AND status = 'running' AND (owner IS NULL OR expires_at <= ?3))",
-            ),
+            // [B-15] Earlier runs whose lease ended; their history rows are closed one by one
+            // from what this returns (usually nothing), so no subquery runs on every claim.
             interrupt_runs: r("UPDATE {runs} SET status = 'interrupted', owner = NULL \
                  WHERE job = ?1 AND slot < ?2 AND status = 'running' \
-                 AND (owner IS NULL OR expires_at <= ?3)"),
+                 AND (owner IS NULL OR expires_at <= ?3) RETURNING slot, attempt"),
             // Is the slot taken; which earlier run holds a live lease (the oldest).
             claim_check: r(
                 "SELECT EXISTS (SELECT 1 FROM {runs} WHERE job = ?1 AND slot = ?2), \
@@ -277,18 +271,30 @@ impl Statements {
                  started_at = excluded.started_at, finished_at = excluded.finished_at, \
                  error = excluded.error",
             ),
-            // [B-37] Keep the attempts of running runs, and of the newest `size` runs (a
-            // manual run counts as a run of its own) unless they finished before the cut.
-            prune_attempts: r("DELETE FROM {attempts} WHERE job = ?1 AND NOT ( \
-                 (manual = 0 AND slot IN (SELECT slot FROM {runs} \
-                   WHERE job = ?1 AND status = 'running')) \
-                 OR ((slot, manual) IN (SELECT slot, manual FROM {attempts} WHERE job = ?1 \
-                      GROUP BY slot, manual ORDER BY slot DESC, manual DESC LIMIT ?2) \
-                     AND (?3 IS NULL OR finished_at IS NULL OR finished_at >= ?3)))"),
+            // [B-37] By count: the attempts of runs older than the `size`-th newest run (a
+            // manual run counts as a run of its own), except those of running runs. The
+            // range on the unique index touches only what goes.
+            prune_by_count: r(
+                "DELETE FROM {attempts} WHERE job = ?1 AND (slot, manual) < \
+                 (SELECT slot, manual FROM {attempts} WHERE job = ?1 GROUP BY slot, manual \
+                  ORDER BY slot DESC, manual DESC LIMIT 1 OFFSET ?2 - 1) \
+                 AND NOT (manual = 0 AND EXISTS (SELECT 1 FROM {runs} AS r \
+                   WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
+                 RETURNING slot, manual",
+            ),
+            // [B-37] By age: attempts that finished before the cut, except those of running runs.
+            prune_by_age: r(
+                "DELETE FROM {attempts} WHERE job = ?1 AND finished_at < ?2 \
+                 AND NOT (manual = 0 AND EXISTS (SELECT 1 FROM {runs} AS r \
+                   WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
+                 RETURNING slot, manual",
+            ),
             // A finished run goes when the last of its attempts went.
-            prune_runs: r("DELETE FROM {runs} WHERE job = ?1 AND status <> 'running' \
+            prune_run: r(
+                "DELETE FROM {runs} WHERE job = ?1 AND slot = ?2 AND status <> 'running' \
                  AND NOT EXISTS (SELECT 1 FROM {attempts} AS a \
-                   WHERE a.job = ?1 AND a.slot = {runs}.slot AND a.manual = 0)"),
+                   WHERE a.job = ?1 AND a.slot = ?2 AND a.manual = 0)",
+            ),
             finish_run: r("UPDATE {runs} SET status = ?5, owner = NULL, error = ?6 \
                  WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 \
                  AND status = 'running'"),

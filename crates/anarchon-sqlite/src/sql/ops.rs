@@ -69,8 +69,20 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
     let st = &sql.st;
     let job = c.run.job.as_str();
     let key = [Value::from(job), Value::from(c.run.slot), Value::from(now)];
-    e.execute(&st.interrupt_attempts, &key).await?;
-    e.execute(&st.interrupt_runs, &key).await?;
+    for row in e.query(&st.interrupt_runs, &key).await? {
+        let run = RunKey::new(c.run.job.clone(), int(sql, &row, 0)?);
+        let attempt = u32_at(sql, &row, 1)?;
+        close_attempt(
+            e,
+            sql,
+            &run,
+            attempt,
+            RunStatus::Interrupted,
+            now,
+            "replaced by the next slot",
+        )
+        .await?;
+    }
     let check = e.query(&st.claim_check, &key).await?;
     let row = check
         .first()
@@ -603,14 +615,29 @@ async fn prune<E: Exec>(
     retention: Retention,
     now: EpochMs,
 ) -> Result<()> {
-    let cut: Value = retention
-        .ttl_ms
-        .map(|ttl| now.saturating_sub(ms(ttl)))
-        .into();
     let size = i64::from(retention.size.max(1));
-    e.execute(&sql.st.prune_attempts, &[job.into(), size.into(), cut])
+    let mut gone = e
+        .query(&sql.st.prune_by_count, &[job.into(), size.into()])
         .await?;
-    e.execute(&sql.st.prune_runs, &[job.into()]).await?;
+    if let Some(ttl) = retention.ttl_ms {
+        let cut = now.saturating_sub(ms(ttl));
+        gone.extend(
+            e.query(&sql.st.prune_by_age, &[job.into(), cut.into()])
+                .await?,
+        );
+    }
+    let mut slots = Vec::with_capacity(gone.len());
+    for row in &gone {
+        if int(sql, row, 1)? == 0 {
+            slots.push(int(sql, row, 0)?);
+        }
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    for slot in slots {
+        e.execute(&sql.st.prune_run, &[job.into(), slot.into()])
+            .await?;
+    }
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //! | version | change |
 //! |---|---|
 //! | 1 | the tables `<prefix>`, `<prefix>_attempts`, `<prefix>_meta` |
-//! | 2 | the index `<prefix>_attempts_by_start` for newest-first history reads |
+//! | 2 | the partial index `<prefix>_running` on running runs, so a claim's checks of earlier runs touch only the running ones |
 
 use anarchon_core::{Error, Result};
 
@@ -104,8 +104,8 @@ pub fn create_v1(t: &Tables) -> Vec<String> {
 pub fn migration(t: &Tables, from: i64) -> Vec<String> {
     match from {
         1 => vec![format!(
-            "CREATE INDEX IF NOT EXISTS \"{}_by_start\" ON \"{}\" (job, started_at, slot, attempt)",
-            t.attempts, t.attempts
+            "CREATE INDEX IF NOT EXISTS \"{}_running\" ON \"{}\" (job, slot) WHERE status = 'running'",
+            t.runs, t.runs
         )],
         _ => Vec::new(),
     }
