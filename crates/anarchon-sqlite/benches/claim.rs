@@ -12,7 +12,9 @@
 //! - `claim taken`: a claim of a slot that is already taken;
 //! - `heartbeat`: a batched heartbeat of one lease;
 //! - `empty tx, no thread`: the baseline on a plain rusqlite connection in this thread, to
-//!   show what the hop to the connection's thread costs.
+//!   show what the hop to the connection's thread costs;
+//! - `1-row update tx, no thread`: `BEGIN IMMEDIATE; UPDATE one row; COMMIT` on that plain
+//!   connection: the floor of any transaction that writes (the empty one writes no page).
 
 use std::time::{Duration, Instant};
 
@@ -141,9 +143,24 @@ async fn run() {
     })
     .await;
 
+    raw.pragma_update(None, "synchronous", "NORMAL")
+        .expect("synchronous");
+    raw.execute_batch("CREATE TABLE IF NOT EXISTS bench_counter (id INTEGER PRIMARY KEY, n INTEGER); INSERT OR IGNORE INTO bench_counter VALUES (1, 0);")
+        .expect("counter table");
+    let raw_update = measure("1-row update tx, no thread", &cfg, |_| {
+        raw.execute_batch(
+            "BEGIN IMMEDIATE; UPDATE bench_counter SET n = n + 1 WHERE id = 1; COMMIT",
+        )
+        .expect("raw update transaction");
+        async {}
+    })
+    .await;
+
     let ratio = claims.p50.as_secs_f64() / empty.p50.as_secs_f64();
     let throughput = claims.ops_per_sec / empty.ops_per_sec;
-    let rows = [empty, claims, finished, taken, heartbeat, raw_empty];
+    let rows = [
+        empty, claims, finished, taken, heartbeat, raw_empty, raw_update,
+    ];
     report("sqlite claim", &rows, "empty tx", json);
     if !json {
         println!(
