@@ -1050,6 +1050,15 @@ async fn long_run_then_overlap(
     (a, b, slot, b_events)
 }
 
+/// Waits up to `ms` for the first run started by `who`; its (slot, attempt, reason).
+async fn first_start_of(starts: &Starts, who: &str, ms: u64) -> (EpochMs, u32, Reason) {
+    let started = wait_for(ms, || starts.lock().unwrap().iter().any(|s| s.0 == who)).await;
+    let all = starts.lock().unwrap().clone();
+    assert!(started, "{who} never started: {all:?}");
+    let s = all.iter().find(|s| s.0 == who).unwrap();
+    (s.1, s.2, s.3)
+}
+
 /// [B-15] When a crashed run's lease expires after the job's next slot came due (and was
 /// skipped for overlap), the backup marks it `interrupted` and starts the due slot.
 pub async fn b15_expired_run_is_replaced_and_the_due_slot_starts(store: Arc<dyn LeaseStore>) {
@@ -1057,23 +1066,8 @@ pub async fn b15_expired_run_is_replaced_and_the_due_slot_starts(store: Arc<dyn 
     let starts: Starts = Arc::default();
     let (a, b, slot, b_events) = long_run_then_overlap(&store, &job, &starts, false).await;
     a.crash();
-    assert!(
-        wait_for(LEASE_MS + 3 * HEARTBEAT_MS + 500, || starts
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|s| s.0 == "b"))
-        .await,
-        "b never started: {:?}",
-        starts.lock().unwrap()
-    );
-    let s: Vec<_> = starts.lock().unwrap().clone();
-    let b_run = s.iter().find(|s| s.0 == "b").unwrap();
-    assert_eq!(
-        (b_run.1, b_run.2, b_run.3),
-        (slot + 2_000, 1, Reason::Scheduled),
-        "{s:?}"
-    );
+    let b_run = first_start_of(&starts, "b", LEASE_MS + 3 * HEARTBEAT_MS + 500).await;
+    assert_eq!(b_run, (slot + 2_000, 1, Reason::Scheduled));
     assert_eq!(
         count(
             &b_events,
@@ -1096,23 +1090,8 @@ pub async fn b17_handover_continues_the_same_slot_after_the_next_came_due(
     let starts: Starts = Arc::default();
     let (a, b, slot, _) = long_run_then_overlap(&store, &job, &starts, true).await;
     a.stop(Duration::from_secs(5)).await.unwrap();
-    assert!(
-        wait_for(2 * HEARTBEAT_MS + 500, || starts
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|s| s.0 == "b"))
-        .await,
-        "no handover: {:?}",
-        starts.lock().unwrap()
-    );
-    let s: Vec<_> = starts.lock().unwrap().clone();
-    let b_run = s.iter().find(|s| s.0 == "b").unwrap();
-    assert_eq!(
-        (b_run.1, b_run.2, b_run.3),
-        (slot, 2, Reason::Takeover),
-        "{s:?}"
-    );
+    let b_run = first_start_of(&starts, "b", 2 * HEARTBEAT_MS + 500).await;
+    assert_eq!(b_run, (slot, 2, Reason::Takeover));
     b.stop(Duration::from_secs(5)).await.unwrap();
 }
 
