@@ -1,6 +1,9 @@
 //! Claim benchmark of the PostgreSQL store: claims per second and p50/p99 beside `SELECT 1`
-//! on the same pool in the same run, the other lease operations, and the graceful-handover
-//! latency (release → another instance's subscriber notified, and → its takeover won).
+//! and the cheapest durable write (a one-row `UPDATE` and its commit) on the same pool in
+//! the same run, the same two on connections with `synchronous_commit = off` (to show a
+//! statement's own cost without the WAL flush), the other lease operations, and the
+//! graceful-handover latency (release → another instance's subscriber notified, and → its
+//! takeover won).
 //!
 //! `cargo xtask bench postgres [--json]` (or `cargo bench -p anarchon-postgres --bench claim`)
 //! with `ANARCHON_POSTGRES_URL`. `ANARCHON_BENCH_OPS` / `ANARCHON_BENCH_WARMUP` shorten a run.
@@ -20,6 +23,12 @@ use anarchon_postgres::{PostgresOptions, PostgresStore};
 /// under 100 ms.
 const TARGET_RATIO: f64 = 2.0;
 const TARGET_HANDOVER: Duration = Duration::from_millis(100);
+
+const FLOOR: &str = "UPDATE 1 row (commit floor)";
+const FLOOR_NOSYNC: &str = "UPDATE 1 row, sync commit off";
+const CLAIM: &str = "claim (won)";
+const CLAIM_NOSYNC: &str = "claim (won), sync commit off";
+const CLAIM_PRUNING: &str = "claim (won), the 1 in 16 pruning";
 
 fn job(name: &str) -> JobName {
     JobName::new(format!("{name}-{:08x}", rand::random::<u32>())).unwrap()
@@ -110,8 +119,17 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     let schema = format!("anarchon_bench_{:08x}", rand::random::<u32>());
     let options = PostgresOptions::default().schema(&schema);
     let a = PostgresStore::new(url, options.clone()).expect("store");
-    let b = PostgresStore::new(url, options).expect("store");
-    let jobs = [job("claim"), job("taken"), job("beat"), job("hand")];
+    let b = PostgresStore::new(url, options.clone()).expect("store");
+    // Bench only: a store whose connections do not wait for the WAL flush at commit. Never
+    // the default (a claim lost in a database crash could start its slot twice).
+    let nosync = PostgresStore::new(url, options.synchronous_commit(false)).expect("store");
+    let jobs = [
+        job("claim"),
+        job("taken"),
+        job("beat"),
+        job("hand"),
+        job("nosync"),
+    ];
     let prepare = Prepare {
         jobs: jobs.to_vec(),
         instance_id: "bench".into(),
@@ -121,7 +139,14 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
         return;
     }
     b.prepare(&prepare).await.expect("prepare b");
-    let [claim_job, taken_job, beat_job, hand_job] = &jobs;
+    nosync
+        .prepare(&Prepare {
+            jobs: Vec::new(),
+            instance_id: "bench-nosync".into(),
+        })
+        .await
+        .expect("prepare nosync");
+    let [claim_job, taken_job, beat_job, hand_job, nosync_job] = &jobs;
     let now = a.now().await.expect("now");
     let base = now - 3_000_000;
 
@@ -137,29 +162,61 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
             .expect("floor table");
     }
     let update_sql = format!("UPDATE \"{schema}\".floor SET v = v + 1 WHERE id = 1");
-    let floor = measure("UPDATE 1 row (commit floor)", cfg, |_| {
-        update_one(&a, &update_sql)
-    })
-    .await;
+    let floor = measure(FLOOR, cfg, |_| update_one(&a, &update_sql)).await;
+    let floor_nosync = measure(FLOOR_NOSYNC, cfg, |_| update_one(&nosync, &update_sql)).await;
     let now_row = measure("now()", cfg, |_| async {
         a.now().await.map(|_| ()).expect("now")
     })
     .await;
 
-    // A claim that wins a new slot, in steady state: the previous run is finished (untimed)
-    // and, after the warm-up, every claim also prunes one run beyond the 100 kept.
-    let claim_won = measure_split(
-        "claim (won, prunes)",
+    // A claim that wins a new slot, in steady state: the previous run is finished (untimed;
+    // the finish prunes the job to the 100 runs kept). One won claim in 16 also prunes; the
+    // job's count, read untimed after each claim, tells which, so those get a row of their
+    // own (and stay in "claim (won)", as in real use).
+    let count_sql =
+        format!("SELECT unpruned FROM \"{schema}\".anarchon_runs_jobs WHERE job = '{claim_job}'");
+    let (claim_won, claim_pruning) = {
+        let (mut all, mut pruning) = (Vec::new(), Vec::new());
+        for i in 0..cfg.warmup + cfg.ops {
+            let c = lease_claim(claim_job, base + i as i64, "a", now);
+            let started = Instant::now();
+            let lease = won(a.claim(&c).await.expect("claim"));
+            let took = started.elapsed();
+            let client = a.pool().get().await.expect("pooled connection");
+            let statement = client.prepare_cached(&count_sql).await.expect("prepare");
+            let count: i32 = client
+                .query_one(&statement, &[])
+                .await
+                .expect("count")
+                .get(0);
+            drop(client);
+            if i >= cfg.warmup {
+                all.push(took);
+                if count == 0 {
+                    pruning.push(took);
+                }
+            }
+            a.finish(&lease, &done()).await.expect("finish");
+        }
+        (
+            Measurement::from_samples(CLAIM, &all),
+            Measurement::from_samples(CLAIM_PRUNING, &pruning),
+        )
+    };
+
+    // The same on the store whose commits do not wait for the flush: the statement's own cost.
+    let claim_nosync = measure_split(
+        CLAIM_NOSYNC,
         cfg,
         |i| {
-            let c = lease_claim(claim_job, base + i as i64, "a", now);
-            let a = a.clone();
-            async move { won(a.claim(&c).await.expect("claim")) }
+            let c = lease_claim(nosync_job, base + i as i64, "a", now);
+            let s = nosync.clone();
+            async move { won(s.claim(&c).await.expect("claim")) }
         },
         |lease| {
-            let a = a.clone();
+            let s = nosync.clone();
             async move {
-                a.finish(&lease, &done()).await.expect("finish");
+                s.finish(&lease, &done()).await.expect("finish");
             }
         },
     )
@@ -273,8 +330,11 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     let rows = [
         baseline,
         floor,
+        floor_nosync,
         now_row,
         claim_won,
+        claim_nosync,
+        claim_pruning,
         claim_taken,
         finish_row,
         beat_one,
@@ -289,17 +349,28 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
                 .find(|r| r.name == name)
                 .map(|r| r.p50.as_secs_f64())
         };
-        let claim = p50("claim (won, prunes)").unwrap_or_default();
-        let ratio = claim / p50("SELECT 1").unwrap_or(f64::NAN);
-        let floor_ratio = claim / p50("UPDATE 1 row (commit floor)").unwrap_or(f64::NAN);
+        let us = |name: &str| p50(name).map_or(f64::NAN, |s| s * 1e6);
+        let (claim, select, floor) = (us(CLAIM), us("SELECT 1"), us(FLOOR));
+        let ratio = claim / select;
         println!(
-            "claim p50 / SELECT 1 p50 = {ratio:.2}x (target <= {TARGET_RATIO:.1}x: {}); \
-             claim p50 / one-row UPDATE p50 = {floor_ratio:.2}x",
+            "claim p50 {claim:.0} µs = {ratio:.2}x SELECT 1 ({select:.0} µs; target <= \
+             {TARGET_RATIO:.1}x: {}) = {:.2}x the one-row UPDATE + commit ({floor:.0} µs, the \
+             durable-write floor)",
             if ratio <= TARGET_RATIO {
                 "met"
             } else {
                 "NOT met"
-            }
+            },
+            claim / floor,
+        );
+        let (claim_off, floor_off) = (us(CLAIM_NOSYNC), us(FLOOR_NOSYNC));
+        println!(
+            "without the WAL flush (synchronous_commit = off, bench only): claim p50 \
+             {claim_off:.0} µs = {:.2}x the one-row UPDATE ({floor_off:.0} µs); the claim \
+             statement's own work ≈ {:.0} µs, the flush ≈ {:.0} µs",
+            claim_off / floor_off,
+            claim_off - floor_off,
+            floor - floor_off,
         );
         let handover = &rows[rows.len() - 1];
         println!(
@@ -315,6 +386,7 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     }
     a.close().await.expect("close");
     b.close().await.expect("close");
+    nosync.close().await.expect("close");
     drop_schema(url, &schema).await;
 }
 

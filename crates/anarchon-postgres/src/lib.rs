@@ -43,6 +43,7 @@ mod schema;
 mod sql;
 mod store;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -87,6 +88,9 @@ pub struct PostgresOptions {
     /// The URL of the dedicated LISTEN connection when the store was given a pool (a pooled
     /// connection cannot receive notifications). Without it, backups poll.
     pub listen_url: Option<String>,
+    /// `synchronous_commit` on the connections the store opens (default on). Read
+    /// [`PostgresOptions::synchronous_commit`] before turning it off.
+    pub synchronous_commit: bool,
 }
 
 impl Default for PostgresOptions {
@@ -99,6 +103,7 @@ impl Default for PostgresOptions {
             pool_size: 8,
             fast_handover: true,
             listen_url: None,
+            synchronous_commit: true,
         }
     }
 }
@@ -143,6 +148,23 @@ impl PostgresOptions {
     /// Sets the URL of the LISTEN connection (for a store given a pool).
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
+        self
+    }
+
+    /// `false` opens the store's connections with `synchronous_commit = off`: a commit no
+    /// longer waits for its WAL flush, which makes claims, heartbeats and finishes faster
+    /// (the flush is most of a claim's time on many disks).
+    ///
+    /// **Warning:** after a database crash (not a mere client disconnect) the last commits
+    /// may be lost although they were answered. A claim this instance won and started can
+    /// then vanish, and the slot be claimed and started **a second time** by another
+    /// instance; a finish can be forgotten and the run taken over and run again. Keep the
+    /// default unless running a slot twice is harmless for every job.
+    ///
+    /// Applies to the connections the store opens from a URL; a pool given to
+    /// [`PostgresStore::with_pool`] keeps its own settings.
+    pub fn synchronous_commit(mut self, on: bool) -> Self {
+        self.synchronous_commit = on;
         self
     }
 }
@@ -202,6 +224,9 @@ pub(crate) struct Inner {
     listener: Mutex<Option<JoinHandle<()>>>,
     shutdown: CancellationToken,
     closed: AtomicBool,
+    /// Each job's count of won claims since a claim last pruned it, as the last claim of the
+    /// job this store sent saw it: it picks the claim variant (see `sql::PRUNE_EVERY`).
+    unpruned: Mutex<HashMap<String, i32>>,
 }
 
 impl Drop for Inner {
@@ -231,7 +256,8 @@ impl PostgresStore {
     /// `host=... user=...`). Nothing is sent yet: the first connection is opened by
     /// [`anarchon_core::Store::prepare`] or [`PostgresStore::connect`].
     ///
-    /// The store's connections get `statement_timeout` = `options.timeout`,
+    /// The store's connections get `statement_timeout` = `options.timeout` (and
+    /// `synchronous_commit = off` if [`PostgresOptions::synchronous_commit`] asked for it),
     /// `application_name` = `anarchon` (unless the URL sets one) and `connect_timeout` =
     /// `options.connect_timeout` (unless the URL sets one).
     pub fn new(url: &str, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
@@ -252,9 +278,13 @@ impl PostgresStore {
             c
         });
         let statement_ms = options.timeout.as_millis().max(1);
+        let mut ours = format!("-c statement_timeout={statement_ms}");
+        if !options.synchronous_commit {
+            ours.push_str(" -c synchronous_commit=off");
+        }
         let opts = match config.get_options() {
-            Some(o) if !o.trim().is_empty() => format!("{o} -c statement_timeout={statement_ms}"),
-            _ => format!("-c statement_timeout={statement_ms}"),
+            Some(o) if !o.trim().is_empty() => format!("{o} {ours}"),
+            _ => ours,
         };
         config.options(opts);
         let connect_timeout = *config
@@ -357,6 +387,7 @@ impl PostgresStore {
                 listener: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 closed: AtomicBool::new(false),
+                unpruned: Mutex::new(HashMap::new()),
             }),
         })
     }

@@ -12,7 +12,7 @@ use deadpool_postgres::Object;
 
 use crate::Inner;
 use crate::error::KIND;
-use crate::sql::{SCHEMA_VERSION, SHAPES};
+use crate::sql::{ADDED_IN_2, SCHEMA_VERSION, SHAPES};
 
 impl Inner {
     pub(crate) async fn prepare_schema(&self, jobs: &[JobName]) -> Result<()> {
@@ -122,9 +122,21 @@ impl Inner {
                 version = Some(v);
             }
         }
-        for (name, (_, shape)) in table_names.iter().zip(SHAPES.iter()).take(3) {
+        // A version-1 table (or one of unknown version) lacks the columns added since; they
+        // are added below instead of being reported as a foreign shape.
+        let older = version.is_none_or(|v| v < 2);
+        for (name, (suffix, shape)) in table_names.iter().zip(SHAPES.iter()).take(3) {
             if kinds.contains_key(name) {
-                self.check_shape(name, &kinds, &columns, shape)?;
+                let shape: Vec<(&str, &str)> = shape
+                    .iter()
+                    .copied()
+                    .filter(|(column, ty)| {
+                        !(older
+                            && !columns.get(name).is_some_and(|c| c.contains_key(*column))
+                            && ADDED_IN_2.contains(&(suffix, column, ty)))
+                    })
+                    .collect();
+                self.check_shape(name, &kinds, &columns, &shape)?;
             }
         }
 
@@ -148,8 +160,23 @@ impl Inner {
                     .map_err(pg)?;
             }
             tx.batch_execute(&self.sql.create).await.map_err(pg)?;
-            // Migrations from older versions go here, one step per version. Version 1 is the
-            // first, so an older (or missing) version only needs the tables above.
+            // Migrations from older versions, one step per version; the tables above exist.
+            // 1 → 2: the jobs table's count of claims since the job was last pruned. A
+            // constant default adds the column without rewriting the table (PostgreSQL 11+);
+            // older servers rewrite it, and the jobs table is small.
+            for (suffix, column, ty) in ADDED_IN_2 {
+                let table = format!("{}{suffix}", names.table);
+                let existed = kinds.contains_key(&table);
+                if existed && !columns.get(&table).is_some_and(|c| c.contains_key(column)) {
+                    let schema = &names.schema;
+                    tx.batch_execute(&format!(
+                        "ALTER TABLE \"{schema}\".\"{table}\" \
+                         ADD COLUMN {column} {ty} NOT NULL DEFAULT 0"
+                    ))
+                    .await
+                    .map_err(pg)?;
+                }
+            }
             tx.execute(
                 &format!(
                     "INSERT INTO {} (key, value) VALUES ('schema_version', $1)

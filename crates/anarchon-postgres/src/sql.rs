@@ -15,8 +15,29 @@
 /// computes it is evaluated once per statement and every use sees the same instant.
 pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::int8";
 
-/// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// The schema version this build writes and reads. Version 2 added
+/// `<table>_jobs.unpruned` (see [`PRUNE_EVERY`]).
+pub(crate) const SCHEMA_VERSION: i64 = 2;
+
+/// A won claim prunes its job only when it is the job's `PRUNE_EVERY`-th won claim since the
+/// last claim that pruned. The count lives in `<table>_jobs.unpruned`, which the claim's fence
+/// upsert writes anyway, so it costs no extra row; every claim answers with it, and the store
+/// sends the pruning variant of the claim when the count it last saw says the next won claim
+/// is due (or when it has not seen the job's count yet). The usual claim thus carries no
+/// pruning at all, not even pruning CTEs that a gate keeps from running: PostgreSQL still
+/// initialises and shuts down their plan nodes, which cost about as much as the pruning.
+///
+/// `finish` still prunes exactly every time, so after a finish the job holds at most `size`
+/// runs, as before. Between finishes, and for runs that never finish (taken over until
+/// exhausted, interrupted by the next slot), a job holds about `size + PRUNE_EVERY` runs at
+/// most (plus any older run still running, which pruning always keeps); with several
+/// instances the due claim may be a few claims late, since an instance learns the count from
+/// its own claims (won or taken).
+pub(crate) const PRUNE_EVERY: i32 = 16;
+
+/// Columns added after version 1, as (table suffix, column, information_schema type): a
+/// version-1 table lacks them until `prepare` migrates it.
+pub(crate) const ADDED_IN_2: [(&str, &str, &str); 1] = [("_jobs", "unpruned", "integer")];
 
 /// Quoted, schema-qualified names of the store's objects.
 #[derive(Debug, Clone)]
@@ -126,6 +147,7 @@ pub(crate) const SHAPES: [(&str, &[(&str, &str)]); 4] = [
             ("job", "text"),
             ("fence", "bigint"),
             ("registered_at", "bigint"),
+            ("unpruned", "integer"),
         ],
     ),
     ("_meta", &[("key", "text"), ("value", "text")]),
@@ -142,8 +164,10 @@ pub(crate) struct Sql {
     pub(crate) record_manual: String,
     /// Indexed by "a TTL is set" (0 without, 1 with).
     pub(crate) prune: [String; 2],
-    /// Indexed like `prune`.
-    pub(crate) claim: [String; 2],
+    /// The usual claim: no pruning.
+    pub(crate) claim: String,
+    /// The claim that also prunes, indexed like `prune`.
+    pub(crate) claim_pruning: [String; 2],
     pub(crate) heartbeat: String,
     /// Indexed like `prune`.
     pub(crate) finish: [String; 2],
@@ -167,8 +191,8 @@ pub(crate) struct Sql {
 /// finished before `now - ttl`, always keeps the rows of running runs, and removes a run once
 /// none of its rows is left. Rather than build the set of kept keys, the statement finds the
 /// oldest kept key (`pcut`, by an ordered index scan of at most `size` keys) and looks only
-/// at the rows below it, which in steady state is the one run a claim pushes out. `$1` is the
-/// job; `n.ms` is the statement's now. Defines `pdrop`, `pdrop_runs` and `del_a`.
+/// at the rows below it, which in steady state is the one run a new claim pushed out. `$1`
+/// is the job; `n.ms` is the statement's now. Defines `pdrop`, `pdrop_runs` and `del_a`.
 fn prune_ctes(
     names: &Names,
     gate: &str,
@@ -253,8 +277,10 @@ SELECT count(*) FROM pdrop",
     )
 }
 
-/// The `claim` statement; `ttl` selects the variant that also prunes by age.
-fn claim_sql(names: &Names, ttl: bool) -> String {
+/// The `claim` statement: `prune` selects the variant that prunes the job (see
+/// [`PRUNE_EVERY`]), `ttl` the pruning variant that also prunes by age. The variant without
+/// pruning keeps the same CTEs with `pdrop` and `pdrop_runs` empty, so both read alike.
+fn claim_sql(names: &Names, prune: bool, ttl: bool) -> String {
     let Names {
         runs,
         attempts,
@@ -280,7 +306,7 @@ live AS (
       AND r.owner IS NOT NULL AND r.expires_at > ok.ms
     ORDER BY r.slot LIMIT 1
 ),
-snap AS (SELECT j.fence FROM {jobs} j WHERE j.job = $1),
+snap AS (SELECT j.fence, j.unpruned FROM {jobs} j WHERE j.job = $1),
 ins AS (
     INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
                         scheduled_at, started_at)
@@ -314,12 +340,12 @@ del_r AS (
     RETURNING r.slot
 ),
 fence AS (
-    INSERT INTO {jobs} AS j (job, fence, registered_at)
-    SELECT $1, 1, ins.started_at FROM ins
+    INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
+    SELECT $1, 1, ins.started_at, {first_count} FROM ins
     WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
-    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1
+    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1, unpruned = {count}
     WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
-    RETURNING j.fence
+    RETURNING j.fence, j.unpruned
 ),
 row_ins AS (
     INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
@@ -333,6 +359,7 @@ SELECT n.ms,
        (SELECT slot FROM live) AS live_slot,
        (SELECT expires_at FROM ins) AS expires_at,
        (SELECT fence FROM fence) AS fence,
+       coalesce((SELECT unpruned FROM fence), (SELECT unpruned FROM snap)) AS unpruned,
        CASE
            WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
                THEN {retry}('another claim of the job committed first')
@@ -342,15 +369,21 @@ SELECT n.ms,
                THEN {retry}('an ended lease was renewed meanwhile')
        END AS retry
 FROM n",
-        prune = prune_ctes(
-            names,
-            "EXISTS (SELECT 1 FROM ins)",
-            "SELECT slot, false AS manual FROM ins",
-            "SELECT slot FROM to_mark",
-            "SELECT slot FROM ins",
-            "$9",
-            ttl.then_some("$10"),
-        ),
+        prune = if prune {
+            prune_ctes(
+                names,
+                "EXISTS (SELECT 1 FROM ins)",
+                "SELECT slot, false AS manual FROM ins",
+                "SELECT slot FROM to_mark",
+                "SELECT slot FROM ins",
+                "$9",
+                ttl.then_some("$10"),
+            )
+        } else {
+            NO_PRUNE.to_owned()
+        },
+        first_count = if prune { "0" } else { "1" },
+        count = if prune { "0" } else { "j.unpruned + 1" },
     )
 }
 
@@ -411,6 +444,13 @@ SELECT EXISTS (SELECT 1 FROM chk) AS done,
     )
 }
 
+/// The CTEs `prune_ctes` defines, empty: nothing is pruned.
+const NO_PRUNE: &str = "pdrop AS (
+    SELECT NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
+           NULL::text AS instance_id
+    WHERE false
+),
+pdrop_runs AS (SELECT NULL::int8 AS slot WHERE false),";
 const NO_KEYS: &str = "SELECT NULL::int8 AS slot, NULL::bool AS manual WHERE false";
 const NO_SLOTS: &str = "SELECT NULL::int8 AS slot WHERE false";
 
@@ -436,7 +476,8 @@ impl Sql {
 CREATE TABLE IF NOT EXISTS {jobs} (
     job text PRIMARY KEY,
     fence bigint NOT NULL DEFAULT 0,
-    registered_at bigint NOT NULL
+    registered_at bigint NOT NULL,
+    unpruned integer NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS {runs} (
     job text NOT NULL,
@@ -639,7 +680,8 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             history,
             record_manual,
             prune: [prune_sql(names, false), prune_sql(names, true)],
-            claim: [claim_sql(names, false), claim_sql(names, true)],
+            claim: claim_sql(names, false, false),
+            claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
             heartbeat,
             finish: [finish_sql(names, false), finish_sql(names, true)],
             release,

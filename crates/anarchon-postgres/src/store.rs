@@ -13,8 +13,9 @@ use tokio::sync::broadcast;
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
-use crate::PostgresStore;
 use crate::error::KIND;
+use crate::sql::PRUNE_EVERY;
+use crate::{Inner, PostgresStore};
 
 fn corrupt(what: &str, value: &str) -> Error {
     Error::Corrupt {
@@ -40,6 +41,30 @@ fn ttl(retention: Retention) -> Option<i64> {
 
 fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX / 4)
+}
+
+impl Inner {
+    /// Whether the next won claim of `job` is due to prune it: its count says so, or this
+    /// store has not seen the count yet (a process that claims once and stops, again and
+    /// again, still prunes).
+    fn prune_due(&self, job: &JobName) -> bool {
+        let counts = self.unpruned.lock().unwrap_or_else(|e| e.into_inner());
+        counts
+            .get(job.as_str())
+            .is_none_or(|n| n + 1 >= PRUNE_EVERY)
+    }
+
+    fn saw_unpruned(&self, job: &JobName, count: Option<i32>) {
+        if let Some(count) = count {
+            let mut counts = self.unpruned.lock().unwrap_or_else(|e| e.into_inner());
+            match counts.get_mut(job.as_str()) {
+                Some(n) => *n = count,
+                None => {
+                    counts.insert(job.as_str().to_owned(), count);
+                }
+            }
+        }
+    }
 }
 
 fn view(row: &Row) -> Result<RunView> {
@@ -201,10 +226,16 @@ impl HistoryStore for PostgresStore {
 impl LeaseStore for PostgresStore {
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
         let inner = &self.inner;
+        let job = &claim.run.job;
+        let sql = if inner.prune_due(job) {
+            &inner.sql.claim_pruning[usize::from(claim.retention.ttl_ms.is_some())]
+        } else {
+            &inner.sql.claim
+        };
         let rows = inner
             .query(
                 "claim",
-                &inner.sql.claim[usize::from(claim.retention.ttl_ms.is_some())],
+                sql,
                 &[
                     Type::TEXT,
                     Type::INT8,
@@ -240,6 +271,7 @@ impl LeaseStore for PostgresStore {
         let live_slot: Option<i64> = row.get(3);
         let expires_at: Option<i64> = row.get(4);
         let fence: Option<i64> = row.get(5);
+        inner.saw_unpruned(job, row.get(6));
         Ok(if late {
             ClaimOutcome::Late { store_now: now }
         } else if existed {

@@ -354,7 +354,9 @@ async fn b37_retention_prunes_runs_and_history() {
         .await
         .unwrap();
     assert!(old.is_empty(), "pruned run still there: {old:?}");
-    // Size 1 with an expired earlier run: the claim marks it and prunes it in one go.
+    // Size 1 with an expired earlier run, on a claim that prunes (sent by a store that has
+    // not seen the job's count yet): the claim marks the earlier run and prunes it in one go.
+    let pruning = common::store_on(&url, store.schema());
     let mut c = claim(&j, now - 4000, "a", now);
     c.lease_ms = 20;
     c.retention = Retention {
@@ -368,7 +370,8 @@ async fn b37_retention_prunes_runs_and_history() {
         size: 1,
         ttl_ms: None,
     };
-    let l3 = won(store.claim(&c).await.unwrap());
+    let l3 = won(pruning.claim(&c).await.unwrap());
+    assert_eq!(unpruned(&url, &store, &j).await, 0);
     let h = store.history(&j, 100).await.unwrap();
     assert_eq!(
         h.iter().map(|r| r.slot).collect::<Vec<_>>(),
@@ -389,12 +392,13 @@ async fn b37_retention_prunes_runs_and_history() {
     };
     store.finish(&l, &f).await.unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;
+    let pruning = common::store_on(&url, store.schema());
     let mut c = claim(&j, now - 1000, "a", now);
     c.retention = Retention {
         size: 10,
         ttl_ms: Some(10),
     };
-    won(store.claim(&c).await.unwrap());
+    won(pruning.claim(&c).await.unwrap());
     let slots: Vec<_> = store
         .history(&j, 100)
         .await
@@ -403,6 +407,116 @@ async fn b37_retention_prunes_runs_and_history() {
         .map(|r| r.slot)
         .collect();
     assert!(!slots.contains(&(now - 2000)), "{slots:?}");
+    common::drop_schema(&url, store.schema()).await;
+}
+
+/// Mirrors `sql::PRUNE_EVERY`: a won claim prunes when it is the job's 16th since the last
+/// claim that pruned.
+const PRUNE_EVERY: i32 = 16;
+
+async fn unpruned(url: &str, store: &PostgresStore, j: &JobName) -> i32 {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT unpruned FROM \"{}\".anarchon_runs_jobs WHERE job = $1",
+                store.schema()
+            ),
+            &[&j.as_str()],
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let _ = task.await;
+    row.get(0)
+}
+
+async fn set_unpruned(url: &str, store: &PostgresStore, j: &JobName, n: i32) {
+    common::exec(
+        url,
+        &format!(
+            "UPDATE \"{}\".anarchon_runs_jobs SET unpruned = {n} WHERE job = '{j}'",
+            store.schema()
+        ),
+    )
+    .await
+    .unwrap();
+}
+
+/// [B-37] Runs that never finish (here: each interrupted by the next slot) are pruned by the
+/// claims alone, one claim in `PRUNE_EVERY`: the job stays within `size + PRUNE_EVERY - 1`
+/// runs (the running one included), and a finish brings it back to `size`.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_claims_alone_keep_a_job_bounded() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("bound");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let keep = Retention {
+        size: 2,
+        ttl_ms: None,
+    };
+    let now = store.now().await.unwrap();
+    let claims = 3 * PRUNE_EVERY as i64 + 5;
+    let mut longest = 0;
+    let mut last = None;
+    for i in 0..claims {
+        let mut c = claim(&j, now - 100_000 + i * 10, "a", now);
+        c.lease_ms = 1;
+        c.retention = keep;
+        last = Some(won(store.claim(&c).await.unwrap()));
+        let kept = store.history(&j, 1000).await.unwrap().len();
+        assert!(
+            kept < keep.size as usize + PRUNE_EVERY as usize,
+            "claim {i}: {kept} runs kept"
+        );
+        longest = longest.max(kept);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert_eq!(longest, keep.size as usize + PRUNE_EVERY as usize - 1);
+    // The first claim pruned (the store had not seen the count), then every 16th.
+    assert_eq!(
+        unpruned(&url, &store, &j).await,
+        ((claims - 1) % PRUNE_EVERY as i64) as i32
+    );
+    // The last run's lease ended, but its owner may still finish it: that prunes exactly.
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    let done = store.finish(&last.unwrap(), &f).await.unwrap();
+    assert_eq!(done, OwnerWrite::Done);
+    assert_eq!(store.history(&j, 1000).await.unwrap().len(), 2);
+    common::drop_schema(&url, store.schema()).await;
+}
+
+/// [B-37] A store learns the job's count from every claim it sends, won or taken, so the
+/// claims of other instances bring its pruning claim due.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_a_taken_claim_tells_the_count_too() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("learn");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let now = store.now().await.unwrap();
+    let l = won(store.claim(&claim(&j, now - 2000, "a", now)).await.unwrap());
+    assert_eq!(unpruned(&url, &store, &j).await, 0, "a first claim prunes");
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    store.finish(&l, &f).await.unwrap();
+    // Other instances won 15 claims meanwhile.
+    set_unpruned(&url, &store, &j, PRUNE_EVERY - 1).await;
+    let taken = store.claim(&claim(&j, now - 2000, "b", now)).await.unwrap();
+    assert_eq!(taken, ClaimOutcome::Taken);
+    won(store.claim(&claim(&j, now - 1000, "b", now)).await.unwrap());
+    assert_eq!(unpruned(&url, &store, &j).await, 0, "the 16th claim pruned");
     common::drop_schema(&url, store.schema()).await;
 }
 
@@ -483,13 +597,104 @@ async fn b42_newer_schema_is_refused_and_left_untouched() {
     match &err {
         Error::SchemaTooNew {
             found, supported, ..
-        } => assert_eq!((*found, *supported), (99, 1)),
+        } => assert_eq!((*found, *supported), (99, 2)),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
     assert!(err.to_string().contains("nothing was changed"), "{err}");
     // Nothing changed: the job was not registered.
     assert!(store.known_jobs().await.unwrap().is_empty());
     common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_version_1_schema_is_migrated_in_place() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let schema = store.schema().to_owned();
+    let j = job("old");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let now = store.now().await.unwrap();
+    let l = won(store.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
+    // What version 1 left behind: no `unpruned` column.
+    common::exec(
+        &url,
+        &format!(
+            "ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN unpruned;
+             UPDATE \"{schema}\".anarchon_runs_meta SET value = '1' WHERE key = 'schema_version'"
+        ),
+    )
+    .await
+    .unwrap();
+    let newer = common::store_on(&url, &schema);
+    newer
+        .prepare(&prep(&[&j]))
+        .await
+        .expect("version 1 is migrated");
+    assert_eq!(unpruned(&url, &newer, &j).await, 0);
+    // The run and the fence survived; claims go on.
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    assert_eq!(newer.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+    let l2 = won(newer.claim(&claim(&j, now, "a", now)).await.unwrap());
+    assert!(l2.fence > l.fence);
+    assert_eq!(unpruned(&url, &newer, &j).await, 0, "a first claim prunes");
+    assert_eq!(newer.finish(&l2, &f).await.unwrap(), OwnerWrite::Done);
+    won(newer.claim(&claim(&j, now + 1, "a", now)).await.unwrap());
+    assert_eq!(unpruned(&url, &newer, &j).await, 1);
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    let version: String = client
+        .query_one(
+            &format!(
+                "SELECT value FROM \"{schema}\".anarchon_runs_meta WHERE key = 'schema_version'"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, "2");
+    drop(client);
+    let _ = task.await;
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn synchronous_commit_is_on_unless_turned_off() {
+    let Some(url) = common::url() else { return };
+    let setting = |store: PostgresStore| async move {
+        let client = store.pool().get().await.unwrap();
+        let row = client
+            .query_one("SELECT current_setting('synchronous_commit')", &[])
+            .await
+            .unwrap();
+        row.get::<_, String>(0)
+    };
+    let default = PostgresStore::new(&url, PostgresOptions::default()).unwrap();
+    assert_eq!(setting(default).await, "on");
+    let off =
+        PostgresStore::new(&url, PostgresOptions::default().synchronous_commit(false)).unwrap();
+    assert_eq!(setting(off).await, "off");
+    // Beside options the URL sets itself.
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let with_options = format!("{url}{sep}options=-c%20work_mem%3D8MB");
+    let off = PostgresStore::new(
+        &with_options,
+        PostgresOptions::default().synchronous_commit(false),
+    )
+    .unwrap();
+    assert_eq!(setting(off.clone()).await, "off");
+    let client = off.pool().get().await.unwrap();
+    let row = client
+        .query_one("SELECT current_setting('work_mem')", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "8MB");
 }
 
 #[tokio::test(flavor = "multi_thread")]
