@@ -352,8 +352,9 @@ impl RunView {
 ///   exists → `Taken`. Else if `overlap` is `Skip` and an earlier run of the job is `running`
 ///   with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
 ///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
-///   (`running`) → `Won`. Then prune the job to `retention`. One round trip where the store
-///   allows.
+///   (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning
+///   (to `finish`, or to every n-th claim) as long as a job's runs stay bounded. One round
+///   trip where the store allows.
 /// - [`LeaseStore::heartbeat`]: for each lease, if the run is `running` and its (attempt,
 ///   owner) match, set the deadline to `now + lease_ms` → `Renewed`; else `Lost`. One round
 ///   trip for the whole batch; answers in the order given.
