@@ -367,7 +367,9 @@ impl ClaimStore for RedisClaimStore {
     }
 
     async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
-        let kind = if record.manual { "m" } else { "l" };
+        // `c:` (claim-only) and `m:` (manual) runs keep their rows in hashes of their own;
+        // `l:` is the lease store's, whose rows live in the run hash.
+        let kind = if record.manual { "m" } else { "c" };
         let id = format!(
             "{kind}:{}|{}|{}|{}",
             record.slot,

@@ -496,7 +496,9 @@ impl Conn {
         Ok(())
     }
 
-    /// Writes the format version once and refuses a newer one.
+    /// Writes the format version once and refuses any other: a newer one with
+    /// `SchemaTooNew`, an older one (format 1, before attempts moved into the run hash)
+    /// with `Corrupt` saying to delete the prefix's keys, since format 1 is not migrated.
     pub(crate) async fn check_meta(&self) -> Result<()> {
         let key = format!("{}meta", self.opts.prefix);
         let _: i64 = self
@@ -510,16 +512,7 @@ impl Conn {
         let found: Option<String> = self
             .command("prepare", "HGET", vec![key.clone().into(), "format".into()])
             .await?;
-        let found: i64 = found.and_then(|f| f.parse().ok()).unwrap_or(0);
-        if found > FORMAT {
-            return Err(Error::SchemaTooNew {
-                store: STORE,
-                location: key,
-                found,
-                supported: FORMAT,
-            });
-        }
-        Ok(())
+        check_format(&key, found.as_deref(), &self.opts.prefix)
     }
 
     pub(crate) async fn known_jobs(&self) -> Result<Vec<JobName>> {
@@ -567,7 +560,7 @@ impl Conn {
                     "a history row is missing fields; remove it or choose another prefix".into(),
             })?);
         }
-        rows.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.attempt)));
+        rows.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.slot, r.attempt)));
         rows.truncate(count);
         Ok(rows)
     }
@@ -657,8 +650,44 @@ impl Conn {
     }
 }
 
-/// The key format version this build writes (`<prefix>meta`, field `format`).
-pub(crate) const FORMAT: i64 = 1;
+/// The key format version this build writes (`<prefix>meta`, field `format`). Format 2
+/// keeps each attempt's history row inside its run hash; format 1 had a hash per row.
+pub(crate) const FORMAT: i64 = 2;
+
+/// Judges the format found in `<prefix>meta` (`key`): only [`FORMAT`] is accepted.
+fn check_format(key: &str, found: Option<&str>, prefix: &str) -> Result<()> {
+    let Some(found) = found.and_then(|f| f.parse::<i64>().ok()) else {
+        return Err(Error::Corrupt {
+            store: STORE,
+            location: format!("key {key:?}"),
+            reason: format!(
+                "its field `format` is {found:?}, not a format version; remove the key or give \
+                 anarchon another prefix"
+            ),
+        });
+    };
+    if found > FORMAT {
+        return Err(Error::SchemaTooNew {
+            store: STORE,
+            location: key.to_owned(),
+            found,
+            supported: FORMAT,
+        });
+    }
+    if found < FORMAT {
+        return Err(Error::Corrupt {
+            store: STORE,
+            location: format!("key {key:?}"),
+            reason: format!(
+                "the keys under the prefix {prefix:?} are in key format {found}, written by an \
+                 older anarchon-redis; this build uses format {FORMAT} and does not migrate them: \
+                 delete them (redis-cli --scan --pattern '{prefix}*' | xargs redis-cli del) or \
+                 give anarchon another prefix"
+            ),
+        });
+    }
+    Ok(())
+}
 
 pub(crate) fn corrupt(key: &str, got: &str, want: &str) -> Error {
     Error::Corrupt {
@@ -760,6 +789,27 @@ mod tests {
         assert_eq!(l.admit(), Some(0));
         assert_eq!(l.admit(), None);
         assert_eq!(l.admit(), None);
+    }
+
+    #[test]
+    fn only_the_current_key_format_is_accepted() {
+        let key = "anarchon:meta";
+        assert!(check_format(key, Some("2"), "anarchon:").is_ok());
+        match check_format(key, Some("3"), "anarchon:") {
+            Err(Error::SchemaTooNew {
+                found, supported, ..
+            }) => assert_eq!((found, supported), (3, 2)),
+            other => panic!("{other:?}"),
+        }
+        let err = check_format(key, Some("1"), "anarchon:").unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("format 1") && msg.contains("'anarchon:*'"),
+            "{msg}"
+        );
+        let err = check_format(key, Some("x"), "anarchon:").unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
 
     #[test]

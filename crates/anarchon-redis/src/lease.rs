@@ -19,9 +19,9 @@ use crate::scripts;
 
 /// The Redis/Valkey lease store (strategy `lease`, the default). [B-11..B-21, B-41]
 ///
-/// Each run is a hash `<prefix>{<job>}:run:<slot>`; each attempt a history row
-/// `<prefix>{<job>}:row:<id>`; per job a few indexes (`runs`, `live`, `hist`, `fin`) and
-/// the fence counter `fence`. All keys of a job share the hash tag `{<job>}`, so every
+/// Each run is a hash `<prefix>{<job>}:run:<slot>` that also holds the history row of
+/// each of its attempts; per job a few indexes (`runs`, `live`, `hist`, `fin`) and the
+/// fence counter `fence`. All keys of a job share the hash tag `{<job>}`, so every
 /// script touches one hash slot and the store works on a Redis Cluster.
 ///
 /// Every operation is one Lua script (`EVALSHA`), which reads the server clock with
@@ -193,16 +193,9 @@ impl LeaseStore for RedisStore {
         conn.note_jobs(std::slice::from_ref(&c.run.job)).await?;
         let (base, rk) = self.run_keys(&c.run);
         let slot = c.run.slot;
-        let keys = vec![
-            rk,
-            format!("{base}runs"),
-            format!("{base}live"),
-            format!("{base}fence"),
-            format!("{base}hist"),
-            format!("{base}fin"),
-            format!("{base}rr:l:{slot}"),
-            format!("{base}row:l:{slot}|1"),
-        ];
+        // Only the run hash is declared: it routes the call in a cluster, and the script
+        // builds the job's other keys from the same hash tag.
+        let keys = vec![rk];
         let args = vec![
             base,
             conn.deadline(),
@@ -222,10 +215,10 @@ impl LeaseStore for RedisStore {
             .into_array();
         match code(&v) {
             1 => {
-                let (now, fence, exp) = (int(v.get(1)), int(v.get(2)), int(v.get(3)));
-                let (Some(now), Some(fence), Some(expires_at)) = (now, fence, exp) else {
+                let (Some(now), Some(fence)) = (int(v.get(1)), int(v.get(2))) else {
                     return Err(bad_reply("claim", &v));
                 };
+                let expires_at = now + c.lease_ms as EpochMs;
                 conn.observe_clock(now);
                 Ok(ClaimOutcome::Won(Lease {
                     run: c.run.clone(),
@@ -289,14 +282,7 @@ impl LeaseStore for RedisStore {
         let conn = self.conn();
         let (base, rk) = self.run_keys(&lease.run);
         let slot = lease.run.slot;
-        let keys = vec![
-            rk,
-            format!("{base}row:l:{slot}|{}", lease.attempt),
-            format!("{base}runs"),
-            format!("{base}live"),
-            format!("{base}hist"),
-            format!("{base}fin"),
-        ];
+        let keys = vec![rk];
         let args = vec![
             base,
             conn.deadline(),
@@ -325,11 +311,7 @@ impl LeaseStore for RedisStore {
         let conn = self.conn();
         let (base, rk) = self.run_keys(&lease.run);
         let slot = lease.run.slot;
-        let keys = vec![
-            rk,
-            format!("{base}row:l:{slot}|{}", lease.attempt),
-            format!("{base}fin"),
-        ];
+        let keys = vec![rk];
         let args = vec![
             base,
             conn.deadline(),
@@ -358,16 +340,7 @@ impl LeaseStore for RedisStore {
         let conn = self.conn();
         let (base, rk) = self.run_keys(&t.run);
         let slot = t.run.slot;
-        let keys = vec![
-            rk,
-            format!("{base}live"),
-            format!("{base}fence"),
-            format!("{base}hist"),
-            format!("{base}fin"),
-            format!("{base}rr:l:{slot}"),
-            format!("{base}row:l:{slot}|{}", t.seen_attempt),
-            format!("{base}row:l:{slot}|{}", t.seen_attempt + 1),
-        ];
+        let keys = vec![rk];
         let args = vec![
             base,
             conn.deadline(),

@@ -23,9 +23,11 @@
 //! Every key starts with the prefix (default `anarchon:`) and then the job's hash tag, so
 //! all keys of one job sit in one hash slot and the store works on a Redis Cluster:
 //! `anarchon:{nightly}:run:1764460800000`. Besides: `anarchon:jobs` (known jobs),
-//! `anarchon:meta` (format version) and the pub/sub channel `anarchon:releases`. A key of
-//! the wrong type under the prefix is reported as [`anarchon_core::Error::Corrupt`] naming
-//! it, before anything is written; nothing anarchon did not write is deleted.
+//! `anarchon:meta` (key format version, 2) and the pub/sub channel `anarchon:releases`. A
+//! key of the wrong type under the prefix is reported as [`anarchon_core::Error::Corrupt`]
+//! naming it, with nothing half-written (a failed claim may have advanced the job's fence
+//! counter, nothing else); nothing anarchon did not write is deleted. Keys of format 1 are
+//! refused by `prepare`, not migrated: delete them or use another prefix.
 //!
 //! # Feature flags
 //! - `tls` (default): `rediss://` URLs, through rustls.

@@ -1,48 +1,59 @@
--- Lease claim. ARGV: 3 slot, 4 not_after, 5 lease_ms, 6 owner, 7 overlap skip (1/0),
--- 8 reason, 9 scheduled_at, 10 history size, 11 history ttl ms (0 = none).
--- Returns {1, now, fence, expires} won, {0, now} taken, {-1, now} late,
--- {2, running_slot} overlap, {-2, now} command deadline passed.
+-- Lease claim. KEYS[1]: the run hash. ARGV: 3 slot, 4 not_after, 5 lease_ms, 6 owner,
+-- 7 overlap skip (1/0), 8 reason, 9 scheduled_at, 10 history size, 11 history ttl ms
+-- (0 = none). Returns {1, now, fence} won (the lease ends at now + lease_ms), {0, now}
+-- taken, {-1, now} late, {2, running_slot} overlap, {-2, now} command deadline passed.
 local slot = ARGV[3]
 local now = now_ms()
 if expired(now) then return {-2, now} end
 if now > tonumber(ARGV[4]) then return {-1, now} end
-local rk = k('run:' .. slot)
-local id = 'l:' .. slot .. '|1'
-want(rk, 'hash'); want(k('runs'), 'zset'); want(k('live'), 'zset'); want(k('fence'), 'string')
-want(k('hist'), 'zset'); want(k('fin'), 'zset'); want(k('rr:l:' .. slot), 'set')
-want(k('row:' .. id), 'hash')
+local rk, live, runs, hist, fk = KEYS[1], k('live'), k('runs'), k('hist'), k('fence')
 -- Read pass over the job's earlier unfinished runs (no write before every check passed).
-local ended, holder = {}, nil
-for _, s in ipairs(redis.call('ZRANGEBYSCORE', k('live'), '-inf', '(' .. slot)) do
-  local ek = k('run:' .. s)
-  want(ek, 'hash')
-  local r = redis.call('HMGET', ek, 'st', 'att', 'own', 'exp')
-  if r[1] == 'running' then
-    if r[3] == '' or tonumber(r[4]) <= now then
-      want(k('row:l:' .. s .. '|' .. r[2]), 'hash')
-      ended[#ended + 1] = {s, r[2]}
-    elseif holder == nil then
-      holder = s
+local earlier = on(live, 'zset', 'ZRANGEBYSCORE', live, '-inf', '(' .. slot)
+local holder = nil
+if #earlier > 0 then
+  local ended = {}
+  for _, s in ipairs(earlier) do
+    local ek = k('run:' .. s)
+    local r = on(ek, 'hash', 'HMGET', ek, 'st', 'att', 'own', 'exp')
+    if r[1] == 'running' then
+      if r[3] == '' or tonumber(r[4]) <= now then
+        ended[#ended + 1] = {s, r[2]}
+      elseif holder == nil then
+        holder = s
+      end
+    end
+  end
+  if #ended > 0 then
+    -- Rare: check every key written below before the first write.
+    want(rk, 'hash'); want(runs, 'zset'); want(hist, 'zset'); want(k('fin'), 'zset')
+    want(fk, 'string')
+    -- [B-15] earlier runs whose lease ended unfinished are replaced by this slot.
+    for _, e in ipairs(ended) do
+      redis.call('HSET', k('run:' .. e[1]), 'st', 'interrupted', 'own', '')
+      redis.call('ZREM', live, e[1])
+      row_end(e[1], e[2], 'interrupted', now, 'replaced by the next slot')
     end
   end
 end
--- [B-15] earlier runs whose lease ended unfinished are replaced by this slot.
-for _, e in ipairs(ended) do
-  redis.call('HSET', k('run:' .. e[1]), 'st', 'interrupted', 'own', '')
-  redis.call('ZREM', k('live'), e[1])
-  row_end('l:' .. e[1] .. '|' .. e[2], 'interrupted', now, 'replaced by the next slot')
-end
-if redis.call('EXISTS', rk) == 1 then return {0, now} end
+if on(rk, 'hash', 'HLEN', rk) > 0 then return {0, now} end
 if ARGV[7] == '1' and holder ~= nil then return {2, tonumber(holder)} end
-local fence = redis.call('INCR', k('fence'))
-local exp = now + tonumber(ARGV[5])
+-- The writes, ordered so that a key of the wrong type stops the claim with nothing written
+-- but a skipped fence number: `live` and the run hash were read above; the fence (INCR)
+-- and `runs` fail before anything else is written; `hist` is undone from `runs` if it fails.
+local fence = on(fk, 'string', 'INCR', fk)
+local id = 'l:' .. slot
+on(runs, 'zset', 'ZADD', runs, -tonumber(slot), id)
+local r = redis.pcall('ZADD', hist, -now, id .. '|1')
+if type(r) == 'table' and r.err then
+  redis.call('ZREM', runs, id)
+  want(hist, 'zset')
+  error(r)
+end
 redis.call('HSET', rk, 'st', 'running', 'att', '1', 'starts', '1', 'own', ARGV[6],
-  'exp', exp, 'sched', ARGV[9], 'fence', fence)
-redis.call('ZADD', k('live'), slot, slot)
-redis.call('HSET', k('row:' .. id), 'slot', slot, 'sched', ARGV[9], 'inst', ARGV[6], 'man', '0',
-  'att', '1', 'rsn', ARGV[8], 'st', 'running', 'fence', fence, 'start', now)
-redis.call('ZADD', k('hist'), now, id)
-redis.call('SADD', k('rr:l:' .. slot), id)
-redis.call('ZADD', k('runs'), slot, 'l:' .. slot)
-prune(tonumber(ARGV[10]), tonumber(ARGV[11]), now)
-return {1, now, fence, exp}
+  'exp', now + tonumber(ARGV[5]), 'sched', ARGV[9], '1i', ARGV[6], '1r', ARGV[8],
+  '1s', 'running', '1f', fence, '1t', now)
+redis.call('ZADD', live, slot, slot)
+-- Retention: `finish` prunes exactly; a claim prunes on every 16th fence of the job only,
+-- which bounds the runs that never finish (interrupted, exhausted) at no cost to the rest.
+if fence % 16 == 0 then prune(tonumber(ARGV[10]), tonumber(ARGV[11]), now) end
+return {1, now, fence}

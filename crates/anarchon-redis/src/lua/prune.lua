@@ -1,45 +1,69 @@
 -- Retention: keep the newest `size` runs of the job (a manual run counts as a run of its
--- own) and drop history rows that finished before now - ttl. Running lease runs are never
--- pruned. Only keys named by anarchon's own indexes are deleted.
-local function run_of(id) return string.match(id, '^([^|]*)') end
-local function live_run(m)
-  if string.sub(m, 1, 2) ~= 'l:' then return false end
-  return redis.call('ZSCORE', k('live'), string.sub(m, 3)) ~= false
-end
--- Drops a whole run: its rows, its row set, its run hash and its index entries.
-local function drop_run(m)
-  local rr = k('rr:' .. m)
-  local ids = {}
-  if kind(rr) == 'set' then ids = redis.call('SMEMBERS', rr) end
-  local dels = {rr}
-  for i, id in ipairs(ids) do dels[#dels + 1] = k('row:' .. id) end
-  if string.sub(m, 1, 2) == 'l:' then dels[#dels + 1] = k('run:' .. string.sub(m, 3)) end
-  redis.call('DEL', unpack(dels))
-  if #ids > 0 then
-    redis.call('ZREM', k('hist'), unpack(ids))
-    redis.call('ZREM', k('fin'), unpack(ids))
-  end
-  redis.call('ZREM', k('runs'), m)
-end
+-- own; `size` 0 = TTL only) and drop history rows that finished before now - ttl (`ttl`
+-- 0 = none). Running lease runs are never pruned. Only keys named by anarchon's own
+-- indexes are deleted.
 local function prune(size, ttl, now)
-  if size < 1 then size = 1 end
-  for _, m in ipairs(redis.call('ZRANGE', k('runs'), 0, -(size + 1))) do
-    if not live_run(m) then drop_run(m) end
+  local function live_run(m)
+    if string.sub(m, 1, 2) ~= 'l:' then return false end
+    return redis.call('ZSCORE', k('live'), string.sub(m, 3)) ~= false
   end
-  if ttl > 0 then
-    local emptied = {}
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('fin'), '-inf', '(' .. (now - ttl))) do
-      local m = run_of(id)
-      if not live_run(m) then
+  -- Drops a whole run: its rows, its run hash or row set, and its index entries.
+  local function drop_run(m)
+    local ids, dels = {}, {}
+    if string.sub(m, 1, 2) == 'l:' then
+      local rk = k('run:' .. string.sub(m, 3))
+      local att = tonumber(redis.call('HGET', rk, 'att')) or 0
+      for n = 1, att do ids[n] = m .. '|' .. n end
+      dels[1] = rk
+    else
+      local rr = k('rr:' .. m)
+      if redis.call('TYPE', rr)['ok'] == 'set' then ids = redis.call('SMEMBERS', rr) end
+      dels[1] = rr
+      for i, id in ipairs(ids) do dels[i + 1] = k('row:' .. id) end
+    end
+    redis.call('DEL', unpack(dels))
+    if #ids > 0 then
+      redis.call('ZREM', k('hist'), unpack(ids))
+      redis.call('ZREM', k('fin'), unpack(ids))
+    end
+    redis.call('ZREM', k('runs'), m)
+  end
+  if size > 0 then
+    for _, m in ipairs(redis.call('ZRANGE', k('runs'), size, -1)) do
+      if not live_run(m) then drop_run(m) end
+    end
+  end
+  if ttl <= 0 then return end
+  local done = {}
+  local cut = '(' .. string.format('%d', ttl - now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('fin'), cut, '+inf')) do
+    local m, rest = string.match(id, '^([^|]*)|(.*)$')
+    if m and not done[m] and not live_run(m) then
+      if string.sub(m, 1, 2) == 'l:' then
+        -- Attempts end in order, so once the last attempt expired every row of the run has.
+        local rk = k('run:' .. string.sub(m, 3))
+        local att = redis.call('HGET', rk, 'att')
+        if not att or att == rest then
+          drop_run(m)
+          done[m] = true
+        else
+          redis.call('HDEL', rk, rest .. 'i', rest .. 'r', rest .. 's', rest .. 'f',
+            rest .. 't', rest .. 'e', rest .. 'x')
+          redis.call('ZREM', k('hist'), id)
+          redis.call('ZREM', k('fin'), id)
+        end
+      else
+        local rr = k('rr:' .. m)
         redis.call('DEL', k('row:' .. id))
         redis.call('ZREM', k('hist'), id)
         redis.call('ZREM', k('fin'), id)
-        if kind(k('rr:' .. m)) == 'set' then redis.call('SREM', k('rr:' .. m), id) end
-        emptied[m] = true
+        local t = redis.call('TYPE', rr)['ok']
+        if t == 'set' then redis.call('SREM', rr, id) end
+        if t == 'none' or (t == 'set' and redis.call('EXISTS', rr) == 0) then
+          drop_run(m)
+          done[m] = true
+        end
       end
-    end
-    for m, _ in pairs(emptied) do
-      if kind(k('rr:' .. m)) == 'none' then drop_run(m) end
     end
   end
 end
