@@ -1,15 +1,75 @@
 //! The store conformance kit of `anarchon-core` on a remote libSQL server, each test on
-//! fresh tables. Runs where `ANARCHON_LIBSQL_URL` is set (and `ANARCHON_LIBSQL_AUTH_TOKEN`
-//! where the server wants one); prints a SKIP line otherwise. [B-44]
+//! fresh tables. [B-44]
+//!
+//! Where `ANARCHON_LIBSQL_URL` is set (and `ANARCHON_LIBSQL_AUTH_TOKEN` where the server
+//! wants one) the kit runs against that server. No libSQL server is packaged for these
+//! machines, so otherwise the kit runs against `tests/hrana_double.py`, a Hrana-over-HTTP
+//! test double on Python's sqlite3 that this test starts itself: that checks the store's
+//! client side (requests, statements, transactions) through the real `libsql` client, not
+//! sqld itself, and says so. Without python3 the tests print a SKIP line. A libSQL server is
+//! optional (like Redis 8.6): `ANARCHON_REQUIRE_SERVERS=1` does not make its absence fail.
 
-use std::sync::Arc;
+use std::io::Write as _;
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use anarchon_core::LeaseStore;
 use anarchon_libsql::LibsqlStore;
 
+/// The Hrana double for this test process; its stdin pipe is held here, so it exits with us.
+static DOUBLE: OnceLock<Option<(String, Mutex<Child>)>> = OnceLock::new();
+
+fn double_url() -> Option<String> {
+    let started = DOUBLE.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hrana_double.py");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let db = std::env::temp_dir().join(format!("anarchon-hrana-{}-{port}.db", std::process::id()));
+        let child = Command::new("python3")
+            .arg(script)
+            .arg("--db")
+            .arg(&db)
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            eprintln!("SKIP libSQL kit: neither ANARCHON_LIBSQL_URL nor python3 (for the Hrana test double) is available");
+            return None;
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                eprintln!("SKIP libSQL kit: the Hrana test double did not listen within 10 s");
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut out = std::io::stderr();
+        let _ = writeln!(
+            out,
+            "NOTE libSQL kit runs against tests/hrana_double.py (a test double, not sqld): set ANARCHON_LIBSQL_URL for a real server"
+        );
+        Some((format!("http://127.0.0.1:{port}"), Mutex::new(child)))
+    });
+    started.as_ref().map(|(url, _)| url.clone())
+}
+
 async fn fresh() -> Option<Arc<dyn LeaseStore>> {
-    let url = anarchon_core::testkit::server_url("ANARCHON_LIBSQL_URL")?;
-    let token = std::env::var("ANARCHON_LIBSQL_AUTH_TOKEN").unwrap_or_default();
+    let (url, token) = match std::env::var("ANARCHON_LIBSQL_URL") {
+        Ok(url) if !url.trim().is_empty() => (
+            url,
+            std::env::var("ANARCHON_LIBSQL_AUTH_TOKEN").unwrap_or_default(),
+        ),
+        _ => (
+            tokio::task::spawn_blocking(double_url).await.ok()??,
+            String::new(),
+        ),
+    };
     let prefix = format!("kit_{:016x}", rand::random::<u64>());
     let store = LibsqlStore::builder(url, token)
         .table(prefix)

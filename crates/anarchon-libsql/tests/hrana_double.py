@@ -17,6 +17,7 @@ import argparse
 import base64
 import itertools
 import json
+import os
 import re
 import sqlite3
 import sys
@@ -272,7 +273,23 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)
     p.add_argument("--port", type=int, default=8089)
+    p.add_argument(
+        "--exit-on-stdin-eof",
+        action="store_true",
+        help="exit when standard input closes (the test process that started us ended)",
+    )
     a = p.parse_args()
+    if a.exit_on_stdin_eof:
+        def watch_stdin():
+            sys.stdin.read()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.remove(DB + suffix)
+                except OSError:
+                    pass
+            os._exit(0)
+
+        threading.Thread(target=watch_stdin, daemon=True).start()
     DB = a.db
     threading.Thread(target=reap, daemon=True).start()
     ThreadingHTTPServer(("127.0.0.1", a.port), Handler).serve_forever()
