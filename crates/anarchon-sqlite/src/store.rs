@@ -404,10 +404,29 @@ impl Worker {
         }
         // WAL lets readers (history, backups' watches) run beside the writer. It is set
         // after the schema check, so a file we refuse keeps its journal mode.
-        let mode: String = worker
-            .conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(|e| worker.error("open", e))?;
+        // Switching to WAL needs a moment of exclusive access, and SQLite answers BUSY at once
+        // (its busy handler does not apply) while another process opens the same fresh file:
+        // retry until the call's deadline instead of failing the open.
+        let deadline = Instant::now() + call_timeout;
+        let mode: String = loop {
+            match worker
+                .conn
+                .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            {
+                Ok(mode) => break mode,
+                Err(e)
+                    if matches!(
+                        e.sqlite_error_code(),
+                        Some(
+                            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                        )
+                    ) && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(worker.error("open", e)),
+            }
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             tracing::warn!(
                 path = %worker.sql.location,
