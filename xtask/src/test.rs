@@ -45,10 +45,11 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     }
 
     let mut main = prepared(slow, &mut effective);
+    // Run every test even after a failure, so one run shows all that is broken.
     if nextest {
-        main.args(["nextest", "run", "--no-tests=warn"]);
+        main.args(["nextest", "run", "--no-tests=warn", "--no-fail-fast"]);
     } else {
-        main.arg("test");
+        main.args(["test", "--no-fail-fast"]);
     }
     // `--workspace` would override a `-p <crate>` given after `--`.
     let picks_packages = extra.iter().take_while(|arg| *arg != "--").any(|arg| {

@@ -1066,7 +1066,7 @@ pub async fn b15_expired_run_is_replaced_and_the_due_slot_starts(store: Arc<dyn 
     let starts: Starts = Arc::default();
     let (a, b, slot, b_events) = long_run_then_overlap(&store, &job, &starts, false).await;
     a.crash();
-    let b_run = first_start_of(&starts, "b", LEASE_MS + 3 * HEARTBEAT_MS + 500).await;
+    let b_run = first_start_of(&starts, "b", LEASE_MS + 4 * HEARTBEAT_MS + 3_000).await;
     assert_eq!(b_run, (slot + 2_000, 1, Reason::Scheduled));
     assert_eq!(
         count(
@@ -1090,7 +1090,7 @@ pub async fn b17_handover_continues_the_same_slot_after_the_next_came_due(
     let starts: Starts = Arc::default();
     let (a, b, slot, _) = long_run_then_overlap(&store, &job, &starts, true).await;
     a.stop(Duration::from_secs(5)).await.unwrap();
-    let b_run = first_start_of(&starts, "b", 2 * HEARTBEAT_MS + 500).await;
+    let b_run = first_start_of(&starts, "b", 2 * HEARTBEAT_MS + 2_000).await;
     assert_eq!(b_run, (slot, 2, Reason::Takeover));
     b.stop(Duration::from_secs(5)).await.unwrap();
 }
