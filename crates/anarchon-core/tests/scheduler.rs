@@ -435,12 +435,16 @@ async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
     s.start().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     s.stop(Duration::from_secs(1)).await.unwrap();
+    // Claim-only stores have no overlap check: one or two slots may have started by now.
     let h = s.history("wait", 5).await.unwrap();
-    assert_eq!(h.len(), 1, "{h:?}");
-    assert_eq!(
-        (h[0].status, h[0].error.as_deref()),
-        (anarchon_core::RunStatus::Interrupted, Some("stopped"))
-    );
+    assert!(!h.is_empty(), "no run recorded");
+    for r in &h {
+        assert_eq!(
+            (r.status, r.error.as_deref()),
+            (anarchon_core::RunStatus::Interrupted, Some("stopped")),
+            "{h:?}"
+        );
+    }
     let mut interrupted = false;
     while let Ok(e) = rx.try_recv() {
         interrupted |= matches!(e, Event::Interrupted { ref cause, .. } if cause == "stopped");
