@@ -5,9 +5,10 @@
 //! `cargo bench -p anarchon-sqlite --bench claim [-- --json]`; `ANARCHON_BENCH_OPS` and
 //! `ANARCHON_BENCH_WARMUP` change the counts. Rows:
 //! - `empty tx`: `BEGIN IMMEDIATE; COMMIT` through the store's thread (the baseline);
-//! - `claim`: a won claim of a new slot (one transaction: late check, interrupt earlier
-//!   runs, taken/overlap check, fence, run and history rows, retention pruning at 100 runs),
-//!   each run finished untimed after its claim, as in a running service;
+//! - `claim`: a won claim of a new slot (one transaction: late check, one read for the
+//!   taken/overlap/interrupt checks, fence, run and history rows; retention pruning at 100
+//!   runs on every 16th claim), each run finished untimed after its claim (the finish
+//!   prunes), as in a running service;
 //! - `claim + finish`: both, timed together;
 //! - `claim taken`: a claim of a slot that is already taken;
 //! - `heartbeat`: a batched heartbeat of one lease;
@@ -73,7 +74,7 @@ async fn run() {
     .await;
 
     // Each won run is finished right after its claim, outside the timing, so the job sits
-    // at its steady state: 100 finished runs kept, one pruned per claim.
+    // at its steady state: 100 finished runs kept, one pruned per finish.
     let mut samples = Vec::with_capacity(cfg.ops);
     for i in 0..cfg.warmup + cfg.ops {
         let c = claim(&job, base_slot + i as i64 * 1000, "a");

@@ -534,3 +534,86 @@ async fn many_stores_starting_at_once_create_the_schema_once() {
     }
     assert_eq!(meta_version(&path, "anarchon_runs_meta"), SCHEMA_VERSION);
 }
+
+/// [B-37] A won claim prunes only on every `PRUNE_EVERY`-th fence and a takeover's fence
+/// leaves that count alone, so runs that never finish stay bounded; a finish prunes exactly.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
+    use anarchon_core::{Retention, Takeover, TakeoverOutcome};
+    use anarchon_sqlite::sql::ops::PRUNE_EVERY;
+    let ts = TempStore::new().await;
+    let store = &ts.store;
+    let job = unique_job("bound");
+    let keep = Retention {
+        size: 3,
+        ttl_ms: None,
+    };
+    let bound = 3 + PRUNE_EVERY as usize - 1;
+    let t = store.now().await.unwrap();
+    let mut fences = Vec::new();
+    let mut most = 0;
+    for i in 0..60 {
+        let slot = t - 200_000 + i * 1000;
+        let mut c = claim(&job, slot, "a", t);
+        c.retention = keep;
+        // A lease of 0 ms has ended at once: the next claim interrupts the run.
+        c.lease_ms = 0;
+        let ClaimOutcome::Won(l) = store.claim(&c).await.unwrap() else {
+            panic!("claim {i}")
+        };
+        fences.push(l.fence);
+        if i % 5 == 0 {
+            // Every fifth run is taken over once.
+            let tk = Takeover {
+                run: l.run.clone(),
+                seen_attempt: 1,
+                instance_id: "b".into(),
+                lease_ms: 0,
+                max_attempts: 3,
+                superseded: false,
+            };
+            let TakeoverOutcome::Won(l2) = store.take_over(&tk).await.unwrap() else {
+                panic!("take over {i}")
+            };
+            assert_eq!(
+                l2.fence,
+                l.fence + PRUNE_EVERY,
+                "a takeover adds PRUNE_EVERY"
+            );
+        }
+        // Never finished: the next claim interrupts it.
+        let runs = store.history(&job, 1000).await.unwrap();
+        let distinct: std::collections::BTreeSet<i64> = runs.iter().map(|r| r.slot).collect();
+        most = most.max(distinct.len());
+        assert!(
+            distinct.len() <= bound,
+            "claim {i}: {} runs",
+            distinct.len()
+        );
+    }
+    assert!(most > 3, "claims defer pruning");
+    let pruning = fences
+        .iter()
+        .filter(|f| f.is_multiple_of(PRUNE_EVERY))
+        .count();
+    assert_eq!(
+        pruning,
+        60 / PRUNE_EVERY as usize,
+        "one claim in PRUNE_EVERY prunes"
+    );
+    // A finish prunes exactly.
+    let mut c = claim(&job, t - 1000, "a", t);
+    c.retention = keep;
+    let ClaimOutcome::Won(l) = store.claim(&c).await.unwrap() else {
+        panic!("last claim")
+    };
+    let f = anarchon_core::Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    assert_eq!(store.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+    let runs = store.history(&job, 1000).await.unwrap();
+    let distinct: std::collections::BTreeSet<i64> = runs.iter().map(|r| r.slot).collect();
+    assert_eq!(distinct.len(), 3, "{runs:?}");
+}

@@ -199,6 +199,7 @@ fn render(template: &str, t: &Tables) -> String {
         .replace("{runs}", &format!("\"{}\"", t.runs))
         .replace("{attempts}", &format!("\"{}\"", t.attempts))
         .replace("{meta}", &format!("\"{}\"", t.meta))
+        .replace("{running}", &format!("\"{}_running\"", t.runs))
 }
 
 /// The fixed statements of one prefix, rendered once so drivers can cache them by text.
@@ -207,6 +208,7 @@ pub(crate) struct Statements {
     pub(crate) claim_check: String,
     pub(crate) register_job: String,
     pub(crate) next_fence: String,
+    pub(crate) takeover_fence: String,
     pub(crate) insert_run: String,
     pub(crate) insert_attempt: String,
     pub(crate) prune_by_count: String,
@@ -241,21 +243,37 @@ impl Statements {
         let r = |s: &str| render(s, t);
         Statements {
             // [B-15] Earlier runs whose lease ended; their history rows are closed one by one
-            // from what this returns (usually nothing), so no subquery runs on every claim.
-            interrupt_runs: r("UPDATE {runs} SET status = 'interrupted', owner = NULL \
+            // from what this returns. A claim runs it only when `claim_check` found such runs.
+            // Without `INDEXED BY` the planner (no statistics) walks the primary key over
+            // all of the job's earlier runs, finished ones included.
+            interrupt_runs: r("UPDATE {runs} INDEXED BY {running} \
+                 SET status = 'interrupted', owner = NULL \
                  WHERE job = ?1 AND slot < ?2 AND status = 'running' \
                  AND (owner IS NULL OR expires_at <= ?3) RETURNING slot, attempt"),
-            // Is the slot taken; which earlier run holds a live lease (the oldest).
+            // Is the slot taken; which earlier run holds a live lease (the oldest); are there
+            // earlier runs to interrupt (`interrupt_runs`). The searches of earlier runs go
+            // through the partial index for the reason given above.
             claim_check: r(
                 "SELECT EXISTS (SELECT 1 FROM {runs} WHERE job = ?1 AND slot = ?2), \
-                 (SELECT MIN(slot) FROM {runs} WHERE job = ?1 AND slot < ?2 \
-                  AND status = 'running' AND owner IS NOT NULL AND expires_at > ?3)",
+                 (SELECT MIN(slot) FROM {runs} INDEXED BY {running} \
+                  WHERE job = ?1 AND slot < ?2 \
+                  AND status = 'running' AND owner IS NOT NULL AND expires_at > ?3), \
+                 EXISTS (SELECT 1 FROM {runs} INDEXED BY {running} \
+                  WHERE job = ?1 AND slot < ?2 AND status = 'running' \
+                  AND (owner IS NULL OR expires_at <= ?3))",
             ),
             register_job: r("INSERT INTO {meta} (key, value) VALUES (?1, 0) \
                  ON CONFLICT (key) DO NOTHING"),
             // The per-job fence lives in meta so that pruning every run never lowers it.
             next_fence: r("INSERT INTO {meta} (key, value) VALUES (?1, 1) \
                  ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value"),
+            // A takeover's fence: `ops::PRUNE_EVERY` above the last one, so the fence modulo
+            // `PRUNE_EVERY` counts won claims only (a claim's fence is the last one + 1).
+            takeover_fence: r(&format!(
+                "INSERT INTO {{meta}} (key, value) VALUES (?1, {every}) \
+                 ON CONFLICT (key) DO UPDATE SET value = value + {every} RETURNING value",
+                every = ops::PRUNE_EVERY
+            )),
             insert_run: r(
                 "INSERT INTO {runs} (job, slot, scheduled_at, status, attempt, starts, \
                  owner, reason, fence, started_at, expires_at, error) \

@@ -69,26 +69,31 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
     let st = &sql.st;
     let job = c.run.job.as_str();
     let key = [Value::from(job), Value::from(c.run.slot), Value::from(now)];
-    for row in e.query(&st.interrupt_runs, &key).await? {
-        let run = RunKey::new(c.run.job.clone(), int(sql, &row, 0)?);
-        let attempt = u32_at(sql, &row, 1)?;
-        close_attempt(
-            e,
-            sql,
-            &run,
-            attempt,
-            RunStatus::Interrupted,
-            now,
-            "replaced by the next slot",
-        )
-        .await?;
-    }
+    // One read answers the claim's questions; the interrupting write runs only when the
+    // read found earlier runs to interrupt (rarely). Interrupting changes neither answer:
+    // it touches earlier slots only, and only runs without a live lease.
     let check = e.query(&st.claim_check, &key).await?;
     let row = check
         .first()
         .ok_or_else(|| sql.corrupt("", "the claim check returned no row"))?;
     let taken = int(sql, row, 0)? != 0;
     let running_slot = opt_int(sql, row, 1)?;
+    if int(sql, row, 2)? != 0 {
+        for row in e.query(&st.interrupt_runs, &key).await? {
+            let run = RunKey::new(c.run.job.clone(), int(sql, &row, 0)?);
+            let attempt = u32_at(sql, &row, 1)?;
+            close_attempt(
+                e,
+                sql,
+                &run,
+                attempt,
+                RunStatus::Interrupted,
+                now,
+                "replaced by the next slot",
+            )
+            .await?;
+        }
+    }
     if taken {
         e.execute(&st.register_job, &[job_key(job).into()]).await?;
         return Ok(ClaimOutcome::Taken);
@@ -132,7 +137,9 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
         },
     )
     .await?;
-    prune(e, sql, job, c.retention, now).await?;
+    if prune_due(fence) {
+        prune(e, sql, job, c.retention, now).await?;
+    }
     Ok(ClaimOutcome::Won(Lease {
         run: c.run.clone(),
         attempt: 1,
@@ -355,7 +362,8 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
         .await?;
         return Ok(TakeoverOutcome::Exhausted);
     }
-    let fence = next_fence(e, sql, job).await?;
+    // A takeover's fence leaves the count of won claims alone (see [`PRUNE_EVERY`]).
+    let fence = draw_fence(e, sql, &sql.st.takeover_fence, job).await?;
     let next = seen + 1;
     let expires_at = now.saturating_add(ms(t.lease_ms));
     e.execute(
@@ -547,7 +555,12 @@ pub async fn known_jobs<E: Exec>(e: &mut E, sql: &Sql) -> Result<Vec<JobName>> {
 }
 
 async fn next_fence<E: Exec>(e: &mut E, sql: &Sql, job: &str) -> Result<u64> {
-    let rows = e.query(&sql.st.next_fence, &[job_key(job).into()]).await?;
+    draw_fence(e, sql, &sql.st.next_fence, job).await
+}
+
+/// Draws the job's next fence with `statement` (`next_fence` or `takeover_fence`).
+async fn draw_fence<E: Exec>(e: &mut E, sql: &Sql, statement: &str, job: &str) -> Result<u64> {
+    let rows = e.query(statement, &[job_key(job).into()]).await?;
     let row = rows
         .first()
         .ok_or_else(|| sql.corrupt("", "the fence counter returned no row"))?;
@@ -605,6 +618,24 @@ async fn close_attempt<E: Exec>(
     )
     .await?;
     Ok(())
+}
+
+/// A won claim prunes its job only when its fence is a multiple of `PRUNE_EVERY`. [B-37]
+///
+/// Won claims and takeovers draw fences from one per-job counter in the meta table (in
+/// every process): a claim adds 1, a takeover adds `PRUNE_EVERY` (fences stay strictly
+/// increasing; gaps are allowed). The fence modulo `PRUNE_EVERY` thus counts won claims
+/// only, and exactly one of any `PRUNE_EVERY` consecutive won claims of a job prunes it,
+/// whichever instances won them. `finish` (and `record_manual`) still prune exactly every
+/// time, so after a finish a job holds at most `size` finished runs, as before. Between
+/// finishes, and for runs that never finish (taken over until exhausted, interrupted by the
+/// next slot), a job holds at most `size + PRUNE_EVERY - 1` runs (plus older runs still
+/// running, which pruning always keeps). The usual claim thus skips the pruning statements.
+/// No schema change: the counter is the fence counter of version 1.
+pub const PRUNE_EVERY: u64 = 16;
+
+fn prune_due(fence: u64) -> bool {
+    fence.is_multiple_of(PRUNE_EVERY)
 }
 
 /// [B-37] Prunes the job to its retention: by count of runs, and by age of finish.
