@@ -147,7 +147,9 @@ fn b16_a_frozen_runner_is_replaced_and_its_result_is_not_recorded() {
     let mut c = Cluster::new(cfg);
     c.start(&NODES);
     let runner = runner_of(&mut c, slot);
-    c.pause_until(runner.t + 500);
+    // Freeze between two heartbeats (300 ms apart): a process stopped inside its write
+    // transaction holds SQLite's file lock until it resumes (docs/guarantees.md).
+    c.pause_until(runner.t + 450);
     let frozen = c.signal(&runner.node, "STOP");
     let takeover = c
         .wait_event(Duration::from_secs(5), |e| {

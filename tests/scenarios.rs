@@ -296,7 +296,10 @@ fn winner_frozen(env: &Env, keep: &mut Option<Cluster>) -> Result<String, String
     let (c, slot) = env.cluster("frozen", env.scale.crash);
     let c = keep.insert(c);
     let r = runner(c, slot)?;
-    c.pause_until(r.t + 500);
+    // Freeze between two heartbeats: a process stopped inside its write transaction holds
+    // SQLite's file lock, and every other process's writes wait until it resumes (see
+    // docs/guarantees.md); this scenario is about a freeze longer than the lease.
+    c.pause_until(r.t + 500 + env.heartbeat_ms() / 2);
     let stopped = c.signal(&r.node, "STOP");
     let (lease, hb) = (env.lease_ms(), env.heartbeat_ms());
     let work = env.scale.crash.1 as i64;

@@ -42,7 +42,6 @@ macro_rules! __lease_store_tests {
             manual_runs_are_recorded_and_replaced_by_key,
             known_jobs_lists_prepared_and_claimed_jobs,
         );
-        $crate::__runtime_tests!($factory, [$($mode)?]);
     };
 }
 

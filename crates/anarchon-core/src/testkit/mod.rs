@@ -113,12 +113,32 @@ macro_rules! __kit_tests {
     };
 }
 
-/// Expands to the whole lease-store conformance suite: one test per behaviour. See the
+/// Expands to the whole lease-store conformance suite: one test per behaviour, the store
+/// contract ([`lease_store_contract!`](crate::lease_store_contract)) and the runtime
+/// behaviours ([`lease_runtime_suite!`](crate::lease_runtime_suite)). See the
 /// [module docs](crate::testkit).
 #[macro_export]
 macro_rules! lease_store_suite {
     ($factory:path $(, $mode:ident)?) => {
         $crate::__lease_store_tests!($factory, [$($mode)?]);
+        $crate::__runtime_tests!($factory, [$($mode)?]);
+    };
+}
+
+/// Expands to the store-level half of the lease suite only (the trait contract, called
+/// directly). For a stand-in server too slow for the runtime half's short leases.
+#[macro_export]
+macro_rules! lease_store_contract {
+    ($factory:path $(, $mode:ident)?) => {
+        $crate::__lease_store_tests!($factory, [$($mode)?]);
+    };
+}
+
+/// Expands to the runtime half of the lease suite only (several schedulers on one store).
+#[macro_export]
+macro_rules! lease_runtime_suite {
+    ($factory:path $(, $mode:ident)?) => {
+        $crate::__runtime_tests!($factory, [$($mode)?]);
     };
 }
 
