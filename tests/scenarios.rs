@@ -588,7 +588,12 @@ fn s9_lease_on_redis() {
     let Some(url) = support::server_url("scenarios redis", "ANARCHON_REDIS_URL") else {
         return;
     };
-    Env::new("redis", format!("redis-lease:{url}"), Mode::Lease).run_all();
+    Env::new(
+        "redis",
+        format!("redis-lease:{}", support::redis_target(&url)),
+        Mode::Lease,
+    )
+    .run_all();
 }
 
 #[cfg(feature = "redis")]
@@ -600,7 +605,12 @@ fn s9_naive_on_redis_stream_id() {
     let Some(url) = support::server_url("scenarios redis naive", "ANARCHON_REDIS_URL") else {
         return;
     };
-    Env::new("redis", format!("redis-naive:{url}"), Mode::Naive).run_all();
+    Env::new(
+        "redis",
+        format!("redis-naive:{}", support::redis_target(&url)),
+        Mode::Naive,
+    )
+    .run_all();
 }
 
 #[cfg(feature = "postgres")]

@@ -53,6 +53,26 @@ pub(crate) fn server_url(suite: &str, var: &str) -> Option<String> {
 }
 
 /// A job name unique to this run.
+/// A Redis target for the nodes of one test run: the URL and a key prefix of its own
+/// (`<url>#<prefix>`), so runs never meet keys of other runs or of older key formats.
+#[cfg(feature = "redis")]
+pub(crate) fn redis_target(url: &str) -> String {
+    format!(
+        "{url}#anarchon-test-{}-{}:",
+        std::process::id(),
+        now_ms() % 100_000_000
+    )
+}
+
+/// Splits [`redis_target`]'s `<url>#<prefix>` into the store's URL and options.
+#[cfg(feature = "redis")]
+fn redis_parts(target: &str) -> (&str, anarchon::redis::RedisOptions) {
+    match target.split_once('#') {
+        Some((url, prefix)) => (url, anarchon::redis::RedisOptions::default().prefix(prefix)),
+        None => (target, anarchon::redis::RedisOptions::default()),
+    }
+}
+
 pub(crate) fn unique_job(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), now_ms() % 100_000_000)
 }
@@ -214,14 +234,17 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
         }
         #[cfg(feature = "redis")]
         "redis-lease" => {
-            let store = anarchon::redis::RedisStore::from_url(target)?;
+            let (url, options) = redis_parts(target);
+            let store = anarchon::redis::RedisStore::from_url_with(url, options)?;
             serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
         }
         #[cfg(feature = "redis")]
         "redis-naive" => {
-            let store = anarchon::redis::RedisClaimStore::from_url(
-                target,
+            let (url, options) = redis_parts(target);
+            let store = anarchon::redis::RedisClaimStore::from_url_with(
+                url,
                 anarchon::redis::Strategy::StreamId,
+                options,
             )?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
@@ -682,16 +705,21 @@ pub(crate) fn history(store: &str, job: &str, count: usize) -> Vec<HistoryRecord
             ),
             #[cfg(feature = "redis")]
             "redis-lease" => {
-                Box::new(anarchon::redis::RedisStore::from_url(target).expect("redis"))
+                let (url, options) = redis_parts(target);
+                Box::new(anarchon::redis::RedisStore::from_url_with(url, options).expect("redis"))
             }
             #[cfg(feature = "redis")]
-            "redis-naive" => Box::new(
-                anarchon::redis::RedisClaimStore::from_url(
-                    target,
-                    anarchon::redis::Strategy::StreamId,
+            "redis-naive" => {
+                let (url, options) = redis_parts(target);
+                Box::new(
+                    anarchon::redis::RedisClaimStore::from_url_with(
+                        url,
+                        anarchon::redis::Strategy::StreamId,
+                        options,
+                    )
+                    .expect("redis"),
                 )
-                .expect("redis"),
-            ),
+            }
             #[cfg(feature = "postgres")]
             "postgres" => Box::new(
                 anarchon::postgres::PostgresStore::connect(
