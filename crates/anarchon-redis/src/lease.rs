@@ -299,12 +299,7 @@ impl LeaseStore for RedisStore {
             .eval("finish", &scripts::FINISH, keys, args)
             .await?
             .into_array();
-        match code(&v) {
-            1 => Ok(OwnerWrite::Done),
-            0 => Ok(OwnerWrite::Lost),
-            -2 => Err(self.deadline_passed("finish")),
-            _ => Err(bad_reply("finish", &v)),
-        }
+        owner_write(self, "finish", &v)
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -325,12 +320,7 @@ impl LeaseStore for RedisStore {
             .eval("release", &scripts::RELEASE, keys, args)
             .await?
             .into_array();
-        match code(&v) {
-            1 => Ok(OwnerWrite::Done),
-            0 => Ok(OwnerWrite::Lost),
-            -2 => Err(self.deadline_passed("release")),
-            _ => Err(bad_reply("release", &v)),
-        }
+        owner_write(self, "release", &v)
     }
 
     async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
@@ -495,4 +485,15 @@ fn view(
         expires_at: int(Some(exp)).unwrap_or(0),
         store_now: now,
     })
+}
+
+/// The answer of an owner's conditional write (finish, release): 1 done, 0 lost (the fence
+/// no longer matches), -2 arrived after its deadline (nothing written).
+fn owner_write(store: &RedisStore, operation: &'static str, v: &[Value]) -> Result<OwnerWrite> {
+    match code(v) {
+        1 => Ok(OwnerWrite::Done),
+        0 => Ok(OwnerWrite::Lost),
+        -2 => Err(store.deadline_passed(operation)),
+        _ => Err(bad_reply(operation, v)),
+    }
 }
