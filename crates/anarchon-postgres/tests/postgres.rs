@@ -520,42 +520,6 @@ async fn b37_a_taken_claim_tells_the_count_too() {
     common::drop_schema(&url, store.schema()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn b36_manual_records_are_kept_by_job_slot_instance() {
-    let Some(url) = common::url() else { return };
-    let store = common::fresh_store(&url).await;
-    let j = job("manual");
-    let now = store.now().await.unwrap();
-    let mut rec = anarchon_core::HistoryRecord {
-        job: j.clone(),
-        slot: now,
-        scheduled_at: now,
-        instance_id: "api".into(),
-        manual: true,
-        attempt: 1,
-        reason: Reason::Manual,
-        status: RunStatus::Running,
-        fence: 0,
-        started_at: now,
-        finished_at: None,
-        error: None,
-    };
-    store
-        .record_manual(&rec, Retention::default())
-        .await
-        .unwrap();
-    rec.status = RunStatus::Succeeded;
-    rec.finished_at = Some(now + 5);
-    store
-        .record_manual(&rec, Retention::default())
-        .await
-        .unwrap();
-    let h = store.history(&j, 10).await.unwrap();
-    assert_eq!(h, vec![rec]);
-    assert!(store.known_jobs().await.unwrap().contains(&j));
-    common::drop_schema(&url, store.schema()).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
     let Some(url) = common::url() else { return };

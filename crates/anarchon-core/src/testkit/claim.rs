@@ -13,7 +13,6 @@ macro_rules! __claim_store_tests {
         $crate::__kit_tests!($factory, [$($mode)?], claim,
             claim_b10_late_claim_has_no_effect,
             claim_b11_one_of_concurrent_claims_wins,
-            claim_b11_second_claim_of_a_slot_is_taken,
             claim_b11_each_slot_is_claimed_separately,
             claim_b28_history_is_kept_by_count,
         );
@@ -86,28 +85,8 @@ pub async fn claim_b11_one_of_concurrent_claims_wins(store: Arc<dyn ClaimStore>)
     assert_eq!(wins, 1);
 }
 
-/// [B-11] A second claim of a claimed slot is `Taken`.
-pub async fn claim_b11_second_claim_of_a_slot_is_taken(store: Arc<dyn ClaimStore>) {
-    let job = unique_job("ctaken");
-    prepared(&store, &job).await;
-    let slot = host_now();
-    assert_eq!(
-        store
-            .claim_slot(&slot_claim(&job, slot, "a"))
-            .await
-            .unwrap(),
-        SlotOutcome::Won
-    );
-    assert_eq!(
-        store
-            .claim_slot(&slot_claim(&job, slot, "b"))
-            .await
-            .unwrap(),
-        SlotOutcome::Taken
-    );
-}
-
-/// [B-11] Consecutive slots are claimed one after another, each by its first claimer.
+/// [B-11] A second claim of a claimed slot is `Taken`; consecutive slots are claimed one
+/// after another, each by its first claimer.
 pub async fn claim_b11_each_slot_is_claimed_separately(store: Arc<dyn ClaimStore>) {
     let job = unique_job("cseq");
     prepared(&store, &job).await;
