@@ -4,7 +4,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{BoxError, Error, Result};
 use crate::history::Reason;
-use crate::store::{EpochMs, JobName};
+use crate::ids::{EpochMs, JobName};
 
 /// Data for handlers, given at the scheduler, job and manual-run level. [B-31]
 ///
@@ -164,6 +164,109 @@ impl From<Data> for DataSource {
     }
 }
 
+/// Why a run's signal was cancelled. [B-16, B-17, B-21]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CancelCause {
+    /// The scheduler is stopping: return an error to hand the run over.
+    Stopping,
+    /// The job's `timeout` passed: the attempt is recorded as failed.
+    TimedOut,
+    /// Another instance took the run over: this attempt's result is not recorded.
+    LeaseLost,
+    /// This instance could not renew the lease in time and cancelled the run before the
+    /// lease could have expired (self-fencing).
+    LeaseNotRenewed,
+    /// The handler itself saw the local lease deadline pass (for example after the process
+    /// was frozen) before the scheduler could renew the lease.
+    LeaseDeadlinePassed,
+}
+
+impl CancelCause {
+    /// `"stopping"`, `"timed out"`, `"lease lost"`, `"lease not renewed"` or
+    /// `"lease deadline passed"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelCause::Stopping => "stopping",
+            CancelCause::TimedOut => "timed out",
+            CancelCause::LeaseLost => "lease lost",
+            CancelCause::LeaseNotRenewed => "lease not renewed",
+            CancelCause::LeaseDeadlinePassed => "lease deadline passed",
+        }
+    }
+
+    /// True for the causes after which a handler's error hands the run over instead of
+    /// failing it: the run did not fail, its owner had to let go.
+    pub(crate) fn hands_over(self) -> bool {
+        matches!(
+            self,
+            CancelCause::Stopping | CancelCause::LeaseNotRenewed | CancelCause::LeaseDeadlinePassed
+        )
+    }
+}
+
+impl fmt::Display for CancelCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The part of a run that its handler and the scheduler share: the signal, why it was
+/// cancelled, and the local lease deadline.
+#[derive(Debug)]
+pub(crate) struct RunControl {
+    token: CancellationToken,
+    cause: OnceLock<CancelCause>,
+    /// Last confirmed renewal + lease - margin, on the monotonic clock; `None` for runs
+    /// without a lease (manual runs, claim-only stores).
+    deadline: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl RunControl {
+    pub(crate) fn new(deadline: Option<tokio::time::Instant>) -> Self {
+        RunControl {
+            token: CancellationToken::new(),
+            cause: OnceLock::new(),
+            deadline: Mutex::new(deadline),
+        }
+    }
+
+    /// Cancels the signal; the first cause given is the one reported.
+    pub(crate) fn cancel(&self, cause: CancelCause) {
+        let _ = self.cause.set(cause);
+        self.token.cancel();
+    }
+
+    pub(crate) fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    pub(crate) fn cause(&self) -> Option<CancelCause> {
+        self.cause.get().copied()
+    }
+
+    pub(crate) fn set_deadline(&self, deadline: Option<tokio::time::Instant>) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
+    }
+
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Trips the signal when the lease deadline has passed, and says whether the signal is
+    /// cancelled.
+    pub(crate) fn check(&self) -> bool {
+        if !self.token.is_cancelled()
+            && self
+                .deadline()
+                .is_some_and(|d| tokio::time::Instant::now() >= d)
+        {
+            self.cancel(CancelCause::LeaseDeadlinePassed);
+        }
+        self.token.is_cancelled()
+    }
+}
+
 /// What a handler receives. [B-30]
 #[derive(Clone, Debug)]
 pub struct JobContext {
@@ -183,18 +286,22 @@ pub struct JobContext {
     pub reason: Reason,
     /// The per-job, strictly increasing fencing token of this attempt: hand it to a
     /// downstream system so it can reject writes from a stale owner (0 for manual runs and
-    /// claim-only stores). SPEC §11.
+    /// claim-only stores).
     pub fence: u64,
-    /// Cancelled on stop, timeout, lost lease and self-fencing.
+    /// Cancelled on stop, timeout, lost lease and self-fencing. It is also cancelled by
+    /// [`JobContext::check_cancelled`] once the local lease deadline has passed.
     pub signal: CancellationToken,
     /// The merged data of the scheduler, the job and the manual run.
     pub data: Arc<Data>,
-    pub(crate) cause: Arc<std::sync::OnceLock<&'static str>>,
+    pub(crate) control: Arc<RunControl>,
 }
 
 impl JobContext {
-    /// Returns [`Error::Cancelled`] once the signal is cancelled: call it between steps,
-    /// before side effects (the `throwIfAborted` equivalent).
+    /// Returns [`Error::Cancelled`] once the signal is cancelled or the lease deadline
+    /// ([`JobContext::lease_deadline`]) has passed: call it between steps, before side
+    /// effects. The deadline is read here, on the monotonic clock, so an owner that wakes
+    /// from a freeze fails this check before the scheduler has even noticed its lapsed
+    /// lease.
     ///
     /// ```
     /// # async fn step(ctx: anarchon_core::JobContext) -> anarchon_core::Result<()> {
@@ -206,20 +313,29 @@ impl JobContext {
     /// # Ok(()) }
     /// ```
     pub fn check_cancelled(&self) -> Result<()> {
-        if self.signal.is_cancelled() {
+        if self.control.check() {
             Err(Error::Cancelled {
                 job: self.name.to_string(),
-                cause: self.cause.get().copied().unwrap_or("cancelled"),
+                cause: self
+                    .control
+                    .cause()
+                    .map_or("cancelled", CancelCause::as_str),
             })
         } else {
             Ok(())
         }
     }
 
-    /// Why the signal was cancelled (`"stopping"`, `"timed out"`, `"lease lost"`,
-    /// `"lease not renewed"`), if it was.
-    pub fn cancel_cause(&self) -> Option<&'static str> {
-        self.cause.get().copied()
+    /// Why the signal was cancelled, if it was.
+    pub fn cancel_cause(&self) -> Option<CancelCause> {
+        self.control.cause()
+    }
+
+    /// The moment this attempt's lease can no longer be counted on: the last confirmed
+    /// renewal + lease − one heartbeat, on the monotonic clock. `None` for runs without a
+    /// lease (manual runs, claim-only stores). It moves forward with every renewal.
+    pub fn lease_deadline(&self) -> Option<std::time::Instant> {
+        self.control.deadline().map(tokio::time::Instant::into_std)
     }
 
     /// One key of the data's map value.

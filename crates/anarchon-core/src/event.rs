@@ -4,7 +4,7 @@
 //! `tracing`. An `error` event nobody listens to is logged at `error` level.
 
 use crate::history::Reason;
-use crate::store::{EpochMs, JobName};
+use crate::ids::{EpochMs, JobName};
 
 /// The run an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{EpochMs, JobName};
+use crate::ids::{EpochMs, JobName};
 
 /// Why a run was started. [B-30]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -46,6 +46,7 @@ pub mod context;
 pub mod error;
 pub mod event;
 pub mod history;
+pub mod ids;
 pub mod memory;
 pub mod options;
 mod scheduler;
@@ -55,7 +56,7 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
-pub use context::{Data, DataFn, DataSource, JobContext};
+pub use context::{CancelCause, Data, DataFn, DataSource, JobContext};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use event::{Event, RunInfo, SkipReason};
 pub use history::{HistoryRecord, Reason, Retention, RunStatus};

@@ -461,6 +461,9 @@ impl LeaseStore for MemoryStore {
     async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
         self.gate().await?;
         let now = self.clock_ms();
+        if now > t.not_after {
+            return Ok(TakeoverOutcome::Late);
+        }
         let mut st = self.lock();
         let Some(run) = st.runs.get(&t.run).cloned() else {
             return Ok(TakeoverOutcome::Finished(RunStatus::Interrupted));

@@ -12,101 +12,12 @@
 //! `Arc<dyn ClaimStore>`. Every call the scheduler makes is bounded by its own timeout
 //! (`store_timeout_ms`), so a store need not, but should, also bound its driver calls.
 
-use std::fmt;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
-
-/// Milliseconds since 1970-01-01T00:00:00Z.
-pub type EpochMs = i64;
-
-/// A job name: 1–128 ASCII letters, digits, `_` and `-`, the same rule on every store. [B-04]
-///
-/// ```
-/// use anarchon_core::JobName;
-/// assert!(JobName::new("nightly-report_2").is_ok());
-/// assert!(JobName::new("has space").is_err());
-/// assert!(JobName::new("").is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct JobName(Arc<str>);
-
-impl JobName {
-    /// Checks the naming rule.
-    pub fn new(name: impl AsRef<str>) -> Result<Self> {
-        let name = name.as_ref();
-        let valid = !name.is_empty()
-            && name.len() <= 128
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if valid {
-            Ok(JobName(Arc::from(name)))
-        } else {
-            Err(Error::InvalidJobName {
-                name: name.to_owned(),
-            })
-        }
-    }
-
-    /// The name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for JobName {
-    type Error = Error;
-    fn try_from(value: String) -> Result<Self> {
-        JobName::new(value)
-    }
-}
-
-impl From<JobName> for String {
-    fn from(value: JobName) -> Self {
-        value.0.to_string()
-    }
-}
-
-impl fmt::Display for JobName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for JobName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-/// One run: a job and one of its slots. Displayed as `<job>:<slot-ms>`, the unit of
-/// deduplication in every store. [B-08]
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RunKey {
-    /// The job.
-    pub job: JobName,
-    /// The slot, epoch ms.
-    pub slot: EpochMs,
-}
-
-impl RunKey {
-    /// A run key.
-    pub fn new(job: JobName, slot: EpochMs) -> Self {
-        RunKey { job, slot }
-    }
-}
-
-impl fmt::Display for RunKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.job, self.slot)
-    }
-}
+pub use crate::ids::{EpochMs, JobName, RunKey};
 
 /// Whether a slot may start while an earlier run of the same job holds a live lease. [B-12]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -127,6 +38,10 @@ pub struct Prepare {
     pub jobs: Vec<JobName>,
     /// This instance's id.
     pub instance_id: String,
+    /// The scheduler gives up on every store call after this long. A store's own timeouts
+    /// (lock waits, retries, statement timeouts) must not outlast it, so that no call
+    /// commits after its caller stopped waiting for it.
+    pub call_timeout: std::time::Duration,
 }
 
 /// Everything every store does: set up, tell the time, close. [B-33, B-34]
@@ -135,8 +50,8 @@ pub struct Prepare {
 /// - [`Store::prepare`] checks the connection and the server version, then creates the
 ///   tables/keys it needs. Many instances may call it at the same moment: it must be safe
 ///   (advisory lock, `IF NOT EXISTS`). An older schema is migrated; a newer one is refused
-///   with [`Error::SchemaTooNew`] and nothing is changed. Failures map to
-///   [`Error::Unavailable`], [`Error::ServerTooOld`], [`Error::Corrupt`].
+///   with [`Error::SchemaTooNew`](crate::Error::SchemaTooNew) and nothing is changed. Failures map to
+///   [`Error::Unavailable`](crate::Error::Unavailable), [`Error::ServerTooOld`](crate::Error::ServerTooOld), [`Error::Corrupt`](crate::Error::Corrupt).
 /// - [`Store::now`] is the store's clock in epoch ms (Redis `TIME`, the database clock; the
 ///   host clock for SQLite). Lease deadlines are judged on this clock. [B-20]
 /// - [`Store::close`] closes the connections the store opened itself; connections, pools and
@@ -199,7 +114,9 @@ pub struct LeaseClaim {
     pub lease_ms: u64,
     /// Store-clock deadline: a claim evaluated after it has no effect and returns
     /// [`ClaimOutcome::Late`]. It is `slot + max_late_ms` for scheduled claims and
-    /// `slot + catch_up_ms` for catch-up. [B-10]
+    /// `slot + catch_up_ms` for catch-up [B-10], or earlier: the moment the scheduler stops
+    /// waiting for this call (translated to the store's clock, less the measurement
+    /// error), so a claim never commits after its caller gave up on it.
     pub not_after: EpochMs,
     /// Overlap policy of the job. [B-12]
     pub overlap: Overlap,
@@ -298,6 +215,9 @@ pub struct Takeover {
     /// The job's next slot is already due, so an expired run is marked `interrupted`
     /// instead of being started again. [B-15]
     pub superseded: bool,
+    /// Store-clock deadline: the moment the scheduler stops waiting for this call. A
+    /// takeover judged after it writes nothing and returns [`TakeoverOutcome::Late`].
+    pub not_after: EpochMs,
 }
 
 /// The answer to a [`Takeover`].
@@ -313,6 +233,8 @@ pub enum TakeoverOutcome {
     Exhausted,
     /// `superseded` was set and the lease had ended: the run is now `interrupted`. [B-15]
     Interrupted,
+    /// The store's clock was past `not_after`: nothing was written.
+    Late,
 }
 
 /// What a backup sees of an unfinished or finished run.
@@ -365,7 +287,8 @@ impl RunView {
 ///   stays `running` with no owner and an ended lease, marked as handed over; the attempt's
 ///   history row becomes `interrupted` ("handed over"). Notifies subscribers of
 ///   [`LeaseStore::subscribe_releases`] where the store can.
-/// - [`LeaseStore::take_over`]: if the run is missing or final → `Finished`. If its attempt
+/// - [`LeaseStore::take_over`]: if the store's now is past `not_after` → `Late`, nothing
+///   written. Else if the run is missing or final → `Finished`. If its attempt
 ///   is not `seen_attempt` or its lease is live (owner set and deadline in the future) →
 ///   `Live`. Else its current history row becomes `interrupted` (unless already final, as
 ///   after a release). Then: if `superseded` → run `interrupted`, `Interrupted`. Else if the

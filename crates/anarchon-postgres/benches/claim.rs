@@ -133,6 +133,7 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     let prepare = Prepare {
         jobs: jobs.to_vec(),
         instance_id: "bench".into(),
+        call_timeout: std::time::Duration::from_secs(5),
     };
     if let Err(e) = a.prepare(&prepare).await {
         eprintln!("SKIP postgres bench: {e}");
@@ -143,6 +144,7 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
         .prepare(&Prepare {
             jobs: Vec::new(),
             instance_id: "bench-nosync".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect("prepare nosync");
@@ -312,6 +314,7 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
             lease_ms: 30_000,
             max_attempts: 3,
             superseded: false,
+            not_after: i64::MAX,
         };
         let TakeoverOutcome::Won(l2) = b.take_over(&t).await.expect("take over") else {
             panic!("handover takeover did not win")

@@ -17,6 +17,7 @@ fn prep(jobs: &[&JobName]) -> Prepare {
     Prepare {
         jobs: jobs.iter().map(|j| (*j).clone()).collect(),
         instance_id: "test".into(),
+        call_timeout: std::time::Duration::from_secs(5),
     }
 }
 
@@ -212,6 +213,7 @@ async fn b14_takeover_after_expiry_then_exhausted() {
         lease_ms: 50,
         max_attempts: 2,
         superseded: false,
+        not_after: i64::MAX,
     };
     assert_eq!(
         store.take_over(&t(1, "b")).await.unwrap(),
@@ -284,6 +286,7 @@ async fn b17_release_hands_over_without_counting_and_notifies() {
         lease_ms: 30_000,
         max_attempts: 1,
         superseded: false,
+        not_after: i64::MAX,
     };
     // max_attempts 1 and yet the takeover wins: a handover is not a crash.
     let b = match backup.take_over(&t).await.unwrap() {
@@ -531,6 +534,7 @@ async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
             let p = Prepare {
                 jobs: vec![j.clone()],
                 instance_id: format!("i{i}"),
+                call_timeout: std::time::Duration::from_secs(5),
             };
             tokio::spawn(async move { store.prepare(&p).await })
         })

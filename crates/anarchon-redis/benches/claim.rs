@@ -66,6 +66,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
     let prep = Prepare {
         jobs: vec![lease_job.clone()],
         instance_id: "bench".into(),
+        call_timeout: std::time::Duration::from_secs(5),
     };
     store.prepare(&prep).await.expect("prepare");
     let now = store.now().await.unwrap();
@@ -143,6 +144,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
             .prepare(&Prepare {
                 jobs: vec![j.clone()],
                 instance_id: "bench".into(),
+                call_timeout: std::time::Duration::from_secs(5),
             })
             .await
         {
@@ -207,6 +209,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
                 lease_ms: 30_000,
                 max_attempts: 3,
                 superseded: true,
+                not_after: i64::MAX,
             })
             .await;
     }

@@ -51,6 +51,7 @@ async fn b29_server_restart_reconnects_without_duplicate_start() {
         s.prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: format!("i{i}"),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap();

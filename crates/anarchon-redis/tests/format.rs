@@ -72,6 +72,7 @@ fn prepare(job: &JobName) -> Prepare {
     Prepare {
         jobs: vec![job.clone()],
         instance_id: "a".into(),
+        call_timeout: std::time::Duration::from_secs(5),
     }
 }
 
@@ -197,6 +198,7 @@ async fn b37_ttl_prunes_single_attempts_then_the_run() {
             lease_ms: 60_000,
             max_attempts: 3,
             superseded: false,
+            not_after: i64::MAX,
         };
         let TakeoverOutcome::Won(l2) = store.take_over(&take).await.unwrap() else {
             panic!("takeover")

@@ -54,6 +54,7 @@ async fn b10_delayed_claim_is_refused_inside_the_script() {
         .prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: "a".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap();
@@ -93,6 +94,7 @@ async fn b10_claim_abandoned_by_the_client_has_no_effect_when_it_arrives() {
         .prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: "a".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap();
@@ -139,6 +141,7 @@ async fn b11_sixteen_concurrent_claimers_one_winner() {
             s.prepare(&Prepare {
                 jobs: vec![job.clone()],
                 instance_id: "x".into(),
+                call_timeout: std::time::Duration::from_secs(5),
             })
             .await
             .unwrap();
@@ -293,6 +296,7 @@ async fn b24_idmp_refuses_a_server_without_stream_idempotency() {
             .prepare(&Prepare {
                 jobs: vec![],
                 instance_id: "a".into(),
+                call_timeout: std::time::Duration::from_secs(5),
             })
             .await
             .unwrap_err();
@@ -354,6 +358,7 @@ async fn bad_input_gives_clear_errors_without_passwords() {
         .prepare(&Prepare {
             jobs: vec![],
             instance_id: "a".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap_err();
@@ -379,6 +384,7 @@ async fn b34_close_leaves_the_users_client_open() {
             .prepare(&Prepare {
                 jobs: vec![job.clone()],
                 instance_id: "a".into(),
+                call_timeout: std::time::Duration::from_secs(5),
             })
             .await
             .unwrap();
@@ -411,6 +417,7 @@ async fn b17_release_notifies_other_instances() {
         let p = Prepare {
             jobs: vec![job.clone()],
             instance_id: "x".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         };
         a.prepare(&p).await.unwrap();
         b.prepare(&p).await.unwrap();

@@ -252,6 +252,7 @@ async fn b33_a_store_opened_before_an_upgrade_refuses_at_prepare() {
         .prepare(&Prepare {
             jobs: vec![unique_job("p")],
             instance_id: "a".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap_err();
@@ -514,6 +515,7 @@ async fn b34_close_ends_the_connection_and_later_calls_fail() {
         .prepare(&Prepare {
             jobs: vec![unique_job("c")],
             instance_id: "b".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .unwrap();
@@ -571,6 +573,7 @@ async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
                 lease_ms: 0,
                 max_attempts: 3,
                 superseded: false,
+                not_after: i64::MAX,
             };
             let TakeoverOutcome::Won(l2) = store.take_over(&tk).await.unwrap() else {
                 panic!("take over {i}")

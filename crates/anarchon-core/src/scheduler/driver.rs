@@ -1,10 +1,14 @@
-//! The driver task: one loop per scheduler owning every timer, lease and watch.
+//! The driver task: one loop per scheduler that owns every timer, task and store call, and
+//! interprets the run state machines ([`super::run`] for runs this instance owns,
+//! [`super::watch`] for runs it backs up).
 //!
 //! The loop never awaits the store: each store call runs in a task of its own, bounded by
 //! `store_timeout`, and reports back as a [`Msg`]. So a hung connection delays one answer,
-//! never the heartbeats of other runs or the watchdog's view of the loop.
+//! never the heartbeats of other runs or the watchdog's view of the loop. Decisions about a
+//! run are made by its machine; this module turns inputs (timers, answers, commands) into
+//! machine inputs and the machines' effects into store calls, tasks, timers and events.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -12,21 +16,27 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::run::{InterruptCause, Note, OwnerEffect, OwnerInput, OwnerRun, Write, WriteAnswer};
+use super::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote, WatchState};
 use super::{Backend, Command, JobDef, Shared};
-use crate::context::{Data, JobContext};
+use crate::context::{Data, JobContext, RunControl};
 use crate::error::{BoxError, Error, Result};
 use crate::event::{Event, RunInfo, SkipReason};
 use crate::history::{HistoryRecord, Reason, RunStatus};
+use crate::ids::{EpochMs, JobName, RunKey};
 use crate::options::CatchUp;
 use crate::slot::Schedule;
 use crate::store::{
-    ClaimOutcome, EpochMs, Finish, JobName, Lease, LeaseClaim, OwnerWrite, Prepare, Renewal,
-    RunKey, RunView, SlotClaim, SlotOutcome, Takeover, TakeoverOutcome,
+    ClaimOutcome, Finish, Lease, LeaseClaim, OwnerWrite, Prepare, Renewal, RunView, SlotClaim,
+    SlotOutcome, Takeover, TakeoverOutcome,
 };
+
+/// Consecutive failed store calls after which `health()` reports the store unreachable.
+pub(crate) const UNREACHABLE_AFTER: u32 = 3;
 
 /// Milliseconds on a process-wide monotonic clock (real time, also under a paused tokio
 /// clock), for the watchdog.
@@ -54,22 +64,46 @@ pub(crate) async fn bounded<T>(
     }
 }
 
+/// The difference between the store's clock and this instance's, measured from one answer
+/// that carried the store's time. Its error is at most half the round trip.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockSample {
+    /// Store clock minus instance clock, ms.
+    offset_ms: i64,
+    /// Round trip of the call that measured it, ms.
+    rtt_ms: i64,
+}
+
+impl ClockSample {
+    /// From the store time `store_ms` read by a call sent at `sent` and answered now.
+    pub(crate) fn measure(shared: &Shared, store_ms: EpochMs, sent: Instant) -> Self {
+        let rtt = sent.elapsed().as_millis() as i64;
+        let local_mid = shared.cfg.clock.now_ms().saturating_sub(rtt / 2);
+        ClockSample {
+            offset_ms: store_ms.saturating_sub(local_mid),
+            rtt_ms: rtt,
+        }
+    }
+}
+
 /// `start()`'s synchronous part: prepare the store and check the clocks. [B-20, B-33]
-pub(crate) async fn prepare(shared: &Arc<Shared>, jobs: &[Arc<JobDef>]) -> Result<()> {
+pub(crate) async fn prepare(shared: &Arc<Shared>, jobs: &[Arc<JobDef>]) -> Result<ClockSample> {
     let store = shared.backend.history();
     let prep = Prepare {
         jobs: jobs.iter().map(|j| j.name.clone()).collect(),
         instance_id: shared.cfg.instance_id.to_string(),
+        call_timeout: shared.cfg.store_timeout,
     };
     bounded(shared, "prepare", store.prepare(&prep)).await?;
+    let sent = Instant::now();
     let store_now = bounded(shared, "now", store.now()).await?;
     check_skew(shared, store_now, 0);
-    Ok(())
+    Ok(ClockSample::measure(shared, store_now, sent))
 }
 
 fn check_skew(shared: &Shared, store_now: EpochMs, allowance: i64) {
-    let skew = shared.cfg.clock.now_ms() - store_now;
-    if skew.abs() - allowance > shared.cfg.skew_threshold_ms as i64 {
+    let skew = shared.cfg.clock.now_ms().saturating_sub(store_now);
+    if skew.saturating_abs() - allowance > shared.cfg.skew_threshold_ms as i64 {
         tracing::warn!(
             skew_ms = skew,
             "this instance's clock differs from the store's by {skew} ms: slots follow the \
@@ -84,6 +118,7 @@ enum Timer {
     Heartbeat,
     Watch,
     Timeout { id: u64 },
+    AbortGrace { id: u64 },
     StopDeadline,
     Tick,
 }
@@ -93,6 +128,7 @@ enum Msg {
         job: Arc<JobDef>,
         slot: EpochMs,
         reason: Reason,
+        sent: Instant,
         result: Result<ClaimOutcome>,
     },
     SlotClaimed {
@@ -108,11 +144,11 @@ enum Msg {
     Watched {
         asked: Vec<RunKey>,
         poll: bool,
+        sent: Instant,
         result: Result<Vec<RunView>>,
     },
     TookOver {
-        job: Arc<JobDef>,
-        view: RunView,
+        key: RunKey,
         result: Result<TakeoverOutcome>,
     },
     Unfinished {
@@ -124,45 +160,27 @@ enum Msg {
     },
     Written {
         id: u64,
-        write: Write,
+        result: Result<OwnerWrite>,
+    },
+    /// A release sent on the side (won while stopping, an orphan of ours) was answered.
+    SideReleased {
+        key: RunKey,
         result: Result<OwnerWrite>,
     },
 }
 
-#[derive(Debug, Clone)]
-enum Write {
-    Finish {
-        status: RunStatus,
-        error: Option<String>,
-    },
-    Release,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Phase {
-    /// The handler runs; the lease is renewed.
-    Running,
-    /// The result is written or being written (handler returned, timed out), or must not be
-    /// (lease lost): no more renewals, and a later return of the handler is ignored.
-    Done,
-}
-
+/// A run this instance owns: its machine and what the driver needs to carry out effects.
 struct Active {
     job: Arc<JobDef>,
     info: RunInfo,
     lease: Option<Lease>,
-    token: CancellationToken,
-    cause: Arc<OnceLock<&'static str>>,
+    machine: OwnerRun,
+    control: Arc<RunControl>,
+    handler: Option<AbortHandle>,
     started: Instant,
     started_at: EpochMs,
     scheduled_at: EpochMs,
     last_renewed: Instant,
-    fenced: bool,
-    phase: Phase,
-    /// The handler task has returned.
-    returned: bool,
-    /// A finish/release/record write is in flight.
-    writing: bool,
     /// Resolves when the `running` history record of a manual or claim-only run is written,
     /// so its final record is never written before it (a pooled store could reorder them).
     start_written: Option<oneshot::Receiver<()>>,
@@ -170,11 +188,6 @@ struct Active {
 }
 
 impl Active {
-    fn cancel(&self, cause: &'static str) {
-        let _ = self.cause.set(cause);
-        self.token.cancel();
-    }
-
     fn record(
         &self,
         status: RunStatus,
@@ -205,8 +218,13 @@ struct Driver {
     seq: u64,
     active: HashMap<u64, Active>,
     next_id: u64,
-    watch: BTreeSet<RunKey>,
-    taking_over: BTreeSet<RunKey>,
+    /// Leased runs owned here, by key.
+    held: HashMap<RunKey, u64>,
+    /// Claims and takeovers in flight, by key.
+    in_flight: HashMap<RunKey, u32>,
+    /// Releases sent on the side, in flight.
+    side_releases: u32,
+    watches: BTreeMap<RunKey, Watch>,
     heartbeat_armed: bool,
     heartbeat_in_flight: bool,
     watch_armed: bool,
@@ -214,15 +232,24 @@ struct Driver {
     catch_up: HashMap<JobName, VecDeque<EpochMs>>,
     msgs: mpsc::UnboundedSender<Msg>,
     tasks: JoinSet<()>,
-    stopping: Option<oneshot::Sender<()>>,
+    stopping: bool,
+    stop_forced: bool,
+    stop_replies: Vec<oneshot::Sender<()>>,
     last_skew_event: Option<Instant>,
+    clock: ClockSample,
+    /// Consecutive failed store calls.
+    failures: u32,
+    /// Jobs whose claim failed since the store last answered: caught up on recovery.
+    missed: HashSet<JobName>,
 }
 
 /// The driver task's body.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     jobs: Vec<Arc<JobDef>>,
+    clock: ClockSample,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    shutdown: CancellationToken,
 ) {
     let (msgs, mut inbox) = mpsc::unbounded_channel();
     let watchdog_stop = Arc::new(AtomicBool::new(false));
@@ -238,8 +265,10 @@ pub(crate) async fn run(
         seq: 0,
         active: HashMap::new(),
         next_id: 0,
-        watch: BTreeSet::new(),
-        taking_over: BTreeSet::new(),
+        held: HashMap::new(),
+        in_flight: HashMap::new(),
+        side_releases: 0,
+        watches: BTreeMap::new(),
         heartbeat_armed: false,
         heartbeat_in_flight: false,
         watch_armed: false,
@@ -247,8 +276,13 @@ pub(crate) async fn run(
         catch_up: HashMap::new(),
         msgs,
         tasks: JoinSet::new(),
-        stopping: None,
+        stopping: false,
+        stop_forced: false,
+        stop_replies: Vec::new(),
         last_skew_event: None,
+        clock,
+        failures: 0,
+        missed: HashSet::new(),
     };
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
@@ -258,17 +292,15 @@ pub(crate) async fn run(
             .health
             .last_turn_ms
             .store(mono_ms(), Ordering::Relaxed);
-        d.shared.health.leases_held.store(
-            d.active
-                .values()
-                .filter(|a| a.lease.is_some() && a.phase != Phase::Done)
-                .count() as u64,
-            Ordering::Relaxed,
-        );
         let next = d.timers.keys().next().map(|(t, _)| *t);
         tokio::select! {
             biased;
             Some(cmd) = commands.recv() => d.command(cmd),
+            _ = shutdown.cancelled(), if !d.stopping => {
+                // The last handle was dropped, or the parent token was cancelled.
+                let timeout = d.shared.cfg.default_stop_timeout;
+                d.begin_stop(timeout);
+            }
             Some(msg) = inbox.recv() => d.message(msg),
             Some(key) = recv_release(&mut releases) => d.released(key),
             _ = sleep_until(next) => {
@@ -286,15 +318,22 @@ pub(crate) async fn run(
             // Let joined store tasks go (their results came through `inbox`).
             Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {}
         }
-        if d.stopping.is_some() && d.active.is_empty() {
+        if d.stopping && (d.stop_forced || d.settled()) {
             break;
         }
     }
     // Stop: nothing may reach the store after `stop()` returns. [B-34]
     d.tasks.shutdown().await;
+    for a in d.active.values() {
+        if let Some(h) = &a.handler {
+            h.abort();
+        }
+    }
     let _ = bounded(&d.shared, "close", d.shared.backend.history().close()).await;
     watchdog_stop.store(true, Ordering::Relaxed);
-    if let Some(reply) = d.stopping.take() {
+    d.shared.health.leases_held.store(0, Ordering::Relaxed);
+    super::driver_ended(&d.shared);
+    for reply in d.stop_replies.drain(..) {
         let _ = reply.send(());
     }
 }
@@ -365,14 +404,22 @@ impl Driver {
         self.shared.cfg.clock.now_ms()
     }
 
-    fn instant_at(&self, epoch_ms: EpochMs) -> Instant {
-        let delta = (epoch_ms - self.now_ms()).max(0) as u64;
-        Instant::now() + Duration::from_millis(delta)
+    /// The tokio instant at which the instance clock reads `epoch_ms`, or `None` when that
+    /// is too far ahead to represent (never due).
+    fn instant_at(&self, epoch_ms: EpochMs) -> Option<Instant> {
+        let delta = epoch_ms.saturating_sub(self.now_ms()).max(0) as u64;
+        Instant::now().checked_add(Duration::from_millis(delta))
     }
 
     fn arm(&mut self, at: Instant, timer: Timer) {
         self.seq += 1;
         self.timers.insert((at, self.seq), timer);
+    }
+
+    fn arm_after(&mut self, after: Duration, timer: Timer) {
+        if let Some(at) = Instant::now().checked_add(after) {
+            self.arm(at, timer);
+        }
     }
 
     fn lease_ms(&self) -> u64 {
@@ -381,6 +428,35 @@ impl Driver {
 
     fn heartbeat_every(&self) -> Duration {
         Duration::from_millis(self.shared.cfg.timing.heartbeat_ms)
+    }
+
+    /// How long after its last confirmed renewal a lease can no longer be counted on: the
+    /// lease less one heartbeat. Self-fencing and the handler's lease deadline use it.
+    fn lease_margin(&self) -> Duration {
+        Duration::from_millis(
+            self.lease_ms()
+                .saturating_sub(self.shared.cfg.timing.heartbeat_ms),
+        )
+    }
+
+    /// The store-clock moment this instance stops waiting for a call sent now, less the
+    /// error of the clock measurement, so the store can refuse to commit after it.
+    fn call_deadline(&self) -> EpochMs {
+        let budget = self.shared.cfg.store_timeout.as_millis() as i64;
+        let margin = self.clock.rtt_ms.saturating_add(10);
+        self.now_ms()
+            .saturating_add(self.clock.offset_ms)
+            .saturating_add(budget)
+            .saturating_sub(margin)
+    }
+
+    fn note_clock(&mut self, store_ms: EpochMs, sent: Instant) {
+        self.clock = ClockSample::measure(&self.shared, store_ms, sent);
+    }
+
+    /// Nothing is left in flight: stop may return.
+    fn settled(&self) -> bool {
+        self.active.is_empty() && self.in_flight.is_empty() && self.side_releases == 0
     }
 
     fn emit(&self, event: Event) {
@@ -418,6 +494,49 @@ impl Driver {
         });
     }
 
+    /// A store call answered. After failures, the store is back: report it healthy and
+    /// catch up the jobs whose claims failed meanwhile, by their catch-up policy.
+    fn store_answered(&mut self) {
+        if self.failures == 0 {
+            return;
+        }
+        self.failures = 0;
+        self.shared
+            .health
+            .store_unreachable
+            .store(false, Ordering::Relaxed);
+        *self
+            .shared
+            .health
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        let missed: Vec<JobName> = self.missed.drain().collect();
+        for name in missed {
+            if let Some(job) = self.jobs.get(&name).cloned() {
+                self.catch_up_job(&job);
+            }
+        }
+    }
+
+    fn store_failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        if self.failures >= UNREACHABLE_AFTER {
+            self.shared
+                .health
+                .store_unreachable
+                .store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn count(&mut self, ok: bool) {
+        if ok {
+            self.store_answered();
+        } else {
+            self.store_failed();
+        }
+    }
+
     /// Spawns a bounded store call whose answer comes back as a message.
     fn call<T, F, M>(&mut self, operation: &'static str, fut: F, to_msg: M)
     where
@@ -431,6 +550,31 @@ impl Driver {
             let result = bounded(&shared, operation, fut).await;
             let _ = tx.send(to_msg(result));
         });
+    }
+
+    fn is_here(&self, key: &RunKey) -> bool {
+        self.held.contains_key(key) || self.in_flight.contains_key(key)
+    }
+
+    fn flight_start(&mut self, key: &RunKey) {
+        *self.in_flight.entry(key.clone()).or_default() += 1;
+    }
+
+    fn flight_end(&mut self, key: &RunKey) {
+        if let Some(n) = self.in_flight.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_flight.remove(key);
+            }
+        }
+    }
+
+    fn update_leases_held(&self) {
+        let held = self.active.values().filter(|a| a.machine.renews()).count() as u64;
+        self.shared
+            .health
+            .leases_held
+            .store(held, Ordering::Relaxed);
     }
 
     // ----- start -------------------------------------------------------------------------
@@ -453,36 +597,44 @@ impl Driver {
     }
 
     fn start_catch_up(&mut self) {
-        if self.stopping.is_some() {
+        let jobs: Vec<Arc<JobDef>> = self.jobs.values().cloned().collect();
+        for job in jobs {
+            self.catch_up_job(&job);
+        }
+    }
+
+    /// Queues the job's missed slots by its catch-up policy and claims the first. [B-19]
+    fn catch_up_job(&mut self, job: &Arc<JobDef>) {
+        if self.stopping || !matches!(self.shared.backend, Backend::Lease(_)) {
             return;
         }
         let now = self.now_ms();
-        let jobs: Vec<Arc<JobDef>> = self.jobs.values().cloned().collect();
-        for job in jobs {
-            let window = job.opts.catch_up_ms as EpochMs;
-            if window == 0 {
-                continue;
-            }
-            let slots: VecDeque<EpochMs> = match job.opts.catch_up {
-                CatchUp::None => continue,
-                CatchUp::Latest => job
-                    .schedule
-                    .newest_due(now)
-                    .filter(|s| now - s <= window)
-                    .into_iter()
-                    .collect(),
-                CatchUp::All { max } => job.schedule.due_between(now - window - 1, now, max).into(),
-            };
-            if !slots.is_empty() {
-                self.catch_up.insert(job.name.clone(), slots);
-                self.advance_catch_up(&job);
-            }
+        let window = job.opts.catch_up_ms.min(i64::MAX as u64) as EpochMs;
+        if window == 0 {
+            return;
+        }
+        let slots: VecDeque<EpochMs> = match job.opts.catch_up {
+            CatchUp::None => return,
+            CatchUp::Latest => job
+                .schedule
+                .newest_due(now)
+                .filter(|s| now.saturating_sub(*s) <= window)
+                .into_iter()
+                .collect(),
+            CatchUp::All { max } => job
+                .schedule
+                .due_between(now.saturating_sub(window).saturating_sub(1), now, max)
+                .into(),
+        };
+        if !slots.is_empty() && !self.catch_up.contains_key(&job.name) {
+            self.catch_up.insert(job.name.clone(), slots);
+            self.advance_catch_up(job);
         }
     }
 
     /// Claims the next queued catch-up slot of a job, one at a time.
     fn advance_catch_up(&mut self, job: &Arc<JobDef>) {
-        if self.stopping.is_some() {
+        if self.stopping {
             return;
         }
         let Some(queue) = self.catch_up.get_mut(&job.name) else {
@@ -492,7 +644,7 @@ impl Driver {
             self.catch_up.remove(&job.name);
             return;
         };
-        let not_after = slot + job.opts.catch_up_ms as EpochMs;
+        let not_after = slot.saturating_add(job.opts.catch_up_ms.min(i64::MAX as u64) as EpochMs);
         self.claim(job.clone(), slot, Reason::CatchUp, not_after);
     }
 
@@ -507,14 +659,30 @@ impl Driver {
             // Never jitter past the next slot: a fast job would skip slots.
             jitter = jitter.min(interval_ms / 2);
         }
-        let at = self.instant_at(slot + crate::slot::jitter(jitter) as EpochMs);
-        self.arm(
-            at,
-            Timer::Due {
-                job: job.clone(),
-                slot,
-            },
-        );
+        let jitter = crate::slot::jitter(jitter).min(i64::MAX as u64) as EpochMs;
+        // A slot too far ahead to represent is simply never due.
+        if let Some(at) = self.instant_at(slot.saturating_add(jitter)) {
+            self.arm(
+                at,
+                Timer::Due {
+                    job: job.clone(),
+                    slot,
+                },
+            );
+        }
+    }
+
+    /// The last moment (instance clock) any instance may still claim `slot`: a scheduled
+    /// claim until `max_late`, a catch-up until `catch_up`, plus one lease of slack for a
+    /// claim in flight.
+    fn claimable_until(&self, job: &JobDef, slot: EpochMs) -> EpochMs {
+        let catch_up = match job.opts.catch_up {
+            CatchUp::None => 0,
+            _ => job.opts.catch_up_ms,
+        };
+        let window = job.opts.max_late_ms.max(catch_up).min(i64::MAX as u64) as EpochMs;
+        slot.saturating_add(window)
+            .saturating_add(self.lease_ms().min(i64::MAX as u64) as EpochMs)
     }
 
     fn claim(&mut self, job: Arc<JobDef>, slot: EpochMs, reason: Reason, not_after: EpochMs) {
@@ -522,15 +690,18 @@ impl Driver {
         match self.shared.backend.clone() {
             Backend::Lease(store) => {
                 let claim = LeaseClaim {
-                    run,
+                    run: run.clone(),
                     scheduled_at: slot,
                     instance_id: self.shared.cfg.instance_id.to_string(),
                     lease_ms: self.lease_ms(),
-                    not_after,
+                    // Never commit after this instance stopped waiting. [B-10]
+                    not_after: not_after.min(self.call_deadline()),
                     overlap: job.opts.overlap,
                     reason,
                     retention: job.opts.retention(),
                 };
+                self.flight_start(&run);
+                let sent = Instant::now();
                 self.call(
                     "claim",
                     async move { store.claim(&claim).await },
@@ -538,6 +709,7 @@ impl Driver {
                         job,
                         slot,
                         reason,
+                        sent,
                         result,
                     },
                 );
@@ -557,6 +729,110 @@ impl Driver {
         }
     }
 
+    fn claimed(
+        &mut self,
+        job: Arc<JobDef>,
+        slot: EpochMs,
+        reason: Reason,
+        sent: Instant,
+        result: Result<ClaimOutcome>,
+    ) {
+        let key = RunKey::new(job.name.clone(), slot);
+        self.flight_end(&key);
+        self.count(result.is_ok());
+        let catching_up = reason == Reason::CatchUp;
+        let skip = |reason| Event::Skip {
+            job: job.name.clone(),
+            slot,
+            reason,
+        };
+        match result {
+            Ok(ClaimOutcome::Won(lease)) => {
+                self.note_clock(lease.started_at, sent);
+                if self.stopping {
+                    // Won while stopping: hand it straight over before stop returns. [B-34]
+                    self.side_release(lease);
+                    return;
+                }
+                self.start_leased(job, lease);
+                return;
+            }
+            Ok(ClaimOutcome::Taken) => {
+                self.emit(skip(SkipReason::Taken));
+                // A backup watches the run it lost. [B-14]
+                self.watch(key, Watch::live());
+            }
+            Ok(ClaimOutcome::Late { .. }) => {
+                self.emit(skip(SkipReason::Late));
+                // Another instance may have claimed it in time, or may still (catch-up).
+                let until = self.claimable_until(&job, slot);
+                self.watch(key, Watch::pending(until));
+            }
+            Ok(ClaimOutcome::Overlap { running_slot }) => {
+                self.emit(skip(SkipReason::Overlap));
+                self.watch(RunKey::new(job.name.clone(), running_slot), Watch::live());
+                // The skipped slot may still be started by another instance's catch-up.
+                let until = self.claimable_until(&job, slot);
+                self.watch(key, Watch::pending(until));
+            }
+            Err(e) => {
+                // Unknown outcome: the claim may have committed. Watch the run; if it is
+                // ours, it is released to a backup at once. [B-14]
+                self.error("claim", Some(&job.name), &e);
+                self.missed.insert(job.name.clone());
+                let until = self.claimable_until(&job, slot);
+                self.watch(key, Watch::pending(until));
+            }
+        }
+        if catching_up {
+            self.advance_catch_up(&job);
+        }
+    }
+
+    fn slot_claimed(&mut self, job: Arc<JobDef>, slot: EpochMs, result: Result<SlotOutcome>) {
+        self.count(result.is_ok());
+        match result {
+            Ok(SlotOutcome::Won) => {
+                if self.stopping {
+                    return;
+                }
+                let info = RunInfo {
+                    job: job.name.clone(),
+                    slot,
+                    attempt: 1,
+                    fence: 0,
+                    reason: Reason::Scheduled,
+                    manual: false,
+                    instance_id: self.shared.cfg.instance_id.to_string(),
+                };
+                let now = self.now_ms();
+                let id = self.start_run(job.clone(), info, None, now, None);
+                self.record_start(id);
+            }
+            Ok(outcome) => {
+                let reason = match outcome {
+                    SlotOutcome::Late => SkipReason::Late,
+                    SlotOutcome::Unknown => SkipReason::Unknown,
+                    _ => SkipReason::Taken,
+                };
+                self.emit(Event::Skip {
+                    job: job.name.clone(),
+                    slot,
+                    reason,
+                });
+            }
+            Err(e) => {
+                // [B-29] The answer is lost: skip rather than risk a duplicate.
+                self.error("claim", Some(&job.name), &e);
+                self.emit(Event::Skip {
+                    job: job.name.clone(),
+                    slot,
+                    reason: SkipReason::Unknown,
+                });
+            }
+        }
+    }
+
     fn timer(&mut self, timer: Timer) {
         match timer {
             Timer::Due { job, slot } => {
@@ -564,24 +840,22 @@ impl Driver {
                     .jobs
                     .get(&job.name)
                     .is_some_and(|j| Arc::ptr_eq(j, &job));
-                if !current || self.stopping.is_some() {
+                if !current || self.stopping {
                     return;
                 }
                 // Only the newest due slot is ever claimed. [B-10]
                 let now = self.now_ms();
                 let slot = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
-                self.claim(
-                    job.clone(),
-                    slot,
-                    Reason::Scheduled,
-                    slot + job.opts.max_late_ms as EpochMs,
-                );
+                let not_after =
+                    slot.saturating_add(job.opts.max_late_ms.min(i64::MAX as u64) as EpochMs);
+                self.claim(job.clone(), slot, Reason::Scheduled, not_after);
                 self.schedule_next(&job, slot.max(now));
             }
             Timer::Heartbeat => self.heartbeat(),
             Timer::Watch => self.watch_tick(),
-            Timer::Timeout { id } => self.timed_out(id),
-            Timer::StopDeadline => self.abandon_all(),
+            Timer::Timeout { id } => self.feed_owner(id, OwnerInput::TimeoutElapsed),
+            Timer::AbortGrace { id } => self.feed_owner(id, OwnerInput::AbortGraceElapsed),
+            Timer::StopDeadline => self.stop_deadline(),
             Timer::Tick => {}
         }
     }
@@ -591,7 +865,7 @@ impl Driver {
     fn command(&mut self, cmd: Command) {
         match cmd {
             Command::Add(job) => {
-                if self.stopping.is_none() {
+                if !self.stopping {
                     self.jobs.insert(job.name.clone(), job.clone());
                     self.schedule_next(&job, self.now_ms());
                 }
@@ -599,10 +873,12 @@ impl Driver {
             Command::Remove(name) => {
                 self.jobs.remove(&name);
                 self.catch_up.remove(&name);
-                self.watch.retain(|k| k.job != name);
+                self.missed.remove(&name);
+                self.watches
+                    .retain(|k, w| k.job != name || w.state == WatchState::TakingOver);
             }
             Command::RunNow { job, data, reply } => {
-                if self.stopping.is_some() {
+                if self.stopping {
                     let _ = reply.send(Err(Error::State {
                         state: "stopping",
                         hint: "run_now after stop()",
@@ -626,43 +902,47 @@ impl Driver {
                 self.record_start(id);
             }
             Command::Stop { timeout, reply } => {
-                self.stopping = Some(reply);
-                self.timers
-                    .retain(|_, t| !matches!(t, Timer::Due { .. } | Timer::Watch));
-                self.watch.clear();
-                self.catch_up.clear();
-                for a in self.active.values() {
-                    a.cancel("stopping");
+                self.stop_replies.push(reply);
+                if !self.stopping {
+                    self.begin_stop(timeout);
                 }
-                let at = Instant::now() + timeout;
-                self.arm(at, Timer::StopDeadline);
             }
         }
     }
 
-    /// Stop's timeout passed: runs still going are no longer heartbeated, so a backup takes
-    /// over after the lease. [B-17]
-    fn abandon_all(&mut self) {
+    /// Stops scheduling and watching, cancels every run; claims and takeovers in flight are
+    /// waited for (a win is handed straight over), and so are result writes, until the
+    /// stop timeout. [B-17, B-34]
+    fn begin_stop(&mut self, timeout: Duration) {
+        self.stopping = true;
+        self.timers
+            .retain(|_, t| !matches!(t, Timer::Due { .. } | Timer::Watch));
+        self.watch_armed = false;
+        self.watches
+            .retain(|_, w| w.state == WatchState::TakingOver);
+        self.catch_up.clear();
+        self.missed.clear();
         let ids: Vec<u64> = self.active.keys().copied().collect();
         for id in ids {
-            if let Some(a) = self.active.remove(&id) {
-                if a.phase == Phase::Running {
-                    self.emit(Event::Interrupted {
-                        run: a.info.clone(),
-                        cause: "stop timeout".into(),
-                    });
-                }
-                if let Some(reply) = a.manual_reply {
-                    let _ = reply.send(Err(Error::State {
-                        state: "stopped",
-                        hint: "the run outlived stop()'s timeout",
-                    }));
-                }
-            }
+            self.feed_owner(id, OwnerInput::Stop);
+        }
+        // A timeout too long to represent waits as long as it takes.
+        if let Some(at) = Instant::now().checked_add(timeout) {
+            self.arm(at, Timer::StopDeadline);
         }
     }
 
-    // ----- runs --------------------------------------------------------------------------
+    /// Stop's timeout passed: runs still going are no longer heartbeated (a backup takes
+    /// over after the lease) and their handlers are aborted; nothing else is waited for.
+    fn stop_deadline(&mut self) {
+        let ids: Vec<u64> = self.active.keys().copied().collect();
+        for id in ids {
+            self.feed_owner(id, OwnerInput::StopDeadline);
+        }
+        self.stop_forced = true;
+    }
+
+    // ----- runs this instance owns --------------------------------------------------------
 
     fn start_run(
         &mut self,
@@ -674,30 +954,16 @@ impl Driver {
     ) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
-        let token = CancellationToken::new();
-        let cause = Arc::new(OnceLock::new());
+        let now = Instant::now();
+        let deadline = lease
+            .as_ref()
+            .and_then(|_| now.checked_add(self.lease_margin()));
+        let control = Arc::new(RunControl::new(deadline));
         let scheduled_at = lease.as_ref().map_or(info.slot, |l| l.scheduled_at);
-        let has_lease = lease.is_some();
-        self.active.insert(
-            id,
-            Active {
-                job: job.clone(),
-                info: info.clone(),
-                lease,
-                token: token.clone(),
-                cause: cause.clone(),
-                started: Instant::now(),
-                started_at,
-                scheduled_at,
-                last_renewed: Instant::now(),
-                fenced: false,
-                phase: Phase::Running,
-                returned: false,
-                writing: false,
-                start_written: None,
-                manual_reply: None,
-            },
-        );
+        if let Some(l) = &lease {
+            self.held.insert(l.run.clone(), id);
+        }
+        let leased = lease.is_some();
         self.emit(Event::Start(info.clone()));
         let ctx = JobContext {
             name: info.job.clone(),
@@ -708,13 +974,15 @@ impl Driver {
             attempt: info.attempt,
             reason: info.reason,
             fence: info.fence,
-            signal: token,
+            signal: control.token(),
             data: Arc::new(Data::new()),
-            cause,
+            control: control.clone(),
         };
         let scheduler_data = self.shared.cfg.data.clone();
         let tx = self.msgs.clone();
-        tokio::spawn(async move {
+        let run_job = job.clone();
+        let handle = tokio::spawn(async move {
+            let job = run_job;
             let work = async move {
                 // Data functions run at each run's start; if one fails, the run fails. [B-31]
                 let mut data = Data::new();
@@ -750,17 +1018,32 @@ impl Driver {
             };
             let _ = tx.send(Msg::HandlerDone { id, result });
         });
-        if let Some(ms) = self.active[&id].job.opts.timeout_ms {
-            self.arm(
-                Instant::now() + Duration::from_millis(ms),
-                Timer::Timeout { id },
-            );
+        self.active.insert(
+            id,
+            Active {
+                job: job.clone(),
+                info,
+                lease,
+                machine: OwnerRun::new(leased),
+                control,
+                handler: Some(handle.abort_handle()),
+                started: now,
+                started_at,
+                scheduled_at,
+                last_renewed: now,
+                start_written: None,
+                manual_reply: None,
+            },
+        );
+        if let Some(ms) = job.opts.timeout_ms {
+            self.arm_after(Duration::from_millis(ms), Timer::Timeout { id });
         }
-        if has_lease && !self.heartbeat_armed {
+        if leased && !self.heartbeat_armed {
             self.heartbeat_armed = true;
-            let at = Instant::now() + self.heartbeat_every();
-            self.arm(at, Timer::Heartbeat);
+            let every = self.heartbeat_every();
+            self.arm_after(every, Timer::Heartbeat);
         }
+        self.update_leases_held();
         id
     }
 
@@ -808,59 +1091,114 @@ impl Driver {
         });
     }
 
-    /// [B-21] The timeout passed: cancel the signal and record the attempt as failed.
-    fn timed_out(&mut self, id: u64) {
+    /// Feeds an owner run's machine and carries out its effects.
+    fn feed_owner(&mut self, id: u64, input: OwnerInput) {
         let Some(a) = self.active.get_mut(&id) else {
             return;
         };
-        if a.phase != Phase::Running {
-            return;
+        let effects = a.machine.handle(input);
+        for effect in effects {
+            self.owner_effect(id, effect);
         }
-        a.cancel("timed out");
-        self.write_result(
-            id,
-            Write::Finish {
-                status: RunStatus::Failed,
-                error: Some("timed out".into()),
-            },
-        );
-    }
-
-    fn handler_done(&mut self, id: u64, result: std::result::Result<(), BoxError>) {
-        let Some(a) = self.active.get_mut(&id) else {
-            return;
-        };
-        a.returned = true;
-        if a.phase != Phase::Running {
-            // Timed out (recorded already) or lost (must not be recorded).
-            self.reap(id);
-            return;
-        }
-        let cause = a.cause.get().copied();
-        let write = match result {
-            Ok(()) => Write::Finish {
-                status: RunStatus::Succeeded,
-                error: None,
-            },
-            // A handler that returns an error because it was stopped hands the run over
-            // [B-17]; without a lease (manual, claim-only) the run is recorded `interrupted`.
-            Err(_) if matches!(cause, Some("stopping" | "lease not renewed")) => Write::Release,
-            Err(e) => Write::Finish {
-                status: RunStatus::Failed,
-                error: Some(e.to_string()),
-            },
-        };
-        self.write_result(id, write);
-    }
-
-    /// Forgets a run once its handler returned and no write is in flight.
-    fn reap(&mut self, id: u64) {
         if self
             .active
             .get(&id)
-            .is_some_and(|a| a.returned && !a.writing)
+            .is_some_and(|a| a.machine.is_finished())
         {
-            self.active.remove(&id);
+            if let Some(a) = self.active.remove(&id)
+                && let Some(l) = &a.lease
+                && self.held.get(&l.run) == Some(&id)
+            {
+                self.held.remove(&l.run);
+            }
+            self.update_leases_held();
+        }
+    }
+
+    fn owner_effect(&mut self, id: u64, effect: OwnerEffect) {
+        let Some(a) = self.active.get_mut(&id) else {
+            return;
+        };
+        match effect {
+            OwnerEffect::Cancel(cause) => a.control.cancel(cause),
+            OwnerEffect::Write(write) => self.write_result(id, write),
+            OwnerEffect::ArmAbort => {
+                let grace = self.shared.cfg.abort_grace;
+                self.arm_after(grace, Timer::AbortGrace { id });
+            }
+            OwnerEffect::Abort => {
+                if let Some(h) = a.handler.take() {
+                    h.abort();
+                }
+            }
+            OwnerEffect::Reply(outcome) => {
+                let Some(reply) = a.manual_reply.take() else {
+                    return;
+                };
+                let answer = match outcome {
+                    Some((status, error)) => {
+                        let error = match (status, error) {
+                            (RunStatus::Interrupted, None) => Some("stopped".to_owned()),
+                            (_, e) => e,
+                        };
+                        Ok(a.record(status, error, Some(self.shared.cfg.clock.now_ms())))
+                    }
+                    None => Err(Error::State {
+                        state: "stopped",
+                        hint: "the run outlived stop()'s timeout",
+                    }),
+                };
+                let _ = reply.send(answer);
+            }
+            OwnerEffect::Emit(note) => self.owner_note(id, note),
+        }
+    }
+
+    fn owner_note(&mut self, id: u64, note: Note) {
+        let Some(a) = self.active.get(&id) else {
+            return;
+        };
+        let info = a.info.clone();
+        let job = a.job.clone();
+        let key = a.lease.as_ref().map(|l| l.run.clone());
+        let duration_ms = a.started.elapsed().as_millis() as u64;
+        let terminal = !matches!(note, Note::Fenced);
+        match note {
+            Note::Fenced => self.emit(Event::Fenced(info.clone())),
+            Note::Lost => {
+                // [B-16] Another instance owns the run now; back it up.
+                self.emit(Event::Lost(info.clone()));
+                if let Some(key) = key {
+                    self.watch(key, Watch::live());
+                }
+            }
+            Note::Succeeded => self.emit(Event::Success {
+                run: info.clone(),
+                duration_ms,
+            }),
+            Note::Failed(error) => self.emit(Event::Failure {
+                run: info.clone(),
+                error,
+            }),
+            Note::Interrupted(cause) => self.emit(Event::Interrupted {
+                run: info.clone(),
+                cause: cause.as_str().into(),
+            }),
+            Note::WriteFailed(message) => {
+                self.emit(Event::Error {
+                    operation: "finish",
+                    job: Some(info.job.clone()),
+                    message,
+                });
+                // The outcome is unknown: if the run is still ours in the store, the watch
+                // releases it to a backup once this run is gone here.
+                if let Some(key) = key {
+                    self.watch(key, Watch::live());
+                }
+            }
+        }
+        if terminal && info.reason == Reason::CatchUp {
+            self.advance_catch_up(&job);
         }
     }
 
@@ -868,8 +1206,6 @@ impl Driver {
         let Some(a) = self.active.get_mut(&id) else {
             return;
         };
-        a.phase = Phase::Done;
-        a.writing = true;
         let retention = a.job.opts.retention();
         let finished_at = self.shared.cfg.clock.now_ms();
         let Some(lease) = a.lease.clone() else {
@@ -894,14 +1230,14 @@ impl Driver {
                     }
                     .map(|()| OwnerWrite::Done)
                 },
-                move |result| Msg::Written { id, write, result },
+                move |result| Msg::Written { id, result },
             );
             return;
         };
         let Backend::Lease(store) = self.shared.backend.clone() else {
             unreachable!("leases need a lease store")
         };
-        match write.clone() {
+        match write {
             Write::Finish { status, error } => {
                 let finish = Finish {
                     status,
@@ -911,92 +1247,75 @@ impl Driver {
                 self.call(
                     "finish",
                     async move { store.finish(&lease, &finish).await },
-                    move |result| Msg::Written { id, write, result },
+                    move |result| Msg::Written { id, result },
                 );
             }
             Write::Release => {
                 self.call(
                     "release",
                     async move { store.release(&lease).await },
-                    move |result| Msg::Written { id, write, result },
+                    move |result| Msg::Written { id, result },
                 );
             }
         }
     }
 
-    fn written(&mut self, id: u64, write: Write, result: Result<OwnerWrite>) {
+    fn written(&mut self, id: u64, result: Result<OwnerWrite>) {
+        self.count(result.is_ok());
+        let answer = match result {
+            Ok(OwnerWrite::Done) => WriteAnswer::Done,
+            Ok(OwnerWrite::Lost) => WriteAnswer::Lost,
+            Err(e) => WriteAnswer::Failed(e.to_string()),
+        };
+        self.feed_owner(id, OwnerInput::WriteAnswered(answer));
+    }
+
+    fn handler_done(&mut self, id: u64, result: std::result::Result<(), BoxError>) {
         let Some(a) = self.active.get_mut(&id) else {
             return;
         };
-        a.writing = false;
-        let had_lease = a.lease.take().is_some();
-        let stopped = if had_lease { "handed over" } else { "stopped" };
-        let info = a.info.clone();
-        let catching_up = info.reason == Reason::CatchUp;
-        let job = a.job.clone();
-        let duration_ms = a.started.elapsed().as_millis() as u64;
-        let reply = a.manual_reply.take();
-        let (status, error) = match &write {
-            Write::Finish { status, error } => (*status, error.clone()),
-            Write::Release => (RunStatus::Interrupted, Some(stopped.to_owned())),
+        a.handler = None;
+        let cause = a.control.cause();
+        let result = result.map_err(|e| e.to_string());
+        self.feed_owner(id, OwnerInput::HandlerReturned { result, cause });
+    }
+
+    /// Releases a lease this instance holds but will not run (won while stopping, or an
+    /// orphan of its own), tracked so stop waits for it.
+    fn side_release(&mut self, lease: Lease) {
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
         };
-        let record = a.record(status, error.clone(), Some(self.shared.cfg.clock.now_ms()));
-        self.reap(id);
-        match result {
-            Ok(OwnerWrite::Done) => match status {
-                RunStatus::Succeeded => self.emit(Event::Success {
-                    run: info,
-                    duration_ms,
-                }),
-                RunStatus::Interrupted => self.emit(Event::Interrupted {
-                    run: info,
-                    cause: stopped.into(),
-                }),
-                _ => self.emit(Event::Failure {
-                    run: info,
-                    error: error.unwrap_or_else(|| "failed".into()),
-                }),
-            },
-            // [B-16] Another instance took the run over: nothing of ours was recorded.
-            Ok(OwnerWrite::Lost) => self.emit(Event::Lost(info)),
-            Err(e) => self.error("finish", Some(&info.job), &e),
-        }
-        if let Some(reply) = reply {
-            let _ = reply.send(Ok(record));
-        }
-        if catching_up {
-            self.advance_catch_up(&job);
-        }
+        self.side_releases += 1;
+        let key = lease.run.clone();
+        self.call(
+            "release",
+            async move { store.release(&lease).await },
+            move |result| Msg::SideReleased { key, result },
+        );
     }
 
     // ----- heartbeat and self-fencing ----------------------------------------------------
 
     fn heartbeat(&mut self) {
         let lease_ms = self.lease_ms();
-        let hb = self.shared.cfg.timing.heartbeat_ms;
         let now = Instant::now();
         // Self-fencing: cancel before the lease can have expired, judged on the monotonic
-        // clock from the last renewal that succeeded (counted from when it was sent). SPEC §11
-        let fence_after = Duration::from_millis(lease_ms.saturating_sub(hb));
-        let mut fenced = Vec::new();
-        for a in self.active.values_mut() {
-            if a.lease.is_some()
-                && a.phase == Phase::Running
-                && !a.fenced
-                && now - a.last_renewed >= fence_after
-            {
-                a.fenced = true;
-                a.cancel("lease not renewed");
-                fenced.push(a.info.clone());
-            }
-        }
-        for info in fenced {
-            self.emit(Event::Fenced(info));
+        // clock from the last renewal that succeeded (counted from when it was sent).
+        let fence_after = self.lease_margin();
+        let overdue: Vec<u64> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.machine.renews() && now - a.last_renewed >= fence_after)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in overdue {
+            self.feed_owner(id, OwnerInput::RenewalOverdue);
         }
         let (ids, leases): (Vec<u64>, Vec<Lease>) = self
             .active
             .iter()
-            .filter(|(_, a)| a.phase == Phase::Running)
+            .filter(|(_, a)| a.machine.renews())
             .filter_map(|(id, a)| a.lease.clone().map(|l| (*id, l)))
             .unzip();
         if ids.is_empty() {
@@ -1015,21 +1334,22 @@ impl Driver {
                 move |result| Msg::Heartbeat { ids, sent, result },
             );
         }
-        let at = now + self.heartbeat_every();
-        self.arm(at, Timer::Heartbeat);
+        let every = self.heartbeat_every();
+        self.arm_after(every, Timer::Heartbeat);
     }
 
     fn heartbeat_done(&mut self, ids: Vec<u64>, sent: Instant, result: Result<Vec<Renewal>>) {
         self.heartbeat_in_flight = false;
+        self.count(result.is_ok());
         match result {
             Ok(renewals) => {
-                let mut lost = Vec::new();
                 let mut store_now = None;
+                let deadline = sent.checked_add(self.lease_margin());
                 for (id, renewal) in ids.into_iter().zip(renewals) {
                     let Some(a) = self.active.get_mut(&id) else {
                         continue;
                     };
-                    if a.phase != Phase::Running {
+                    if !a.machine.renews() {
                         continue;
                     }
                     match renewal {
@@ -1038,27 +1358,27 @@ impl Driver {
                             if let Some(l) = a.lease.as_mut() {
                                 l.expires_at = expires_at;
                             }
-                            store_now =
-                                Some(expires_at - self.shared.cfg.timing.lease_ms as EpochMs);
+                            if !a.control.check() {
+                                a.control.set_deadline(deadline);
+                            }
+                            store_now = Some(
+                                expires_at
+                                    .saturating_sub(self.shared.cfg.timing.lease_ms as EpochMs),
+                            );
                         }
-                        Renewal::Lost => {
-                            // [B-16] Another instance owns the run now.
-                            a.cancel("lease lost");
-                            a.phase = Phase::Done;
-                            lost.push(a.info.clone());
-                        }
+                        // [B-16] Another instance owns the run now.
+                        Renewal::Lost => self.feed_owner(id, OwnerInput::RenewalLost),
                     }
                 }
-                for info in lost {
-                    self.emit(Event::Lost(info));
-                }
                 if let Some(store_now) = store_now {
+                    self.note_clock(store_now, sent);
                     let due = self
                         .last_skew_event
                         .is_none_or(|t| t.elapsed() > Duration::from_secs(60));
                     let rtt = sent.elapsed().as_millis() as i64;
-                    let skew = self.now_ms() - store_now;
-                    if due && skew.abs() - rtt > self.shared.cfg.skew_threshold_ms as i64 {
+                    let skew = self.now_ms().saturating_sub(store_now);
+                    if due && skew.saturating_abs() - rtt > self.shared.cfg.skew_threshold_ms as i64
+                    {
                         self.last_skew_event = Some(Instant::now());
                         check_skew(&self.shared, store_now, rtt);
                     }
@@ -1070,30 +1390,48 @@ impl Driver {
 
     // ----- backups: watch and takeover ---------------------------------------------------
 
-    fn add_watch(&mut self, run: RunKey) {
-        if self.stopping.is_some() || !self.jobs.contains_key(&run.job) {
+    /// Starts watching a run of a registered job (or upgrades a pending watch once the run
+    /// was seen). [B-14]
+    fn watch(&mut self, key: RunKey, watch: Watch) {
+        if self.stopping || !self.jobs.contains_key(&key.job) {
             return;
         }
-        self.watch.insert(run);
+        match self.watches.get_mut(&key) {
+            Some(existing) => {
+                if matches!(existing.state, WatchState::Pending { .. })
+                    && watch.state == WatchState::Live
+                {
+                    existing.state = WatchState::Live;
+                }
+            }
+            None => {
+                self.watches.insert(key, watch);
+            }
+        }
         if !self.watch_armed {
             self.watch_armed = true;
-            let at = Instant::now() + self.heartbeat_every();
-            self.arm(at, Timer::Watch);
+            let every = self.heartbeat_every();
+            self.arm_after(every, Timer::Watch);
         }
     }
 
     fn watch_tick(&mut self) {
-        if self.watch.is_empty() {
+        let asked: Vec<RunKey> = self
+            .watches
+            .iter()
+            .filter(|(_, w)| w.polled())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if self.watches.is_empty() {
             self.watch_armed = false;
             return;
         }
-        if !self.watch_in_flight {
+        if !self.watch_in_flight && !asked.is_empty() {
             self.watch_in_flight = true;
-            let asked: Vec<RunKey> = self.watch.iter().cloned().collect();
             self.read_runs(asked, true);
         }
-        let at = Instant::now() + self.heartbeat_every();
-        self.arm(at, Timer::Watch);
+        let every = self.heartbeat_every();
+        self.arm_after(every, Timer::Watch);
     }
 
     fn read_runs(&mut self, asked: Vec<RunKey>, poll: bool) {
@@ -1101,12 +1439,14 @@ impl Driver {
             return;
         };
         let keys = asked.clone();
+        let sent = Instant::now();
         self.call(
             "runs",
             async move { store.runs(&keys).await },
             move |result| Msg::Watched {
                 asked,
                 poll,
+                sent,
                 result,
             },
         );
@@ -1114,129 +1454,152 @@ impl Driver {
 
     /// A release notification: look at that run now instead of at the next poll. [B-17]
     fn released(&mut self, key: RunKey) {
-        if self.watch.contains(&key) && !self.taking_over.contains(&key) {
-            self.read_runs(vec![key], false);
-        }
+        self.feed_watch(&key, WatchInput::Released);
     }
 
-    fn watched(&mut self, asked: Vec<RunKey>, views: Vec<RunView>) {
-        let by_key: HashMap<RunKey, RunView> =
+    fn watched(&mut self, asked: Vec<RunKey>, sent: Instant, views: Vec<RunView>) {
+        let mut by_key: HashMap<RunKey, RunView> =
             views.into_iter().map(|v| (v.run.clone(), v)).collect();
+        if let Some(v) = by_key.values().next() {
+            let store_now = v.store_now;
+            self.note_clock(store_now, sent);
+        }
         for key in asked {
-            match by_key.get(&key) {
-                None => {
-                    self.watch.remove(&key);
-                }
-                Some(v) if v.status.is_final() => {
-                    self.watch.remove(&key);
-                }
-                Some(v) if v.is_takeable() => self.try_take_over(v.clone()),
-                Some(_) => {}
+            match by_key.remove(&key) {
+                Some(view) => self.feed_watch(&key, WatchInput::Seen(view)),
+                None => self.feed_watch(&key, WatchInput::Missing),
             }
         }
     }
 
-    fn try_take_over(&mut self, view: RunView) {
-        if self.stopping.is_some() || self.taking_over.contains(&view.run) {
+    /// Feeds a watched run's machine and carries out its effects.
+    fn feed_watch(&mut self, key: &RunKey, input: WatchInput) {
+        let now = self.now_ms();
+        let job = self.jobs.get(&key.job).cloned();
+        let here = self.is_here(key);
+        let Some(w) = self.watches.get_mut(key) else {
+            // No longer watched (job removed, stop): a takeover won now is handed back.
+            if let WatchInput::TakeoverAnswered(Ok(TakeoverOutcome::Won(lease))) = input {
+                self.side_release(lease);
+            }
             return;
+        };
+        let instance_id = self.shared.cfg.instance_id.clone();
+        let facts = Facts {
+            now,
+            newest_due: job.as_ref().and_then(|j| j.schedule.newest_due(now)),
+            instance_id: &instance_id,
+            here,
+            stopping: self.stopping,
+        };
+        if let WatchInput::Seen(view) = &input {
+            w.seen = Some(view.clone());
         }
-        let Some(job) = self.jobs.get(&view.run.job).cloned() else {
-            self.watch.remove(&view.run);
-            return;
-        };
-        let held = self
-            .active
-            .values()
-            .any(|a| a.lease.as_ref().is_some_and(|l| l.run == view.run));
-        if held {
-            return;
+        let seen = w.seen.clone();
+        let effects = w.handle(&facts, input);
+        if w.is_gone() {
+            self.watches.remove(key);
         }
-        // [B-15] If the job's next slot is already due, the expired run is replaced, not
-        // restarted.
-        // A released run (graceful handover) is always continued as the same slot. [B-17]
-        let superseded = view.owner.is_some()
-            && job
-                .schedule
-                .newest_due(self.now_ms())
-                .is_some_and(|s| s > view.run.slot);
-        let Backend::Lease(store) = self.shared.backend.clone() else {
-            return;
-        };
-        let takeover = Takeover {
-            run: view.run.clone(),
-            seen_attempt: view.attempt,
-            instance_id: self.shared.cfg.instance_id.to_string(),
-            lease_ms: self.lease_ms(),
-            max_attempts: job.opts.max_attempts,
-            superseded,
-        };
-        self.taking_over.insert(view.run.clone());
-        self.call(
-            "take_over",
-            async move { store.take_over(&takeover).await },
-            move |result| Msg::TookOver { job, view, result },
-        );
+        for effect in effects {
+            self.watch_effect(key, job.clone(), seen.as_ref(), effect);
+        }
     }
 
-    fn took_over(&mut self, job: Arc<JobDef>, view: RunView, result: Result<TakeoverOutcome>) {
-        self.taking_over.remove(&view.run);
+    fn watch_effect(
+        &mut self,
+        key: &RunKey,
+        job: Option<Arc<JobDef>>,
+        seen: Option<&RunView>,
+        effect: WatchEffect,
+    ) {
         let info = || RunInfo {
-            job: view.run.job.clone(),
-            slot: view.run.slot,
-            attempt: view.attempt,
+            job: key.job.clone(),
+            slot: key.slot,
+            attempt: seen.map_or(0, |v| v.attempt),
             fence: 0,
             reason: Reason::Takeover,
             manual: false,
-            instance_id: view.owner.clone().unwrap_or_default(),
+            instance_id: seen.and_then(|v| v.owner.clone()).unwrap_or_default(),
         };
-        match result {
-            Ok(TakeoverOutcome::Won(lease)) => {
-                self.watch.remove(&view.run);
-                if self.stopping.is_some() {
-                    // Won while stopping: hand it straight back.
-                    if let Backend::Lease(store) = self.shared.backend.clone() {
-                        self.tasks.spawn(async move {
-                            let _ = store.release(&lease).await;
-                        });
-                    }
+        match effect {
+            WatchEffect::Read => self.read_runs(vec![key.clone()], false),
+            WatchEffect::TakeOver {
+                seen_attempt,
+                superseded,
+            } => {
+                let (Some(job), Backend::Lease(store)) = (job, self.shared.backend.clone()) else {
+                    self.watches.remove(key);
                     return;
+                };
+                let takeover = Takeover {
+                    run: key.clone(),
+                    seen_attempt,
+                    instance_id: self.shared.cfg.instance_id.to_string(),
+                    lease_ms: self.lease_ms(),
+                    max_attempts: job.opts.max_attempts,
+                    superseded,
+                    not_after: self.call_deadline(),
+                };
+                self.flight_start(key);
+                let key = key.clone();
+                self.call(
+                    "take_over",
+                    async move { store.take_over(&takeover).await },
+                    move |result| Msg::TookOver { key, result },
+                );
+            }
+            WatchEffect::Start(lease) => match job {
+                Some(job) => self.start_leased(job, lease),
+                None => self.side_release(lease),
+            },
+            WatchEffect::Release(lease) => self.side_release(lease),
+            WatchEffect::ReleaseOrphan { attempt } => {
+                let lease = Lease {
+                    run: key.clone(),
+                    attempt,
+                    fence: 0,
+                    instance_id: self.shared.cfg.instance_id.to_string(),
+                    reason: Reason::Takeover,
+                    scheduled_at: key.slot,
+                    started_at: 0,
+                    expires_at: 0,
+                };
+                tracing::info!(
+                    run = %key,
+                    attempt,
+                    "releasing a run this instance claimed after it had given up on the claim"
+                );
+                self.side_release(lease);
+            }
+            WatchEffect::Emit(note) => match note {
+                WatchNote::Exhausted => {
+                    let max = job.as_ref().map_or(0, |j| j.opts.max_attempts);
+                    self.emit(Event::Failure {
+                        run: info(),
+                        error: format!("exhausted: started {max} times without finishing"),
+                    });
                 }
-                self.start_leased(job, lease);
-            }
-            Ok(TakeoverOutcome::Live) => {
-                self.add_watch(view.run.clone());
-            }
-            Ok(TakeoverOutcome::Finished(_)) => {
-                self.watch.remove(&view.run);
-            }
-            Ok(TakeoverOutcome::Exhausted) => {
-                self.watch.remove(&view.run);
-                self.emit(Event::Failure {
+                WatchNote::Replaced => self.emit(Event::Interrupted {
                     run: info(),
-                    error: format!(
-                        "exhausted: started {} times without finishing",
-                        job.opts.max_attempts
-                    ),
-                });
-            }
-            Ok(TakeoverOutcome::Interrupted) => {
-                self.watch.remove(&view.run);
-                self.emit(Event::Interrupted {
-                    run: info(),
-                    cause: "replaced by the next slot".into(),
-                });
+                    cause: InterruptCause::ReplacedByNextSlot.as_str().into(),
+                }),
+                WatchNote::TakeoverFailed(message) => self.emit(Event::Error {
+                    operation: "take_over",
+                    job: Some(key.job.clone()),
+                    message,
+                }),
+            },
+            WatchEffect::ClaimNewest => {
                 // The new slot may start now: it may have been skipped for overlap while the
                 // dead run still looked live. [B-15]
-                if self.stopping.is_none()
+                if let Some(job) = job
+                    && !self.stopping
                     && let Some(slot) = job.schedule.newest_due(self.now_ms())
                 {
-                    let not_after = slot + job.opts.max_late_ms as EpochMs;
+                    let not_after =
+                        slot.saturating_add(job.opts.max_late_ms.min(i64::MAX as u64) as EpochMs);
                     self.claim(job, slot, Reason::Scheduled, not_after);
                 }
-            }
-            Err(e) => {
-                self.error("take_over", Some(&view.run.job), &e);
-                self.add_watch(view.run.clone());
             }
         }
     }
@@ -1249,115 +1612,41 @@ impl Driver {
                 job,
                 slot,
                 reason,
+                sent,
                 result,
-            } => {
-                let catching_up = reason == Reason::CatchUp;
-                match result {
-                    Ok(ClaimOutcome::Won(lease)) => {
-                        if self.stopping.is_some() {
-                            if let Backend::Lease(store) = self.shared.backend.clone() {
-                                self.tasks.spawn(async move {
-                                    let _ = store.release(&lease).await;
-                                });
-                            }
-                            return;
-                        }
-                        self.start_leased(job, lease);
-                        return;
-                    }
-                    Ok(ClaimOutcome::Taken) => {
-                        self.emit(Event::Skip {
-                            job: job.name.clone(),
-                            slot,
-                            reason: SkipReason::Taken,
-                        });
-                        // A backup watches the run it lost. [B-14]
-                        self.add_watch(RunKey::new(job.name.clone(), slot));
-                    }
-                    Ok(ClaimOutcome::Late { .. }) => self.emit(Event::Skip {
-                        job: job.name.clone(),
-                        slot,
-                        reason: SkipReason::Late,
-                    }),
-                    Ok(ClaimOutcome::Overlap { running_slot }) => {
-                        self.emit(Event::Skip {
-                            job: job.name.clone(),
-                            slot,
-                            reason: SkipReason::Overlap,
-                        });
-                        self.add_watch(RunKey::new(job.name.clone(), running_slot));
-                    }
-                    Err(e) => self.error("claim", Some(&job.name), &e),
-                }
-                if catching_up {
-                    self.advance_catch_up(&job);
-                }
-            }
-            Msg::SlotClaimed { job, slot, result } => match result {
-                Ok(SlotOutcome::Won) => {
-                    if self.stopping.is_some() {
-                        return;
-                    }
-                    let info = RunInfo {
-                        job: job.name.clone(),
-                        slot,
-                        attempt: 1,
-                        fence: 0,
-                        reason: Reason::Scheduled,
-                        manual: false,
-                        instance_id: self.shared.cfg.instance_id.to_string(),
-                    };
-                    let now = self.now_ms();
-                    let id = self.start_run(job.clone(), info, None, now, None);
-                    self.record_start(id);
-                }
-                Ok(outcome) => {
-                    let reason = match outcome {
-                        SlotOutcome::Late => SkipReason::Late,
-                        SlotOutcome::Unknown => SkipReason::Unknown,
-                        _ => SkipReason::Taken,
-                    };
-                    self.emit(Event::Skip {
-                        job: job.name.clone(),
-                        slot,
-                        reason,
-                    });
-                }
-                Err(e) => {
-                    // [B-29] The answer is lost: skip rather than risk a duplicate.
-                    self.error("claim", Some(&job.name), &e);
-                    self.emit(Event::Skip {
-                        job: job.name.clone(),
-                        slot,
-                        reason: SkipReason::Unknown,
-                    });
-                }
-            },
+            } => self.claimed(job, slot, reason, sent, result),
+            Msg::SlotClaimed { job, slot, result } => self.slot_claimed(job, slot, result),
             Msg::Heartbeat { ids, sent, result } => self.heartbeat_done(ids, sent, result),
             Msg::Watched {
                 asked,
                 poll,
+                sent,
                 result,
             } => {
                 if poll {
                     self.watch_in_flight = false;
                 }
+                self.count(result.is_ok());
                 match result {
-                    Ok(views) => self.watched(asked, views),
+                    Ok(views) => self.watched(asked, sent, views),
                     Err(e) => self.error("runs", None, &e),
                 }
             }
-            Msg::TookOver { job, view, result } => self.took_over(job, view, result),
+            Msg::TookOver { key, result } => {
+                self.flight_end(&key);
+                self.count(result.is_ok());
+                let answer = result.map_err(|e| e.to_string());
+                self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
+            }
             Msg::Unfinished { result } => {
+                self.count(result.is_ok());
                 match result {
                     Ok(views) => {
                         for v in views {
-                            if v.is_takeable() {
-                                // Orphans: their owner vanished. [B-19]
-                                self.try_take_over(v);
-                            } else {
-                                self.add_watch(v.run);
-                            }
+                            // Orphans are taken over, the rest watched. [B-19]
+                            let key = v.run.clone();
+                            self.watch(key.clone(), Watch::live());
+                            self.feed_watch(&key, WatchInput::Seen(v));
                         }
                     }
                     Err(e) => self.error("unfinished_runs", None, &e),
@@ -1365,7 +1654,16 @@ impl Driver {
                 self.start_catch_up();
             }
             Msg::HandlerDone { id, result } => self.handler_done(id, result),
-            Msg::Written { id, write, result } => self.written(id, write, result),
+            Msg::Written { id, result } => self.written(id, result),
+            Msg::SideReleased { key, result } => {
+                self.side_releases = self.side_releases.saturating_sub(1);
+                self.count(result.is_ok());
+                if let Err(e) = result {
+                    self.error("release", Some(&key.job), &e);
+                    // Unknown: keep watching it (not while stopping).
+                    self.watch(key, Watch::live());
+                }
+            }
         }
     }
 }

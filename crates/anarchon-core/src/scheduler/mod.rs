@@ -7,6 +7,8 @@
 //! connection never stops the loop; a watchdog thread reports a loop that stops turning.
 
 mod driver;
+mod run;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -16,6 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use crate::context::{Data, DataSource, JobContext};
 use crate::error::{BoxError, Error, Result};
@@ -133,6 +136,11 @@ pub(crate) struct Config {
     pub(crate) stall_after: Duration,
     pub(crate) skew_threshold_ms: u64,
     pub(crate) clock: Clock,
+    /// How long a handler may outlive its timeout before its task is aborted.
+    pub(crate) abort_grace: Duration,
+    /// The stop timeout when the scheduler stops by itself (last handle dropped, parent
+    /// token cancelled).
+    pub(crate) default_stop_timeout: Duration,
 }
 
 pub(crate) struct JobDef {
@@ -168,6 +176,8 @@ enum DriverState {
 }
 
 pub(crate) struct Shared {
+    /// Cancelled when the last handle is dropped or the parent token is cancelled.
+    shutdown: CancellationToken,
     pub(crate) backend: Backend,
     pub(crate) cfg: Config,
     jobs: Mutex<BTreeMap<JobName, Arc<JobDef>>>,
@@ -184,9 +194,31 @@ pub(crate) struct HealthState {
     pub(crate) stalled: std::sync::atomic::AtomicBool,
     pub(crate) leases_held: AtomicU64,
     pub(crate) last_error: Mutex<Option<String>>,
+    /// Set after consecutive failed store calls, cleared by the next answer.
+    pub(crate) store_unreachable: std::sync::atomic::AtomicBool,
 }
 
-/// A snapshot of the scheduler's health, for a health check endpoint. SPEC §11.
+/// The driver ended by itself (stopped through the shutdown token): later `stop()` calls
+/// and `health()` see a stopped scheduler.
+pub(crate) fn driver_ended(shared: &Shared) {
+    let mut d = shared.driver.lock().unwrap_or_else(|e| e.into_inner());
+    if matches!(*d, DriverState::Running { .. }) {
+        *d = DriverState::Stopped;
+    }
+}
+
+/// Cancels the scheduler's shutdown token when the last [`Scheduler`] handle is dropped.
+struct HandleGuard {
+    shutdown: CancellationToken,
+}
+
+impl Drop for HandleGuard {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A snapshot of the scheduler's health, for a health check endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
     /// `start` ran and `stop` did not.
@@ -197,14 +229,17 @@ pub struct Health {
     pub driver_idle_ms: u64,
     /// Leases this instance holds now.
     pub leases_held: u64,
-    /// The last store error, if any.
+    /// The last store error since the store last answered, if any (cleared when a store
+    /// call succeeds again).
     pub last_error: Option<String>,
+    /// False after several consecutive store calls failed; true again at the next answer.
+    pub store_reachable: bool,
 }
 
 impl Health {
-    /// Running and not stalled.
+    /// Running, not stalled, and the store answers.
     pub fn is_healthy(&self) -> bool {
-        self.running && !self.stalled
+        self.running && !self.stalled && self.store_reachable
     }
 }
 
@@ -230,6 +265,9 @@ pub struct SchedulerBuilder<M> {
     stall_after: Duration,
     skew_threshold_ms: u64,
     clock: Clock,
+    abort_grace: Duration,
+    stop_timeout: Duration,
+    parent: Option<CancellationToken>,
     _mode: PhantomData<M>,
 }
 
@@ -245,6 +283,9 @@ impl<M: Mode> SchedulerBuilder<M> {
             stall_after: Duration::from_secs(10),
             skew_threshold_ms: 1000,
             clock: Clock::System,
+            abort_grace: Duration::from_secs(5),
+            stop_timeout: Duration::from_secs(30),
+            parent: None,
             _mode: PhantomData,
         }
     }
@@ -305,6 +346,37 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.clock = clock;
         self
     }
+    /// How long a handler may go on after its timeout cancelled it before its task is
+    /// aborted (default 5 s). The attempt is recorded failed ("timed out") at the timeout
+    /// itself; the grace only bounds how long the stray task may live.
+    pub fn abort_grace(mut self, grace: Duration) -> Self {
+        self.abort_grace = grace;
+        self
+    }
+    /// Stops the scheduler when `token` is cancelled, as `stop()` with the
+    /// [stop timeout](SchedulerBuilder::stop_timeout) would.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, CancellationToken, Scheduler};
+    ///
+    /// let shutdown = CancellationToken::new();
+    /// let scheduler = Scheduler::leased(MemoryStore::new())
+    ///     .stop_on(shutdown.child_token())
+    ///     .build()?;
+    /// // ... later, from a signal handler: shutdown.cancel();
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
+    pub fn stop_on(mut self, token: CancellationToken) -> Self {
+        self.parent = Some(token);
+        self
+    }
+    /// The stop timeout used when the scheduler stops by itself: when the token given to
+    /// [`SchedulerBuilder::stop_on`] is cancelled or the last [`Scheduler`] handle is
+    /// dropped (default 30 s).
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
 
     /// Validates the options and builds the scheduler.
     pub fn build(self) -> Result<Scheduler<M>> {
@@ -328,8 +400,16 @@ impl<M: Mode> SchedulerBuilder<M> {
             Some(id) => id,
             None => default_instance_id(),
         };
+        let shutdown = match &self.parent {
+            Some(parent) => parent.child_token(),
+            None => CancellationToken::new(),
+        };
         Ok(Scheduler {
+            guard: Arc::new(HandleGuard {
+                shutdown: shutdown.clone(),
+            }),
             shared: Arc::new(Shared {
+                shutdown,
                 backend: self.backend,
                 cfg: Config {
                     instance_id: instance_id.into(),
@@ -340,6 +420,8 @@ impl<M: Mode> SchedulerBuilder<M> {
                     stall_after: self.stall_after,
                     skew_threshold_ms: self.skew_threshold_ms,
                     clock: self.clock,
+                    abort_grace: self.abort_grace,
+                    default_stop_timeout: self.stop_timeout,
                 },
                 jobs: Mutex::default(),
                 events: broadcast::channel(1024).0,
@@ -425,8 +507,13 @@ fn default_instance_id() -> String {
 /// # Ok::<_, anarchon_core::Error>(())
 /// # }).unwrap();
 /// ```
+///
+/// Dropping the last handle stops the scheduler in the background, as `stop()` with the
+/// builder's [stop timeout](SchedulerBuilder::stop_timeout) would (runs are handed over);
+/// call `stop()` to wait for that.
 pub struct Scheduler<M = Leased> {
     shared: Arc<Shared>,
+    guard: Arc<HandleGuard>,
     _mode: PhantomData<M>,
 }
 
@@ -434,6 +521,7 @@ impl<M> Clone for Scheduler<M> {
     fn clone(&self) -> Self {
         Scheduler {
             shared: self.shared.clone(),
+            guard: self.guard.clone(),
             _mode: PhantomData,
         }
     }
@@ -786,7 +874,7 @@ impl<M: Mode> Scheduler<M> {
             .values()
             .cloned()
             .collect();
-        driver::prepare(&self.shared, &jobs).await?;
+        let clock = driver::prepare(&self.shared, &jobs).await?;
         let mut d = self.driver();
         if !matches!(*d, DriverState::Idle) {
             return Err(Error::State {
@@ -795,7 +883,13 @@ impl<M: Mode> Scheduler<M> {
             });
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let handle = tokio::spawn(driver::run(self.shared.clone(), jobs, rx));
+        let handle = tokio::spawn(driver::run(
+            self.shared.clone(),
+            jobs,
+            clock,
+            rx,
+            self.shared.shutdown.clone(),
+        ));
         *d = DriverState::Running { tx, handle };
         Ok(())
     }
@@ -803,6 +897,10 @@ impl<M: Mode> Scheduler<M> {
     /// Stops scheduling, cancels the signals of running handlers, waits up to `timeout` for
     /// them (a handler that returns an error after cancellation hands its run over), closes
     /// the connections anarchon opened, and sends nothing to the store after it returns.
+    ///
+    /// A claim or takeover this instance wins while stopping is handed over before `stop()`
+    /// returns, and result writes in flight are waited for within `timeout`. It returns an
+    /// error only if the scheduler's driver task panicked (a bug).
     /// [B-17, B-34]
     pub async fn stop(&self, timeout: Duration) -> Result<()> {
         let prev = std::mem::replace(&mut *self.driver(), DriverState::Stopped);
@@ -811,8 +909,14 @@ impl<M: Mode> Scheduler<M> {
                 let (reply, done) = oneshot::channel();
                 let _ = tx.send(Command::Stop { timeout, reply });
                 let _ = done.await;
-                let _ = handle.await;
-                Ok(())
+                match handle.await {
+                    Err(e) if e.is_panic() => Err(Error::State {
+                        state: "failed",
+                        hint: "the scheduler's driver task panicked (a bug in anarchon): \
+                               its runs were not handed over; see the log",
+                    }),
+                    _ => Ok(()),
+                }
             }
             DriverState::Idle => {
                 let _ = self.shared.backend.history().close().await;
@@ -920,10 +1024,11 @@ impl<M: Mode> Scheduler<M> {
         }
     }
 
-    /// A snapshot of the scheduler's health. SPEC §11.
+    /// A snapshot of the scheduler's health.
     pub fn health(&self) -> Health {
         let h = &self.shared.health;
-        let running = matches!(*self.driver(), DriverState::Running { .. });
+        let running =
+            matches!(&*self.driver(), DriverState::Running { handle, .. } if !handle.is_finished());
         let last = h.last_turn_ms.load(Ordering::Relaxed);
         Health {
             running,
@@ -939,6 +1044,7 @@ impl<M: Mode> Scheduler<M> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            store_reachable: !h.store_unreachable.load(Ordering::Relaxed),
         }
     }
 }

@@ -31,6 +31,7 @@ async fn prepared(store: &Arc<dyn ClaimStore>, job: &JobName) {
         .prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: "kit".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect("prepare");

@@ -50,6 +50,7 @@ async fn prepared(store: &Arc<dyn LeaseStore>, jobs: &[&JobName]) {
         .prepare(&Prepare {
             jobs: jobs.iter().map(|j| (*j).clone()).collect(),
             instance_id: "kit".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect("prepare");
@@ -96,6 +97,7 @@ fn takeover(lease: &Lease, instance: &str, max_attempts: u32) -> Takeover {
         lease_ms: LEASE_MS,
         max_attempts,
         superseded: false,
+        not_after: EpochMs::MAX,
     }
 }
 

@@ -775,7 +775,10 @@ pub async fn b21_timeout_cancels_the_signal_and_fails_the_attempt(store: Arc<dyn
                 async move {
                     ctx.signal.cancelled().await;
                     cancelled.store(true, Ordering::SeqCst);
-                    assert_eq!(ctx.cancel_cause(), Some("timed out"));
+                    assert_eq!(
+                        ctx.cancel_cause(),
+                        Some(crate::context::CancelCause::TimedOut)
+                    );
                     Ok::<_, Error>(())
                 }
             })

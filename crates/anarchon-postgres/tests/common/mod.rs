@@ -36,6 +36,7 @@ pub async fn fresh_store(url: &str) -> PostgresStore {
         .prepare(&Prepare {
             jobs: vec![],
             instance_id: "test".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect("prepare a fresh schema");

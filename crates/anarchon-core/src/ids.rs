@@ -1,0 +1,98 @@
+//! The identifiers every module shares: job names, run keys and epoch milliseconds.
+//!
+//! They live apart from the store traits and the history types so that neither needs the
+//! other to name a run.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Milliseconds since 1970-01-01T00:00:00Z.
+pub type EpochMs = i64;
+
+/// A job name: 1–128 ASCII letters, digits, `_` and `-`, the same rule on every store. [B-04]
+///
+/// ```
+/// use anarchon_core::JobName;
+/// assert!(JobName::new("nightly-report_2").is_ok());
+/// assert!(JobName::new("has space").is_err());
+/// assert!(JobName::new("").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobName(Arc<str>);
+
+impl JobName {
+    /// Checks the naming rule.
+    pub fn new(name: impl AsRef<str>) -> Result<Self> {
+        let name = name.as_ref();
+        let valid = !name.is_empty()
+            && name.len() <= 128
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if valid {
+            Ok(JobName(Arc::from(name)))
+        } else {
+            Err(Error::InvalidJobName {
+                name: name.to_owned(),
+            })
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobName {
+    type Error = Error;
+    fn try_from(value: String) -> Result<Self> {
+        JobName::new(value)
+    }
+}
+
+impl From<JobName> for String {
+    fn from(value: JobName) -> Self {
+        value.0.to_string()
+    }
+}
+
+impl fmt::Display for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// One run: a job and one of its slots. Displayed as `<job>:<slot-ms>`, the unit of
+/// deduplication in every store. [B-08]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunKey {
+    /// The job.
+    pub job: JobName,
+    /// The slot, epoch ms.
+    pub slot: EpochMs,
+}
+
+impl RunKey {
+    /// A run key.
+    pub fn new(job: JobName, slot: EpochMs) -> Self {
+        RunKey { job, slot }
+    }
+}
+
+impl fmt::Display for RunKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.job, self.slot)
+    }
+}

@@ -1,0 +1,403 @@
+//! The owner side of one run as a state machine without I/O.
+//!
+//! A run this instance started (won claim, takeover, catch-up, manual run, claim-only win)
+//! is an [`OwnerRun`]. The driver feeds it [`OwnerInput`]s (the handler returned, the
+//! timeout passed, a renewal was answered, stop ...) and carries out the [`OwnerEffect`]s it
+//! hands back (cancel the signal, write the result, emit an event, abort the handler). It
+//! reads no clock and touches no store, task or timer, so every transition is a plain unit
+//! test, and `docs/architecture.md` holds the table a test walks.
+//!
+//! Architecture invariant: a run renews its lease only in [`OwnerState::Running`]; once a
+//! result is being written, the run is lost or abandoned, nothing renews it again.
+
+use crate::context::CancelCause;
+use crate::history::RunStatus;
+
+/// The result write an owner makes once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// Record the attempt as succeeded or failed.
+    Finish {
+        status: RunStatus,
+        error: Option<String>,
+    },
+    /// Hand the run over (lease stores) or record it interrupted "stopped" (runs without a
+    /// lease).
+    Release,
+}
+
+/// Why a run ended without a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InterruptCause {
+    /// Released to a backup on stop or after self-fencing.
+    HandedOver,
+    /// A run without a lease stopped by `stop()`.
+    Stopped,
+    /// Still running when stop's timeout passed.
+    StopTimeout,
+    /// Seen by a backup: the lease had ended and the job's next slot was due.
+    ReplacedByNextSlot,
+}
+
+impl InterruptCause {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            InterruptCause::HandedOver => "handed over",
+            InterruptCause::Stopped => "stopped",
+            InterruptCause::StopTimeout => "stop timeout",
+            InterruptCause::ReplacedByNextSlot => "replaced by the next slot",
+        }
+    }
+}
+
+/// What an owner run reports; the driver turns it into an [`crate::Event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// Self-fenced: the lease could not be renewed in time.
+    Fenced,
+    /// Another instance owns the run now.
+    Lost,
+    /// The result was recorded as succeeded.
+    Succeeded,
+    /// The result was recorded as failed.
+    Failed(String),
+    /// The run ended without a result.
+    Interrupted(InterruptCause),
+    /// The result write failed (store error or timeout).
+    WriteFailed(String),
+}
+
+/// The answer to an owner write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WriteAnswer {
+    Done,
+    /// The fence no longer matched: another attempt owns the run.
+    Lost,
+    /// Store error or timeout: the outcome is unknown.
+    Failed(String),
+}
+
+/// The owner's states. The handler runs in `Running` and possibly in `Writing`/`Draining`
+/// (after a timeout or a lost lease it keeps running until it returns or is aborted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OwnerState {
+    /// The handler runs; a leased run renews its lease. `fenced` once self-fencing
+    /// cancelled the signal (reported once).
+    Running { fenced: bool },
+    /// The result write is in flight; `handler_running` after a timeout.
+    Writing { write: Write, handler_running: bool },
+    /// Nothing is left to write; the handler (cancelled) has yet to return.
+    Draining,
+    /// Done: the driver forgets the run.
+    Finished,
+}
+
+/// What happens to an owner run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OwnerInput {
+    /// The handler returned; `cause` is why its signal was cancelled, if it was.
+    HandlerReturned {
+        result: Result<(), String>,
+        cause: Option<CancelCause>,
+    },
+    /// The job's timeout passed.
+    TimeoutElapsed,
+    /// The handler outlived its timeout by the grace.
+    AbortGraceElapsed,
+    /// A heartbeat said the lease is another attempt's now.
+    RenewalLost,
+    /// No renewal succeeded for `lease - heartbeat`: the lease may expire soon.
+    RenewalOverdue,
+    /// `stop()` was called.
+    Stop,
+    /// Stop's timeout passed.
+    StopDeadline,
+    /// The result write was answered.
+    WriteAnswered(WriteAnswer),
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OwnerEffect {
+    /// Cancel the run's signal with this cause.
+    Cancel(CancelCause),
+    /// Send the result write.
+    Write(Write),
+    /// Report.
+    Emit(Note),
+    /// Arm the abort grace timer.
+    ArmAbort,
+    /// Abort the handler's task now.
+    Abort,
+    /// Answer a waiting `run_now` caller: the final status, or `None` when the run was
+    /// abandoned.
+    Reply(Option<(RunStatus, Option<String>)>),
+}
+
+/// One run owned by this instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwnerRun {
+    pub(crate) state: OwnerState,
+    /// The run holds a lease (lease stores, not manual): it renews and hands over.
+    pub(crate) leased: bool,
+}
+
+impl OwnerRun {
+    pub(crate) fn new(leased: bool) -> Self {
+        OwnerRun {
+            state: OwnerState::Running { fenced: false },
+            leased,
+        }
+    }
+
+    /// The lease is renewed in this state.
+    pub(crate) fn renews(&self) -> bool {
+        self.leased && matches!(self.state, OwnerState::Running { .. })
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.state == OwnerState::Finished
+    }
+
+    /// Feeds one input; returns what to do.
+    pub(crate) fn handle(&mut self, input: OwnerInput) -> Vec<OwnerEffect> {
+        use OwnerEffect as E;
+        use OwnerInput as I;
+        use OwnerState as S;
+        let (next, effects) = match (&self.state, input) {
+            // ----- the handler runs
+            (S::Running { .. }, I::HandlerReturned { result, cause }) => {
+                let write = match result {
+                    Ok(()) => Write::Finish {
+                        status: RunStatus::Succeeded,
+                        error: None,
+                    },
+                    // An error because the owner had to let go hands the run over. [B-17]
+                    Err(_) if cause.is_some_and(CancelCause::hands_over) => Write::Release,
+                    Err(e) => Write::Finish {
+                        status: RunStatus::Failed,
+                        error: Some(e),
+                    },
+                };
+                (
+                    S::Writing {
+                        write: write.clone(),
+                        handler_running: false,
+                    },
+                    vec![E::Write(write)],
+                )
+            }
+            (S::Running { .. }, I::TimeoutElapsed) => {
+                // [B-21] Failed at once; the handler gets the grace to return, then is aborted.
+                let write = Write::Finish {
+                    status: RunStatus::Failed,
+                    error: Some("timed out".into()),
+                };
+                (
+                    S::Writing {
+                        write: write.clone(),
+                        handler_running: true,
+                    },
+                    vec![
+                        E::Cancel(CancelCause::TimedOut),
+                        E::Write(write),
+                        E::ArmAbort,
+                    ],
+                )
+            }
+            (S::Running { .. }, I::RenewalLost) => (
+                // [B-16] Nothing of ours may be recorded over the new owner's.
+                S::Draining,
+                vec![E::Cancel(CancelCause::LeaseLost), E::Emit(Note::Lost)],
+            ),
+            (S::Running { fenced: false }, I::RenewalOverdue) if self.leased => (
+                S::Running { fenced: true },
+                vec![
+                    E::Cancel(CancelCause::LeaseNotRenewed),
+                    E::Emit(Note::Fenced),
+                ],
+            ),
+            (S::Running { fenced }, I::Stop) => (
+                S::Running { fenced: *fenced },
+                vec![E::Cancel(CancelCause::Stopping)],
+            ),
+            (S::Running { .. }, I::StopDeadline) => (
+                // No more renewals: a backup takes over once the lease expires. [B-17]
+                S::Finished,
+                vec![
+                    E::Emit(Note::Interrupted(InterruptCause::StopTimeout)),
+                    E::Abort,
+                    E::Reply(None),
+                ],
+            ),
+            // ----- the result is being written
+            (
+                S::Writing {
+                    write,
+                    handler_running: true,
+                },
+                I::HandlerReturned { .. },
+            ) => (
+                S::Writing {
+                    write: write.clone(),
+                    handler_running: false,
+                },
+                vec![],
+            ),
+            (
+                S::Writing {
+                    write,
+                    handler_running: true,
+                },
+                I::AbortGraceElapsed,
+            ) => (
+                S::Writing {
+                    write: write.clone(),
+                    handler_running: false,
+                },
+                vec![E::Abort],
+            ),
+            (
+                S::Writing {
+                    write,
+                    handler_running,
+                },
+                I::WriteAnswered(answer),
+            ) => {
+                let (status, error) = match write {
+                    Write::Finish { status, error } => (*status, error.clone()),
+                    Write::Release => (RunStatus::Interrupted, None),
+                };
+                let note = match answer {
+                    WriteAnswer::Done => match write {
+                        Write::Finish {
+                            status: RunStatus::Succeeded,
+                            ..
+                        } => Note::Succeeded,
+                        Write::Finish { error, .. } => {
+                            Note::Failed(error.clone().unwrap_or_else(|| "failed".into()))
+                        }
+                        Write::Release if self.leased => {
+                            Note::Interrupted(InterruptCause::HandedOver)
+                        }
+                        Write::Release => Note::Interrupted(InterruptCause::Stopped),
+                    },
+                    WriteAnswer::Lost => Note::Lost,
+                    WriteAnswer::Failed(e) => Note::WriteFailed(e),
+                };
+                let next = if *handler_running {
+                    S::Draining
+                } else {
+                    S::Finished
+                };
+                (next, vec![E::Emit(note), E::Reply(Some((status, error)))])
+            }
+            (
+                S::Writing {
+                    handler_running, ..
+                },
+                I::StopDeadline,
+            ) => {
+                // Stop waits for a write no longer: it has its own store timeout.
+                let mut effects = vec![E::Reply(None)];
+                if *handler_running {
+                    effects.insert(0, E::Abort);
+                }
+                (S::Finished, effects)
+            }
+            // ----- nothing left to write
+            (S::Draining, I::HandlerReturned { .. }) => (S::Finished, vec![]),
+            (S::Draining, I::AbortGraceElapsed | I::StopDeadline) => (S::Finished, vec![E::Abort]),
+            // Everything else changes nothing: late answers, repeated signals.
+            (state, _) => (state.clone(), vec![]),
+        };
+        self.state = next;
+        effects
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(e: &str) -> Write {
+        Write::Finish {
+            status: RunStatus::Failed,
+            error: Some(e.into()),
+        }
+    }
+
+    #[test]
+    fn stop_then_error_hands_over_and_is_not_a_failure() {
+        let mut run = OwnerRun::new(true);
+        assert_eq!(
+            run.handle(OwnerInput::Stop),
+            vec![OwnerEffect::Cancel(CancelCause::Stopping)]
+        );
+        assert!(run.renews(), "renewed until the handler returns");
+        let fx = run.handle(OwnerInput::HandlerReturned {
+            result: Err("cancelled".into()),
+            cause: Some(CancelCause::Stopping),
+        });
+        assert_eq!(fx, vec![OwnerEffect::Write(Write::Release)]);
+        assert!(!run.renews());
+        let fx = run.handle(OwnerInput::WriteAnswered(WriteAnswer::Done));
+        assert_eq!(
+            fx[0],
+            OwnerEffect::Emit(Note::Interrupted(InterruptCause::HandedOver))
+        );
+        assert!(run.is_finished());
+    }
+
+    #[test]
+    fn timeout_fails_at_once_and_aborts_after_the_grace() {
+        let mut run = OwnerRun::new(true);
+        let fx = run.handle(OwnerInput::TimeoutElapsed);
+        assert_eq!(
+            fx,
+            vec![
+                OwnerEffect::Cancel(CancelCause::TimedOut),
+                OwnerEffect::Write(failed("timed out")),
+                OwnerEffect::ArmAbort
+            ]
+        );
+        run.handle(OwnerInput::WriteAnswered(WriteAnswer::Done));
+        assert_eq!(run.state, OwnerState::Draining);
+        assert_eq!(
+            run.handle(OwnerInput::AbortGraceElapsed),
+            vec![OwnerEffect::Abort]
+        );
+        assert!(run.is_finished());
+    }
+
+    #[test]
+    fn a_lost_run_writes_nothing_even_when_its_handler_succeeds() {
+        let mut run = OwnerRun::new(true);
+        run.handle(OwnerInput::RenewalLost);
+        let fx = run.handle(OwnerInput::HandlerReturned {
+            result: Ok(()),
+            cause: Some(CancelCause::LeaseLost),
+        });
+        assert!(fx.is_empty());
+        assert!(run.is_finished());
+    }
+
+    #[test]
+    fn fencing_is_reported_once_and_only_for_leased_runs() {
+        let mut run = OwnerRun::new(true);
+        assert_eq!(run.handle(OwnerInput::RenewalOverdue).len(), 2);
+        assert!(run.handle(OwnerInput::RenewalOverdue).is_empty());
+        let mut manual = OwnerRun::new(false);
+        assert!(manual.handle(OwnerInput::RenewalOverdue).is_empty());
+    }
+
+    #[test]
+    fn a_handler_error_after_the_local_deadline_hands_over() {
+        let mut run = OwnerRun::new(true);
+        let fx = run.handle(OwnerInput::HandlerReturned {
+            result: Err("cancelled".into()),
+            cause: Some(CancelCause::LeaseDeadlinePassed),
+        });
+        assert_eq!(fx, vec![OwnerEffect::Write(Write::Release)]);
+    }
+}

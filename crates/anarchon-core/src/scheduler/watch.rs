@@ -1,0 +1,201 @@
+//! The backup side of one run as a state machine without I/O.
+//!
+//! Every instance that has a job registered backs up each unfinished run of that job it
+//! knows of, however it learned of it: its claim came back `taken`, it skipped the slot as
+//! `overlap` or `late`, its claim failed or timed out (the outcome is unknown), the run was
+//! listed on start, or it lost the run to another instance. A [`Watch`] is that knowledge;
+//! the driver polls the watched runs every heartbeat (and at once on a release
+//! notification), feeds the answers in as [`WatchInput`]s and carries out the
+//! [`WatchEffect`]s. No clock is read here: the driver passes [`Facts`].
+//!
+//! Architecture invariant: a watch exists only while its run may still need a backup (not
+//! final, or not yet claimed but still claimable), so an instance with nothing unfinished
+//! sends nothing to the store.
+
+use crate::ids::EpochMs;
+use crate::store::{Lease, RunView, TakeoverOutcome};
+
+/// What this instance knows of a run it does not own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WatchState {
+    /// Not found in the store yet: a slot this instance did not start. Until `until` (the
+    /// last moment any instance may still claim it, instance clock) another instance may
+    /// claim it late, so it is looked for at every poll.
+    Pending { until: EpochMs },
+    /// Seen unfinished with a live lease.
+    Live,
+    /// A takeover call is in flight.
+    TakingOver,
+    /// Nothing left to watch: the driver forgets it.
+    Gone,
+}
+
+/// What the driver knows when it feeds an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Facts<'a> {
+    /// Instance clock, epoch ms.
+    pub(crate) now: EpochMs,
+    /// The job's newest due slot now.
+    pub(crate) newest_due: Option<EpochMs>,
+    /// This instance's id.
+    pub(crate) instance_id: &'a str,
+    /// This instance runs the run, or has a claim or takeover of it in flight.
+    pub(crate) here: bool,
+    /// `stop()` was called.
+    pub(crate) stopping: bool,
+}
+
+/// What happens to a watched run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WatchInput {
+    /// A poll or read found the run.
+    Seen(RunView),
+    /// A poll found no such run.
+    Missing,
+    /// A release notification named the run.
+    Released,
+    /// The takeover was answered; `Err` is a store error or timeout (outcome unknown).
+    TakeoverAnswered(Result<TakeoverOutcome, String>),
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WatchEffect {
+    /// Read this run now instead of at the next poll.
+    Read,
+    /// Try to take the run over.
+    TakeOver {
+        /// The attempt seen.
+        seen_attempt: u32,
+        /// The job's next slot is due: an expired run is replaced, not restarted. [B-15]
+        superseded: bool,
+    },
+    /// The takeover was won: start the handler.
+    Start(Lease),
+    /// Won while stopping: hand it straight back.
+    Release(Lease),
+    /// The run is this instance's own (a claim or takeover that committed after this
+    /// instance gave up on it) but nothing runs it here: release that attempt so a backup
+    /// starts it at once.
+    ReleaseOrphan {
+        /// The attempt to release.
+        attempt: u32,
+    },
+    /// Report.
+    Emit(WatchNote),
+    /// The replaced run's job may start its due slot now. [B-15]
+    ClaimNewest,
+}
+
+/// What a backup reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WatchNote {
+    /// The crash budget was used up: the run failed. [B-14]
+    Exhausted,
+    /// The expired run was replaced by the next slot. [B-15]
+    Replaced,
+    /// A store error on the takeover.
+    TakeoverFailed(String),
+}
+
+/// One watched run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Watch {
+    pub(crate) state: WatchState,
+    /// The run as last seen (for events about it).
+    pub(crate) seen: Option<RunView>,
+}
+
+impl Watch {
+    /// A run seen in the store (taken, overlap, listed on start, lost).
+    pub(crate) fn live() -> Self {
+        Watch {
+            state: WatchState::Live,
+            seen: None,
+        }
+    }
+
+    /// A slot not found yet, claimable by someone until `until`.
+    pub(crate) fn pending(until: EpochMs) -> Self {
+        Watch {
+            state: WatchState::Pending { until },
+            seen: None,
+        }
+    }
+
+    /// Polled at the next heartbeat (a takeover in flight is not).
+    pub(crate) fn polled(&self) -> bool {
+        matches!(self.state, WatchState::Pending { .. } | WatchState::Live)
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.state == WatchState::Gone
+    }
+
+    /// Feeds one input; returns what to do.
+    pub(crate) fn handle(&mut self, facts: &Facts<'_>, input: WatchInput) -> Vec<WatchEffect> {
+        use WatchEffect as E;
+        use WatchInput as I;
+        use WatchState as S;
+        let (next, effects) = match (&self.state, input) {
+            (S::Pending { .. } | S::Live, I::Seen(view)) => seen(facts, &view),
+            (S::Pending { until }, I::Missing) if facts.now <= *until && !facts.stopping => {
+                (S::Pending { until: *until }, vec![])
+            }
+            (S::Pending { .. } | S::Live, I::Missing) => (S::Gone, vec![]),
+            (S::Pending { .. } | S::Live, I::Released) if !facts.here => {
+                (self.state.clone(), vec![E::Read])
+            }
+            (S::TakingOver, I::TakeoverAnswered(answer)) => match answer {
+                Ok(TakeoverOutcome::Won(lease)) if facts.stopping => {
+                    (S::Gone, vec![E::Release(lease)])
+                }
+                Ok(TakeoverOutcome::Won(lease)) => (S::Gone, vec![E::Start(lease)]),
+                // Still live, another backup won, or our deadline passed: watch on.
+                Ok(TakeoverOutcome::Live | TakeoverOutcome::Late) => (S::Live, vec![]),
+                Ok(TakeoverOutcome::Finished(_)) => (S::Gone, vec![]),
+                Ok(TakeoverOutcome::Exhausted) => (S::Gone, vec![E::Emit(WatchNote::Exhausted)]),
+                Ok(TakeoverOutcome::Interrupted) => {
+                    (S::Gone, vec![E::Emit(WatchNote::Replaced), E::ClaimNewest])
+                }
+                // Unknown outcome: if it committed, a later poll shows this instance as
+                // the owner of a run nothing runs here, and it is released then.
+                Err(e) => (S::Live, vec![E::Emit(WatchNote::TakeoverFailed(e))]),
+            },
+            (state, _) => (state.clone(), vec![]),
+        };
+        self.state = next;
+        effects
+    }
+}
+
+fn seen(facts: &Facts<'_>, view: &RunView) -> (WatchState, Vec<WatchEffect>) {
+    if view.status.is_final() {
+        return (WatchState::Gone, vec![]);
+    }
+    if facts.stopping || facts.here {
+        return (WatchState::Live, vec![]);
+    }
+    if view.is_takeable() {
+        // A released run (graceful handover) is always continued as the same slot [B-17];
+        // an expired one is replaced when the job's next slot is due. [B-15]
+        let superseded =
+            view.owner.is_some() && facts.newest_due.is_some_and(|s| s > view.run.slot);
+        return (
+            WatchState::TakingOver,
+            vec![WatchEffect::TakeOver {
+                seen_attempt: view.attempt,
+                superseded,
+            }],
+        );
+    }
+    if view.owner.as_deref() == Some(facts.instance_id) {
+        return (
+            WatchState::Live,
+            vec![WatchEffect::ReleaseOrphan {
+                attempt: view.attempt,
+            }],
+        );
+    }
+    (WatchState::Live, vec![])
+}
