@@ -163,6 +163,7 @@ impl LibsqlStoreBuilder {
                 db,
                 sql,
                 call_timeout: self.call_timeout,
+                caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
                 releases,
                 closed: AtomicBool::new(false),
             }),
@@ -186,8 +187,20 @@ struct Inner {
     db: libsql::Database,
     sql: Sql,
     call_timeout: Duration,
+    /// The scheduler's store timeout less a margin (ms, 0 until `prepare`): no call may
+    /// outlast its caller, or a claim could commit after the caller gave up on it.
+    caller_limit_ms: std::sync::atomic::AtomicU64,
     releases: Arc<broadcast::Sender<RunKey>>,
     closed: AtomicBool,
+}
+
+impl Inner {
+    fn call_timeout(&self) -> Duration {
+        match self.caller_limit_ms.load(Ordering::Relaxed) {
+            0 => self.call_timeout,
+            limit => self.call_timeout.min(Duration::from_millis(limit)),
+        }
+    }
 }
 
 impl std::fmt::Debug for LibsqlStore {
@@ -243,7 +256,7 @@ impl LibsqlStore {
                 source: "the store was closed".into(),
             });
         }
-        let timeout = self.inner.call_timeout;
+        let timeout = self.inner.call_timeout();
         let deadline = Instant::now() + timeout;
         let conn = self
             .inner
@@ -452,6 +465,15 @@ impl Store for LibsqlStore {
     }
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        // Keep every later call inside the scheduler's timeout (10 ms short of it, so the
+        // store's deadline falls before the caller's).
+        let limit = prepare
+            .call_timeout
+            .saturating_sub(Duration::from_millis(10))
+            .max(Duration::from_millis(1));
+        self.inner
+            .caller_limit_ms
+            .store(limit.as_millis() as u64, Ordering::Relaxed);
         let jobs = prepare.jobs.clone();
         self.run("prepare", |mut e, sql| async move {
             // Another instance may have migrated the schema since this one opened it.

@@ -599,7 +599,7 @@ SELECT EXISTS (SELECT 1 FROM u) AS done, (SELECT count(*) FROM note) AS notified
         );
 
         // $1 job, $2 slot, $3 seen attempt, $4 instance, $5 max attempts, $6 superseded,
-        // $7 lease ms.
+        // $7 lease ms, $8 not after (the caller's deadline: past it nothing is written).
         let take_over = format!(
             "WITH n AS (SELECT {now} AS ms),
 d AS (
@@ -607,6 +607,7 @@ d AS (
            CASE WHEN r.owner IS NULL THEN r.counted_starts ELSE r.counted_starts + 1 END
                AS counted,
            CASE
+               WHEN n.ms > $8 THEN 'late'
                WHEN r.status <> 'running' THEN 'finished'
                WHEN r.attempt <> $3 OR (r.owner IS NOT NULL AND r.expires_at > n.ms) THEN 'live'
                WHEN $6 THEN 'interrupted'
@@ -650,7 +651,8 @@ new_row AS (
            d.ms
     FROM d, u, fence
 )
-SELECT d.outcome, d.status, u.attempt, u.expires_at, fence.fence, d.scheduled_at, n.ms,
+SELECT CASE WHEN n.ms > $8 THEN 'late' ELSE d.outcome END, d.status, u.attempt,
+       u.expires_at, fence.fence, d.scheduled_at, n.ms,
        CASE WHEN d.outcome IN ('interrupted', 'exhausted', 'won') AND u.attempt IS NULL
             THEN {retry}('the run changed during the takeover') END AS retry
 FROM n LEFT JOIN d ON true LEFT JOIN u ON true LEFT JOIN fence ON true"

@@ -415,6 +415,7 @@ impl LeaseStore for PostgresStore {
                     Type::INT4,
                     Type::BOOL,
                     Type::INT8,
+                    Type::INT8,
                 ],
                 &[
                     &t.run.job.as_str(),
@@ -424,6 +425,7 @@ impl LeaseStore for PostgresStore {
                     &(t.max_attempts.min(i32::MAX as u32) as i32),
                     &t.superseded,
                     &ms(t.lease_ms),
+                    &t.not_after,
                 ],
             )
             .await?;
@@ -435,6 +437,7 @@ impl LeaseStore for PostgresStore {
             None => TakeoverOutcome::Finished(RunStatus::Interrupted),
             Some("finished") => TakeoverOutcome::Finished(status(row.get(1))?),
             Some("live") => TakeoverOutcome::Live,
+            Some("late") => TakeoverOutcome::Late,
             Some("interrupted") => TakeoverOutcome::Interrupted,
             Some("exhausted") => TakeoverOutcome::Exhausted,
             Some("won") => {

@@ -331,9 +331,14 @@ impl LeaseStore for RedisStore {
         let (base, rk) = self.run_keys(&t.run);
         let slot = t.run.slot;
         let keys = vec![rk];
+        // The earlier of this connection's own deadline and the scheduler's.
+        let deadline = match conn.deadline().parse::<EpochMs>() {
+            Ok(d) if d > 0 => d.min(t.not_after),
+            _ => t.not_after,
+        };
         let args = vec![
             base,
-            conn.deadline(),
+            deadline.to_string(),
             slot.to_string(),
             t.seen_attempt.to_string(),
             t.instance_id.clone(),
@@ -375,7 +380,8 @@ impl LeaseStore for RedisStore {
             }
             4 => Ok(TakeoverOutcome::Interrupted),
             5 => Ok(TakeoverOutcome::Exhausted),
-            -2 => Err(self.deadline_passed("take_over")),
+            // Past the deadline nothing was written.
+            -2 => Ok(TakeoverOutcome::Late),
             _ => Err(bad_reply("take_over", &v)),
         }
     }

@@ -139,6 +139,7 @@ impl SqliteStoreBuilder {
                 jobs: Mutex::new(Some(jobs_tx)),
                 sql,
                 call_timeout,
+                caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
                 releases,
             }),
         })
@@ -168,7 +169,22 @@ struct Inner {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     sql: Arc<Sql>,
     call_timeout: Duration,
+    /// The scheduler's store timeout less a margin (ms, 0 until `prepare`): no call may
+    /// outlast its caller, or a claim could commit after the caller gave up on it.
+    caller_limit_ms: std::sync::atomic::AtomicU64,
     releases: Arc<broadcast::Sender<RunKey>>,
+}
+
+impl Inner {
+    fn call_timeout(&self) -> Duration {
+        match self
+            .caller_limit_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => self.call_timeout,
+            limit => self.call_timeout.min(Duration::from_millis(limit)),
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -241,7 +257,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Worker, Instant) -> Result<T> + Send + 'static,
     {
-        let timeout = self.inner.call_timeout;
+        let timeout = self.inner.call_timeout();
         let deadline = Instant::now() + timeout;
         let (tx, rx) = oneshot::channel();
         let job = Job::Run(Box::new(move |w: &Worker| {
@@ -664,6 +680,16 @@ impl Store for SqliteStore {
     }
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        // Keep every later call inside the scheduler's timeout (10 ms short of it, so the
+        // store's deadline falls before the caller's).
+        let limit = prepare
+            .call_timeout
+            .saturating_sub(Duration::from_millis(10))
+            .max(Duration::from_millis(1));
+        self.inner.caller_limit_ms.store(
+            limit.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let jobs = prepare.jobs.clone();
         on_worker!(self, "prepare", |e, sql| async move {
             // Another process may have migrated the file since it was opened.

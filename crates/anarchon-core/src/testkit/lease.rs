@@ -28,6 +28,7 @@ macro_rules! __lease_store_tests {
             b13_batched_heartbeat_renews_only_current_owners,
             b14_takeover_after_expiry_starts_next_attempt_with_new_fence,
             b14_takeover_of_a_live_lease_is_refused,
+            s11_takeover_after_its_deadline_is_late_and_writes_nothing,
             b14_crash_budget_is_exhausted_after_max_attempts,
             b15_next_slot_interrupts_an_expired_run,
             b15_superseded_takeover_marks_run_interrupted,
@@ -279,6 +280,33 @@ pub async fn b14_takeover_of_a_live_lease_is_refused(store: Arc<dyn LeaseStore>)
         store.take_over(&takeover(&l1, "b", 3)).await.unwrap(),
         TakeoverOutcome::Live
     );
+}
+
+/// A takeover judged after its `not_after` (the moment its caller stopped waiting) writes
+/// nothing and answers `Late`, so no attempt is recorded that nobody runs; a takeover in time
+/// still wins afterwards.
+pub async fn s11_takeover_after_its_deadline_is_late_and_writes_nothing(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("tkl");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let l1 = won(&store, &claim(&job, t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let mut late = takeover(&l1, "b", 3);
+    late.not_after = now(&store).await - 1_000;
+    assert_eq!(store.take_over(&late).await.unwrap(), TakeoverOutcome::Late);
+    let h = store.history(&job, 10).await.unwrap();
+    assert_eq!(h.len(), 1, "nothing written: {h:?}");
+    assert_eq!((h[0].attempt, h[0].status), (1, RunStatus::Running));
+    let views = store.runs(std::slice::from_ref(&l1.run)).await.unwrap();
+    assert_eq!(views[0].attempt, 1);
+    let mut in_time = takeover(&l1, "b", 3);
+    in_time.not_after = now(&store).await + 60_000;
+    assert!(matches!(
+        store.take_over(&in_time).await.unwrap(),
+        TakeoverOutcome::Won(l) if l.attempt == 2
+    ));
 }
 
 /// [B-14] A crashed run starts at most `max_attempts` times, then it is `failed`.

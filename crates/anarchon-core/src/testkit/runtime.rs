@@ -35,6 +35,10 @@ macro_rules! __runtime_tests {
             b12_overlap_skip_never_runs_two_at_once,
             b14_backup_takes_over_after_the_owner_crashes,
             b14_crashed_run_is_exhausted_after_max_attempts,
+            b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_late,
+            b14_a_claim_committed_after_its_caller_gave_up_is_handed_over_at_once,
+            b17_stop_during_a_takeover_hands_the_run_over,
+            b34_stop_waits_for_a_result_write_in_flight,
             b15_expired_run_is_replaced_and_the_due_slot_starts,
             b16_frozen_owner_is_fenced_then_learns_it_lost,
             b17_graceful_stop_hands_over_at_once_without_counting,
@@ -65,6 +69,26 @@ pub struct Instance {
     frozen: Arc<AtomicBool>,
     slow_starts: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
+    faults: Arc<Faults>,
+}
+
+/// Faults an [`Instance`] injects into its store calls.
+#[derive(Default)]
+struct Faults {
+    /// Every call fails at once (an outage seen from this instance).
+    fail: AtomicBool,
+    /// Claims fail at once without reaching the store.
+    fail_claims: AtomicBool,
+    /// Claims reach the store (and may commit) but their answer is lost.
+    lose_claim_answers: AtomicBool,
+    /// Takeovers wait this long (ms) before reaching the store.
+    takeover_delay_before: std::sync::atomic::AtomicU64,
+    /// Takeovers wait this long (ms) after the store answered.
+    takeover_delay_after: std::sync::atomic::AtomicU64,
+    /// Finishes and releases wait this long (ms) before reaching the store.
+    write_delay: std::sync::atomic::AtomicU64,
+    /// Takeovers sent through this handle.
+    takeovers: AtomicUsize,
 }
 
 impl Instance {
@@ -75,6 +99,53 @@ impl Instance {
             frozen: Arc::default(),
             slow_starts: Arc::default(),
             calls: Arc::default(),
+            faults: Arc::default(),
+        }
+    }
+    /// Makes every call fail at once with [`Error::Unavailable`] (or heals it).
+    pub fn fail_all(&self, fail: bool) {
+        self.faults.fail.store(fail, Ordering::SeqCst);
+    }
+    /// Makes claims fail at once without reaching the store (or heals them).
+    pub fn fail_claims(&self, fail: bool) {
+        self.faults.fail_claims.store(fail, Ordering::SeqCst);
+    }
+    /// Lets claims reach the store but loses their answers, as a timeout after the commit.
+    pub fn lose_claim_answers(&self, lose: bool) {
+        self.faults.lose_claim_answers.store(lose, Ordering::SeqCst);
+    }
+    /// Delays takeovers by `before` ms before they reach the store and `after` ms after.
+    pub fn delay_takeovers(&self, before: u64, after: u64) {
+        self.faults
+            .takeover_delay_before
+            .store(before, Ordering::SeqCst);
+        self.faults
+            .takeover_delay_after
+            .store(after, Ordering::SeqCst);
+    }
+    /// Delays finishes and releases by `ms` before they reach the store.
+    pub fn delay_owner_writes(&self, ms: u64) {
+        self.faults.write_delay.store(ms, Ordering::SeqCst);
+    }
+    /// Takeovers sent through this handle so far.
+    pub fn takeovers(&self) -> usize {
+        self.faults.takeovers.load(Ordering::SeqCst)
+    }
+    fn failing(&self) -> Result<()> {
+        if self.faults.fail.load(Ordering::SeqCst) {
+            Err(Error::Unavailable {
+                store: "kit",
+                target: "instance".into(),
+                source: "injected outage".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+    async fn write_delay(&self) {
+        let ms = self.faults.write_delay.load(Ordering::SeqCst);
+        if ms > 0 {
+            sleep_ms(ms).await;
         }
     }
     /// Freezes or thaws this instance's store access.
@@ -139,30 +210,64 @@ impl HistoryStore for Instance {
 impl LeaseStore for Instance {
     async fn claim(&self, c: &LeaseClaim) -> Result<ClaimOutcome> {
         self.gate().await;
-        self.inner.claim(c).await
+        self.failing()?;
+        if self.faults.fail_claims.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable {
+                store: "kit",
+                target: "instance".into(),
+                source: "injected claim failure".into(),
+            });
+        }
+        let outcome = self.inner.claim(c).await;
+        if self.faults.lose_claim_answers.load(Ordering::SeqCst) {
+            return Err(Error::Timeout {
+                store: "kit",
+                operation: "claim",
+                after: Duration::ZERO,
+            });
+        }
+        outcome
     }
     async fn heartbeat(&self, l: &[Lease], ms: u64) -> Result<Vec<Renewal>> {
         self.gate().await;
+        self.failing()?;
         self.inner.heartbeat(l, ms).await
     }
     async fn finish(&self, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
         self.gate().await;
+        self.failing()?;
+        self.write_delay().await;
         self.inner.finish(l, f).await
     }
     async fn release(&self, l: &Lease) -> Result<OwnerWrite> {
         self.gate().await;
+        self.failing()?;
+        self.write_delay().await;
         self.inner.release(l).await
     }
     async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
         self.gate().await;
-        self.inner.take_over(t).await
+        self.failing()?;
+        self.faults.takeovers.fetch_add(1, Ordering::SeqCst);
+        let before = self.faults.takeover_delay_before.load(Ordering::SeqCst);
+        if before > 0 {
+            sleep_ms(before).await;
+        }
+        let outcome = self.inner.take_over(t).await;
+        let after = self.faults.takeover_delay_after.load(Ordering::SeqCst);
+        if after > 0 {
+            sleep_ms(after).await;
+        }
+        outcome
     }
     async fn runs(&self, r: &[RunKey]) -> Result<Vec<RunView>> {
         self.gate().await;
+        self.failing()?;
         self.inner.runs(r).await
     }
     async fn unfinished_runs(&self, j: &[JobName]) -> Result<Vec<RunView>> {
         self.gate().await;
+        self.failing()?;
         self.inner.unfinished_runs(j).await
     }
     fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
@@ -1121,4 +1226,179 @@ pub async fn b35_final_record_is_never_overtaken_by_the_start_record(store: Arc<
         "the start record overwrote the final one: {h:?}"
     );
     a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// Sleeps until `after` ms past the next multiple of `period_ms` on `clock`. Nodes built
+/// before the first sleep share the clock's anchor, also under a paused tokio clock.
+async fn align_on(clock: &Clock, period_ms: u64, after: u64) -> EpochMs {
+    let now = clock.now_ms();
+    let p = period_ms as EpochMs;
+    let next = (now / p + 1) * p;
+    sleep_ms((next - now) as u64 + after).await;
+    next
+}
+
+/// [B-14] A run only one instance knows of is still backed up: `a`'s claim of the slot
+/// failed, then `b` started the slot late (catch-up) and crashed; `a` takes it over.
+pub async fn b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_late(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("unknown");
+    let starts = Starts::default();
+    let clock = Clock::tokio();
+    let ia = Instance::new(store.clone());
+    ia.fail_claims(true);
+    // No catch-up on `a`: it must learn of the run by watching, not by claiming it again.
+    let a = node(&ia, "a").clock(clock).catch_up_ms(0).build().unwrap();
+    a.every(job.as_str(), "4s")
+        .handler(worker(&starts, "a", 100, false))
+        .unwrap();
+    let b = node(&Instance::new(store.clone()), "b")
+        .clock(clock)
+        .catch_up_ms(10_000)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "4s")
+        .handler(worker(&starts, "b", 60_000, false))
+        .unwrap();
+    a.start().await.unwrap();
+    let slot = align_on(&clock, 4_000, 150).await;
+    ia.fail_claims(false);
+    b.start().await.unwrap();
+    let (b_slot, _, b_reason) = first_start_of(&starts, "b", 2_000).await;
+    assert_eq!((b_slot, b_reason), (slot, Reason::CatchUp));
+    b.crash();
+    let (a_slot, attempt, reason) = first_start_of(&starts, "a", 3_000).await;
+    assert_eq!(
+        (a_slot, attempt, reason),
+        (slot, 2, Reason::Takeover),
+        "a must take over the run it never claimed"
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-14] A claim that committed after its caller stopped waiting never strands the slot:
+/// the instance finds the run in its own name with nothing running it, hands it over, and
+/// the slot starts again at once as a handover (not after the lease, not counted).
+pub async fn b14_a_claim_committed_after_its_caller_gave_up_is_handed_over_at_once(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("lostans");
+    let starts = Starts::default();
+    let clock = Clock::tokio();
+    let ia = Instance::new(store.clone());
+    ia.lose_claim_answers(true);
+    let a = node(&ia, "a").clock(clock).catch_up_ms(0).build().unwrap();
+    a.every(job.as_str(), "4s")
+        .handler(worker(&starts, "a", 100, false))
+        .unwrap();
+    a.start().await.unwrap();
+    let slot = align_on(&clock, 4_000, 100).await;
+    ia.lose_claim_answers(false);
+    let (s, attempt, reason) = first_start_of(&starts, "a", 3_000).await;
+    assert_eq!((s, attempt, reason), (slot, 2, Reason::Takeover));
+    let h = store.history(&job, 10).await.unwrap();
+    let first = h.iter().find(|r| r.slot == slot && r.attempt == 1);
+    assert!(
+        first.is_some_and(
+            |r| r.status == RunStatus::Interrupted && r.error.as_deref() == Some("handed over")
+        ),
+        "attempt 1 must be handed over, not left to expire: {h:?}"
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// [B-17, B-34] Stop racing a takeover, at two points (before the takeover reaches the store
+/// and after it committed but before its answer came back): the won attempt is handed over
+/// before `stop()` returns, never left `running`, and another instance continues the run
+/// without using up an attempt.
+pub async fn b17_stop_during_a_takeover_hands_the_run_over(store: Arc<dyn LeaseStore>) {
+    // One clock for both rounds: under a paused tokio clock a clock made later would lag
+    // the store's by the time the first round advanced.
+    let clock = Clock::tokio();
+    for (before, after) in [(300, 0), (0, 300)] {
+        let job = unique_job("stoptko");
+        let starts = Starts::default();
+        let a = node(&Instance::new(store.clone()), "a")
+            .clock(clock)
+            .catch_up_ms(0)
+            .build()
+            .unwrap();
+        a.every(job.as_str(), "4s")
+            .handler(worker(&starts, "a", 60_000, false))
+            .unwrap();
+        let ib = Instance::new(store.clone());
+        ib.delay_takeovers(before, after);
+        let b = node(&ib, "b")
+            .clock(clock)
+            .catch_up_ms(10_000)
+            .build()
+            .unwrap();
+        b.every(job.as_str(), "4s")
+            .handler(worker(&starts, "b", 60_000, true))
+            .unwrap();
+        let c = node(&Instance::new(store.clone()), "c")
+            .clock(clock)
+            .catch_up_ms(0)
+            .build()
+            .unwrap();
+        c.every(job.as_str(), "4s")
+            .handler(worker(&starts, "c", 100, false))
+            .unwrap();
+        a.start().await.unwrap();
+        align_on(&clock, 4_000, 100).await;
+        let (slot, _, _) = first_start_of(&starts, "a", 1_000).await;
+        b.start().await.unwrap();
+        a.crash();
+        assert!(
+            wait_for(3_000, || ib.takeovers() >= 1).await,
+            "b never tried to take over"
+        );
+        sleep_ms(50).await;
+        b.stop(Duration::from_secs(5)).await.unwrap();
+        let h = store.history(&job, 10).await.unwrap();
+        assert!(
+            !h.iter()
+                .any(|r| r.instance_id == "b" && r.status == RunStatus::Running),
+            "stop left b's attempt running (delays {before}/{after}): {h:?}"
+        );
+        c.start().await.unwrap();
+        let (c_slot, attempt, reason) = first_start_of(&starts, "c", 3_000).await;
+        assert_eq!((c_slot, reason), (slot, Reason::Takeover));
+        assert!(attempt >= 2, "attempt {attempt}");
+        c.stop(Duration::from_secs(5)).await.unwrap();
+    }
+}
+
+/// [B-34] `stop()` waits (within its timeout) for a result write already in flight instead
+/// of aborting it, and sends nothing after it returns.
+pub async fn b34_stop_waits_for_a_result_write_in_flight(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("stopwrite");
+    let starts = Starts::default();
+    let clock = Clock::tokio();
+    let ia = Instance::new(store.clone());
+    ia.delay_owner_writes(400);
+    let a = node(&ia, "a").clock(clock).catch_up_ms(0).build().unwrap();
+    a.every(job.as_str(), "4s")
+        .handler(worker(&starts, "a", 100, false))
+        .unwrap();
+    a.start().await.unwrap();
+    let slot = align_on(&clock, 4_000, 50).await;
+    first_start_of(&starts, "a", 1_000).await;
+    // The handler has returned; its finish waits 400 ms before reaching the store.
+    sleep_ms(250).await;
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    let calls = ia.calls();
+    let h = store.history(&job, 10).await.unwrap();
+    assert!(
+        h.iter()
+            .any(|r| r.slot == slot && r.status == RunStatus::Succeeded),
+        "the finish in flight was dropped by stop: {h:?}"
+    );
+    sleep_ms(500).await;
+    assert_eq!(
+        ia.calls(),
+        calls,
+        "a call reached the store after stop returned"
+    );
 }

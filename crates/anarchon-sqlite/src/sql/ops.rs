@@ -303,6 +303,10 @@ pub async fn take_over<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<Ta
 
 async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
     let now = e.now().await?;
+    if now > t.not_after {
+        // The scheduler has stopped waiting for this call: commit nothing.
+        return Ok(TakeoverOutcome::Late);
+    }
     let st = &sql.st;
     let job = t.run.job.as_str();
     let rows = e
