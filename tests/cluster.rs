@@ -142,6 +142,8 @@ fn b16_a_frozen_runner_is_replaced_and_its_result_is_not_recorded() {
     }
     let db = TempDb::new("cluster-b16");
     let mut cfg = NodeConfig::new(db.spec(), "b16", 6_000, 2_500);
+    let handler_log = support::temp_db("cluster-b16-handlers");
+    cfg.handler_log = handler_log.display().to_string();
     let slot = cfg.first_slot_in(2_000);
     let lease = cfg.lease_ms as i64;
     let mut c = Cluster::new(cfg);
@@ -203,6 +205,29 @@ fn b16_a_frozen_runner_is_replaced_and_its_result_is_not_recorded() {
         .filter(|e| e.kind == "lost" || e.kind == "fenced")
         .map(|e| e.kind.as_str())
         .collect();
+    // The woken runner's own check failed before any further step: its first line after
+    // waking is a failed check, and it did no step after the takeover (lease-aware
+    // cancellation, judged from the handler's own log).
+    let lines = support::read_handler_log(&handler_log);
+    let _ = std::fs::remove_file(&handler_log);
+    let after_wake: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.node == runner.node && l.slot == slot && l.attempt == 1 && l.t >= woken)
+        .map(|l| l.what.as_str())
+        .collect();
+    assert_eq!(
+        after_wake.first().copied(),
+        Some("STEP-ERR"),
+        "the woken runner's first step after waking: {after_wake:?}\n{}",
+        c.log()
+    );
+    assert!(
+        !lines.iter().any(|l| l.node == runner.node
+            && l.slot == slot
+            && l.what == "STEP-OK"
+            && l.t >= takeover.t),
+        "the frozen runner worked after the takeover: {lines:?}"
+    );
     eprintln!(
         "b16: SIGSTOP {} -> attempt 2 on {} after {} ms; SIGCONT -> {} reported {} {} ms later",
         runner.node,

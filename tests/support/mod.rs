@@ -120,6 +120,8 @@ pub(crate) struct NodeConfig {
     pub(crate) catch_up_ms: u64,
     /// See `lease_ms`.
     pub(crate) max_attempts: u32,
+    /// A file the handlers append their own log to (see [`HandlerLine`]); empty for none.
+    pub(crate) handler_log: String,
 }
 
 impl NodeConfig {
@@ -136,6 +138,7 @@ impl NodeConfig {
             heartbeat_ms: 300,
             catch_up_ms: 0,
             max_attempts: 3,
+            handler_log: String::new(),
         }
     }
 
@@ -148,7 +151,7 @@ impl NodeConfig {
 
     fn encode(&self, id: &str) -> String {
         format!(
-            "id={id}\nstore={}\njob={}\ninterval={}\noffset={}\nwork={}\nlease={}\nheartbeat={}\ncatchup={}\nattempts={}",
+            "id={id}\nstore={}\njob={}\ninterval={}\noffset={}\nwork={}\nlease={}\nheartbeat={}\ncatchup={}\nattempts={}\nhandlerlog={}",
             self.store,
             self.job,
             self.interval_ms,
@@ -157,7 +160,8 @@ impl NodeConfig {
             self.lease_ms,
             self.heartbeat_ms,
             self.catch_up_ms,
-            self.max_attempts
+            self.max_attempts,
+            self.handler_log
         )
     }
 
@@ -178,6 +182,9 @@ impl NodeConfig {
             heartbeat_ms: num("heartbeat"),
             catch_up_ms: num("catchup"),
             max_attempts: num("attempts") as u32,
+            handler_log: map
+                .get("handlerlog")
+                .map_or(String::new(), |s| s.to_string()),
         };
         (map["id"].to_owned(), cfg)
     }
@@ -287,16 +294,62 @@ async fn serve<M: Mode>(
     stop: impl std::future::Future<Output = &'static str>,
 ) -> anyhow::Result<()> {
     let work = Duration::from_millis(cfg.work_ms);
-    scheduler
+    let job = scheduler
         .every(&cfg.job, Duration::from_millis(cfg.interval_ms))
-        .offset_ms(cfg.offset_ms)
-        .handler(move |ctx| async move {
+        .offset_ms(cfg.offset_ms);
+    if cfg.handler_log.is_empty() {
+        job.handler(move |ctx| async move {
             tokio::select! {
                 _ = ctx.signal.cancelled() => {}
                 _ = tokio::time::sleep(work) => {}
             }
             ctx.check_cancelled()
         })?;
+    } else {
+        let log = std::sync::Arc::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&cfg.handler_log)?,
+        );
+        let node = id.to_owned();
+        job.handler(move |ctx| {
+            let log = log.clone();
+            let node = node.clone();
+            async move {
+                let line = |what: &str| {
+                    use std::io::Write;
+                    // One write per line on an O_APPEND file: lines of several processes
+                    // never interleave.
+                    let text = format!(
+                        "H {what} {node} {} {} {} {}\n",
+                        ctx.slot,
+                        ctx.attempt,
+                        ctx.fence,
+                        now_ms()
+                    );
+                    let _ = (&*log).write_all(text.as_bytes());
+                };
+                line("START");
+                // Work in steps of 100 ms, each one a side effect made only after the
+                // handler's own cancellation check passed.
+                for _ in 0..(work.as_millis() / 100).max(1) {
+                    tokio::select! {
+                        _ = ctx.signal.cancelled() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    }
+                    if let Err(e) = ctx.check_cancelled() {
+                        line("STEP-ERR");
+                        line("END");
+                        return Err(e);
+                    }
+                    line("STEP-OK");
+                }
+                line("END");
+                Ok(())
+            }
+        })?;
+    }
     let mut events = scheduler.events();
     let printer = tokio::spawn({
         let id = id.to_owned();
@@ -763,4 +816,42 @@ impl Drop for TempDb {
     fn drop(&mut self) {
         remove_sqlite(&self.0);
     }
+}
+
+/// One line of a handler's own log: `H <what> <node> <slot> <attempt> <fence> <t>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandlerLine {
+    /// `START`, `STEP-OK`, `STEP-ERR` or `END`.
+    pub(crate) what: String,
+    /// The node.
+    pub(crate) node: String,
+    /// The run.
+    pub(crate) slot: i64,
+    /// The attempt.
+    pub(crate) attempt: u32,
+    /// The attempt's fence.
+    pub(crate) fence: u64,
+    /// When (host clock, epoch ms).
+    pub(crate) t: i64,
+}
+
+/// Reads a handler log written through [`NodeConfig::handler_log`].
+pub(crate) fn read_handler_log(path: &Path) -> Vec<HandlerLine> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() != 7 || w[0] != "H" {
+                return None;
+            }
+            Some(HandlerLine {
+                what: w[1].to_owned(),
+                node: w[2].to_owned(),
+                slot: w[3].parse().ok()?,
+                attempt: w[4].parse().ok()?,
+                fence: w[5].parse().ok()?,
+                t: w[6].parse().ok()?,
+            })
+        })
+        .collect()
 }

@@ -348,3 +348,66 @@ impl JobContext {
         self.data.get::<T>()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(control: Arc<RunControl>) -> JobContext {
+        JobContext {
+            name: JobName::new("job").unwrap(),
+            slot: 0,
+            scheduled_at: 0,
+            instance_id: Arc::from("me"),
+            manual: false,
+            attempt: 1,
+            reason: Reason::Scheduled,
+            fence: 1,
+            signal: control.token(),
+            data: Arc::new(Data::new()),
+            control,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_deadline_trips_the_check_and_the_signal_without_the_scheduler() {
+        let now = tokio::time::Instant::now();
+        let control = Arc::new(RunControl::new(Some(
+            now + std::time::Duration::from_secs(1),
+        )));
+        let ctx = ctx(control.clone());
+        assert!(ctx.check_cancelled().is_ok());
+        assert!(ctx.lease_deadline().is_some());
+        // A renewal moves the deadline forward.
+        control.set_deadline(Some(now + std::time::Duration::from_secs(2)));
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        assert!(ctx.check_cancelled().is_ok());
+        // Nothing renews it (a frozen process wakes up past it): the handler's own check
+        // fails, and the signal trips with it.
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        let err = ctx.check_cancelled().unwrap_err();
+        assert!(matches!(
+            err,
+            Error::Cancelled {
+                cause: "lease deadline passed",
+                ..
+            }
+        ));
+        assert!(ctx.signal.is_cancelled());
+        assert_eq!(ctx.cancel_cause(), Some(CancelCause::LeaseDeadlinePassed));
+    }
+
+    #[test]
+    fn a_run_without_a_lease_has_no_deadline() {
+        let ctx = ctx(Arc::new(RunControl::new(None)));
+        assert!(ctx.lease_deadline().is_none());
+        assert!(ctx.check_cancelled().is_ok());
+        ctx.control.cancel(CancelCause::Stopping);
+        ctx.control.cancel(CancelCause::TimedOut);
+        assert_eq!(
+            ctx.cancel_cause(),
+            Some(CancelCause::Stopping),
+            "the first cause stays"
+        );
+    }
+}

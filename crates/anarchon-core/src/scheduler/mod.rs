@@ -1048,3 +1048,37 @@ impl<M: Mode> Scheduler<M> {
         }
     }
 }
+
+#[cfg(test)]
+mod transition_tables {
+    /// The table between `<!-- begin NAME -->` and `<!-- end NAME -->` in
+    /// docs/architecture.md.
+    fn documented(name: &str) -> Option<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md");
+        let doc = std::fs::read_to_string(path).expect("docs/architecture.md");
+        let begin = format!("<!-- begin {name} -->\n");
+        let end = format!("<!-- end {name} -->");
+        let from = doc.find(&begin)? + begin.len();
+        let to = doc[from..].find(&end)? + from;
+        Some(doc[from..to].to_owned())
+    }
+
+    fn check(name: &str, rendered: String) {
+        if documented(name).as_ref() != Some(&rendered) {
+            panic!(
+                "docs/architecture.md's {name} table differs from the machine; the machine \
+                 says:\n{rendered}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_owner_transition_is_as_documented() {
+        check("owner-transitions", super::run::table::render());
+    }
+
+    #[test]
+    fn every_backup_transition_is_as_documented() {
+        check("backup-transitions", super::watch::table::render());
+    }
+}

@@ -401,3 +401,152 @@ mod tests {
         assert_eq!(fx, vec![OwnerEffect::Write(Write::Release)]);
     }
 }
+
+/// The transition table of [`OwnerRun`], rendered from the machine itself; a test checks
+/// that `docs/architecture.md` shows exactly this table.
+#[cfg(test)]
+pub(crate) mod table {
+    use super::*;
+
+    fn states() -> Vec<(&'static str, OwnerState)> {
+        vec![
+            ("running", OwnerState::Running { fenced: false }),
+            ("running, fenced", OwnerState::Running { fenced: true }),
+            (
+                "writing",
+                OwnerState::Writing {
+                    write: Write::Finish {
+                        status: RunStatus::Succeeded,
+                        error: None,
+                    },
+                    handler_running: false,
+                },
+            ),
+            (
+                "writing, handler running",
+                OwnerState::Writing {
+                    write: Write::Finish {
+                        status: RunStatus::Failed,
+                        error: Some("timed out".into()),
+                    },
+                    handler_running: true,
+                },
+            ),
+            ("draining", OwnerState::Draining),
+            ("finished", OwnerState::Finished),
+        ]
+    }
+
+    fn inputs() -> Vec<(&'static str, OwnerInput)> {
+        let returned =
+            |result: Result<(), String>, cause| OwnerInput::HandlerReturned { result, cause };
+        vec![
+            ("handler returned Ok", returned(Ok(()), None)),
+            (
+                "handler returned an error",
+                returned(Err("boom".into()), None),
+            ),
+            (
+                "handler returned an error after stop",
+                returned(Err("cancelled".into()), Some(CancelCause::Stopping)),
+            ),
+            (
+                "handler returned an error after its lease deadline",
+                returned(
+                    Err("cancelled".into()),
+                    Some(CancelCause::LeaseDeadlinePassed),
+                ),
+            ),
+            ("timeout", OwnerInput::TimeoutElapsed),
+            ("abort grace over", OwnerInput::AbortGraceElapsed),
+            ("renewal lost", OwnerInput::RenewalLost),
+            ("renewal overdue", OwnerInput::RenewalOverdue),
+            ("stop", OwnerInput::Stop),
+            ("stop deadline", OwnerInput::StopDeadline),
+            ("write done", OwnerInput::WriteAnswered(WriteAnswer::Done)),
+            ("write lost", OwnerInput::WriteAnswered(WriteAnswer::Lost)),
+            (
+                "write failed",
+                OwnerInput::WriteAnswered(WriteAnswer::Failed("down".into())),
+            ),
+        ]
+    }
+
+    fn state_name(s: &OwnerState) -> String {
+        states()
+            .into_iter()
+            .find(|(_, x)| x == s)
+            .map(|(n, _)| n.to_owned())
+            .unwrap_or_else(|| match s {
+                OwnerState::Writing {
+                    write: Write::Release,
+                    ..
+                } => "writing (release)".into(),
+                OwnerState::Writing {
+                    write: Write::Finish { status, .. },
+                    handler_running,
+                } => format!(
+                    "writing ({}){}",
+                    status.as_str(),
+                    if *handler_running {
+                        ", handler running"
+                    } else {
+                        ""
+                    }
+                ),
+                other => format!("{other:?}"),
+            })
+    }
+
+    fn write_name(w: &Write) -> String {
+        match w {
+            Write::Release => "release".into(),
+            Write::Finish { status, error } => match error {
+                Some(e) => format!("{} ({e})", status.as_str()),
+                None => status.as_str().into(),
+            },
+        }
+    }
+
+    fn effect_name(e: &OwnerEffect) -> String {
+        match e {
+            OwnerEffect::Cancel(c) => format!("cancel ({c})"),
+            OwnerEffect::Write(w) => format!("write {}", write_name(w)),
+            OwnerEffect::Emit(n) => match n {
+                Note::Fenced => "emit fenced".into(),
+                Note::Lost => "emit lost".into(),
+                Note::Succeeded => "emit success".into(),
+                Note::Failed(e) => format!("emit failure ({e})"),
+                Note::Interrupted(c) => format!("emit interrupted ({})", c.as_str()),
+                Note::WriteFailed(_) => "emit error".into(),
+            },
+            OwnerEffect::ArmAbort => "arm abort grace".into(),
+            OwnerEffect::Abort => "abort handler".into(),
+            OwnerEffect::Reply(Some((s, _))) => format!("reply {}", s.as_str()),
+            OwnerEffect::Reply(None) => "reply abandoned".into(),
+        }
+    }
+
+    /// Every (state, input) pair of a leased run, as markdown rows.
+    pub(crate) fn render() -> String {
+        let mut out = String::from("| state | input | next state | effects |\n|---|---|---|---|\n");
+        for (sn, state) in states() {
+            for (inn, input) in inputs() {
+                let mut run = OwnerRun {
+                    state: state.clone(),
+                    leased: true,
+                };
+                let effects = run.handle(input);
+                let fx: Vec<String> = effects.iter().map(effect_name).collect();
+                let fx = if fx.is_empty() {
+                    "—".to_owned()
+                } else {
+                    fx.join(", ")
+                };
+                let next = state_name(&run.state);
+                out.push_str(&format!("| {sn} | {inn} | {next} | {fx} |\n"));
+            }
+        }
+        out
+    }
+}

@@ -162,6 +162,10 @@ impl Watch {
                 // the owner of a run nothing runs here, and it is released then.
                 Err(e) => (S::Live, vec![E::Emit(WatchNote::TakeoverFailed(e))]),
             },
+            // A lease won by a takeover this watch no longer waits for is never kept.
+            (state, I::TakeoverAnswered(Ok(TakeoverOutcome::Won(lease)))) => {
+                (state.clone(), vec![E::Release(lease)])
+            }
             (state, _) => (state.clone(), vec![]),
         };
         self.state = next;
@@ -198,4 +202,244 @@ fn seen(facts: &Facts<'_>, view: &RunView) -> (WatchState, Vec<WatchEffect>) {
         );
     }
     (WatchState::Live, vec![])
+}
+
+/// The transition table of [`Watch`], rendered from the machine itself; a test checks that
+/// `docs/architecture.md` shows exactly this table.
+#[cfg(test)]
+pub(crate) mod table {
+    use super::*;
+    use crate::history::{Reason, RunStatus};
+    use crate::ids::{JobName, RunKey};
+
+    const SLOT: EpochMs = 1_000_000;
+    const NOW: EpochMs = 1_000_500;
+
+    fn states() -> Vec<(&'static str, WatchState)> {
+        vec![
+            ("pending", WatchState::Pending { until: NOW + 1 }),
+            (
+                "pending, window over",
+                WatchState::Pending { until: NOW - 1 },
+            ),
+            ("live", WatchState::Live),
+            ("taking over", WatchState::TakingOver),
+            ("gone", WatchState::Gone),
+        ]
+    }
+
+    fn view(status: RunStatus, owner: Option<&str>, expires_at: EpochMs) -> RunView {
+        RunView {
+            run: RunKey::new(JobName::new("job").unwrap(), SLOT),
+            status,
+            attempt: 1,
+            owner: owner.map(str::to_owned),
+            expires_at,
+            store_now: NOW,
+        }
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            run: RunKey::new(JobName::new("job").unwrap(), SLOT),
+            attempt: 2,
+            fence: 7,
+            instance_id: "me".into(),
+            reason: Reason::Takeover,
+            scheduled_at: SLOT,
+            started_at: NOW,
+            expires_at: NOW + 30_000,
+        }
+    }
+
+    /// (name, input, job's next slot due, run held or in flight here, stopping)
+    fn inputs() -> Vec<(&'static str, WatchInput, bool, bool, bool)> {
+        use RunStatus::*;
+        let seen = |v| WatchInput::Seen(v);
+        let answered = |o| WatchInput::TakeoverAnswered(Ok(o));
+        vec![
+            (
+                "seen finished",
+                seen(view(Succeeded, Some("x"), NOW)),
+                false,
+                false,
+                false,
+            ),
+            (
+                "seen live, other owner",
+                seen(view(Running, Some("x"), NOW + 100)),
+                false,
+                false,
+                false,
+            ),
+            (
+                "seen live, owned by this instance, nothing runs it here",
+                seen(view(Running, Some("me"), NOW + 100)),
+                false,
+                false,
+                false,
+            ),
+            (
+                "seen live, owned by this instance, run or claim here",
+                seen(view(Running, Some("me"), NOW + 100)),
+                false,
+                true,
+                false,
+            ),
+            (
+                "seen expired",
+                seen(view(Running, Some("x"), NOW - 1)),
+                false,
+                false,
+                false,
+            ),
+            (
+                "seen expired, next slot due",
+                seen(view(Running, Some("x"), NOW - 1)),
+                true,
+                false,
+                false,
+            ),
+            (
+                "seen released, next slot due",
+                seen(view(Running, None, NOW - 1)),
+                true,
+                false,
+                false,
+            ),
+            (
+                "seen expired, stopping",
+                seen(view(Running, Some("x"), NOW - 1)),
+                false,
+                false,
+                true,
+            ),
+            ("missing", WatchInput::Missing, false, false, false),
+            (
+                "release notification",
+                WatchInput::Released,
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover won",
+                answered(TakeoverOutcome::Won(lease())),
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover won, stopping",
+                answered(TakeoverOutcome::Won(lease())),
+                false,
+                false,
+                true,
+            ),
+            (
+                "takeover: live",
+                answered(TakeoverOutcome::Live),
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover: late",
+                answered(TakeoverOutcome::Late),
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover: finished",
+                answered(TakeoverOutcome::Finished(Succeeded)),
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover: exhausted",
+                answered(TakeoverOutcome::Exhausted),
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover: interrupted",
+                answered(TakeoverOutcome::Interrupted),
+                false,
+                false,
+                false,
+            ),
+            (
+                "takeover failed",
+                WatchInput::TakeoverAnswered(Err("down".into())),
+                false,
+                false,
+                false,
+            ),
+        ]
+    }
+
+    fn state_name(s: &WatchState) -> &'static str {
+        match s {
+            WatchState::Pending { until } if *until >= NOW => "pending",
+            WatchState::Pending { .. } => "pending, window over",
+            WatchState::Live => "live",
+            WatchState::TakingOver => "taking over",
+            WatchState::Gone => "gone",
+        }
+    }
+
+    fn effect_name(e: &WatchEffect) -> String {
+        match e {
+            WatchEffect::Read => "read the run now".into(),
+            WatchEffect::TakeOver { superseded, .. } => {
+                if *superseded {
+                    "take over (superseded)".into()
+                } else {
+                    "take over".into()
+                }
+            }
+            WatchEffect::Start(_) => "start the handler".into(),
+            WatchEffect::Release(_) => "release the won lease".into(),
+            WatchEffect::ReleaseOrphan { .. } => "release this instance's orphaned attempt".into(),
+            WatchEffect::Emit(WatchNote::Exhausted) => "emit failure (exhausted)".into(),
+            WatchEffect::Emit(WatchNote::Replaced) => "emit interrupted (replaced)".into(),
+            WatchEffect::Emit(WatchNote::TakeoverFailed(_)) => "emit error".into(),
+            WatchEffect::ClaimNewest => "claim the newest due slot".into(),
+        }
+    }
+
+    /// Every (state, input) pair, as markdown rows.
+    pub(crate) fn render() -> String {
+        let mut out = String::from("| state | input | next state | effects |\n|---|---|---|---|\n");
+        for (sn, state) in states() {
+            for (inn, input, due, here, stopping) in inputs() {
+                let facts = Facts {
+                    now: NOW,
+                    newest_due: Some(if due { SLOT + 10 } else { SLOT }),
+                    instance_id: "me",
+                    here,
+                    stopping,
+                };
+                let mut w = Watch {
+                    state: state.clone(),
+                    seen: None,
+                };
+                let effects = w.handle(&facts, input);
+                let fx: Vec<String> = effects.iter().map(effect_name).collect();
+                let fx = if fx.is_empty() {
+                    "—".to_owned()
+                } else {
+                    fx.join(", ")
+                };
+                out.push_str(&format!(
+                    "| {sn} | {inn} | {} | {fx} |\n",
+                    state_name(&w.state)
+                ));
+            }
+        }
+        out
+    }
 }

@@ -37,6 +37,7 @@ macro_rules! __runtime_tests {
             b14_crashed_run_is_exhausted_after_max_attempts,
             b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_late,
             b14_a_claim_committed_after_its_caller_gave_up_is_handed_over_at_once,
+            b14_a_slot_skipped_for_overlap_then_started_late_elsewhere_is_backed_up,
             b17_stop_during_a_takeover_hands_the_run_over,
             b34_stop_waits_for_a_result_write_in_flight,
             b15_expired_run_is_replaced_and_the_due_slot_starts,
@@ -1401,4 +1402,68 @@ pub async fn b34_stop_waits_for_a_result_write_in_flight(store: Arc<dyn LeaseSto
         calls,
         "a call reached the store after stop returned"
     );
+}
+
+/// [B-12, B-14] The slot every instance skipped as `overlap` and another instance started
+/// late (catch-up after a restart) is still backed up: `b` skipped it, `c` started it and
+/// crashed, `b` takes it over.
+pub async fn b14_a_slot_skipped_for_overlap_then_started_late_elsewhere_is_backed_up(
+    store: Arc<dyn LeaseStore>,
+) {
+    let job = unique_job("ovlate");
+    let starts = Starts::default();
+    let clock = Clock::tokio();
+    // `a` runs one slot for 5 s, over the next slot (every 4 s).
+    let a = node(&Instance::new(store.clone()), "a")
+        .clock(clock)
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    a.every(job.as_str(), "4s")
+        .handler(worker(&starts, "a", 5_000, false))
+        .unwrap();
+    let b = node(&Instance::new(store.clone()), "b")
+        .clock(clock)
+        .catch_up_ms(0)
+        .build()
+        .unwrap();
+    b.every(job.as_str(), "4s")
+        .handler(worker(&starts, "b", 100, false))
+        .unwrap();
+    let c = node(&Instance::new(store.clone()), "c")
+        .clock(clock)
+        .catch_up_ms(10_000)
+        .build()
+        .unwrap();
+    c.every(job.as_str(), "4s")
+        .handler(worker(&starts, "c", 60_000, false))
+        .unwrap();
+    a.start().await.unwrap();
+    let first = align_on(&clock, 4_000, 100).await;
+    first_start_of(&starts, "a", 1_000).await;
+    // `a` stops taking new slots (its run goes on); `b` joins and skips the next slot.
+    b.start().await.unwrap();
+    let skipped = first + 4_000;
+    sleep_ms((skipped - clock.now_ms()).max(0) as u64 + 300).await;
+    a.remove(job.as_str()).unwrap();
+    // `a`'s run ends at first + 5 s; then `c` starts and catches the skipped slot up.
+    sleep_ms((first + 5_200 - clock.now_ms()).max(0) as u64).await;
+    c.start().await.unwrap();
+    let (c_slot, _, c_reason) = first_start_of(&starts, "c", 2_000).await;
+    assert_eq!(
+        (c_slot, c_reason),
+        (skipped, Reason::CatchUp),
+        "{:?}",
+        starts.lock().unwrap()
+    );
+    c.crash();
+    let (b_slot, attempt, reason) = first_start_of(&starts, "b", 3_000).await;
+    assert_eq!(
+        (b_slot, attempt, reason),
+        (skipped, 2, Reason::Takeover),
+        "b must back up the slot it skipped: {:?}",
+        starts.lock().unwrap()
+    );
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    b.stop(Duration::from_secs(5)).await.unwrap();
 }
