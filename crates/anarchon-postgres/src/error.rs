@@ -62,34 +62,9 @@ impl From<PostgresError> for Error {
     }
 }
 
-/// Replaces passwords in a connection string: the URL's user info (by
-/// [`anarchon_core::redact_url`]) and any `password=` parameter, in a URL query or a
-/// `key=value` string.
-pub fn redact(url: &str) -> String {
-    let url = anarchon_core::redact_url(url);
-    let lower = url.to_ascii_lowercase();
-    let mut out = String::with_capacity(url.len());
-    let mut rest = 0;
-    let mut search = 0;
-    while let Some(pos) = lower[search..].find("password=") {
-        let start = search + pos;
-        let boundary = start == 0 || matches!(lower.as_bytes()[start - 1], b'?' | b'&' | b' ');
-        let value = start + "password=".len();
-        if !boundary {
-            search = value;
-            continue;
-        }
-        let end = lower[value..]
-            .find(['&', ' '])
-            .map_or(lower.len(), |e| value + e);
-        out.push_str(&url[rest..value]);
-        out.push_str("***");
-        rest = end;
-        search = end;
-    }
-    out.push_str(&url[rest..]);
-    out
-}
+/// Hides the secrets of a connection string, URL or `key=value`: the one redactor of
+/// anarchon, [`anarchon_core::redact_url`], under the name this crate has always used.
+pub use anarchon_core::redact_url as redact;
 
 /// True for the errors after which the same statement should simply be run again.
 pub(crate) fn is_retryable(e: &tokio_postgres::Error) -> bool {
@@ -213,27 +188,5 @@ pub(crate) fn map_pool(
             target: target.to_owned(),
             source: other.to_string().into(),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redacts_url_and_parameter_passwords() {
-        assert_eq!(
-            redact("postgres://app:hunter2@db/x"),
-            "postgres://app:***@db/x"
-        );
-        assert_eq!(
-            redact("postgres://db/x?user=a&password=hunter2&sslmode=disable"),
-            "postgres://db/x?user=a&password=***&sslmode=disable"
-        );
-        assert_eq!(
-            redact("host=db password=hunter2 user=a"),
-            "host=db password=*** user=a"
-        );
-        assert_eq!(redact("host=db xpassword=kept"), "host=db xpassword=kept");
     }
 }
