@@ -24,9 +24,7 @@ pub enum Error {
         reason: String,
     },
     /// A cron expression could not be parsed. [B-02]
-    #[error(
-        "invalid cron expression {expression:?}: {reason}; use 5 fields (minute hour day month weekday) or 6 with seconds first"
-    )]
+    #[error("invalid cron expression {expression:?}: {reason}")]
     InvalidCron {
         /// What was given.
         expression: String,
