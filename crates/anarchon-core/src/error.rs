@@ -73,6 +73,31 @@ pub enum Error {
         /// Why, and what to do.
         reason: String,
     },
+    /// An option or input is outside the range anarchon accepts: it would overflow or could
+    /// not make sense (a one-century `max_late_ms`, an `at` after the year 9999).
+    #[error("`{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option's name, as in the docs (`max_late_ms`, `at`).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, with the limit.
+        allowed: String,
+    },
+    /// An `at` job names a time so far in the past that it could never start.
+    #[error(
+        "the `at` time {at} is in the past (now {now}; a run may start at most {grace} late), so \
+         the job would never run: give a later time, or `allow_past(true)` for registration \
+         code that runs again after the job ran"
+    )]
+    AtInThePast {
+        /// The job's time, RFC 3339.
+        at: String,
+        /// The time of registration, RFC 3339.
+        now: String,
+        /// How late a run may still start (the late limit, or the catch-up window).
+        grace: String,
+    },
     /// The scheduler is in the wrong state for this call (started twice, stopped ...).
     #[error("scheduler {state}: {hint}")]
     State {

@@ -167,23 +167,55 @@ pub fn parse_interval(input: &str) -> Result<Duration> {
     Ok(Duration::from_millis(total_ms))
 }
 
-/// An interval from milliseconds, as `every` jobs accept it. [B-01]
+/// The longest interval of an `every` job: ten years. A longer one would fire at most once
+/// in the life of any service, and its slot arithmetic would come close to overflowing.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// An interval from milliseconds, as `every` jobs accept it, signed or not. [B-01]
 ///
 /// # Errors
 ///
-/// [`Error::InvalidInterval`] when `ms` is zero or negative.
-pub fn interval_from_ms(ms: i64) -> Result<Duration> {
-    match u64::try_from(ms) {
-        Ok(positive) if positive > 0 => Ok(Duration::from_millis(positive)),
-        _ => Err(Error::InvalidInterval {
-            input: ms.to_string(),
-            reason: if ms == 0 {
-                "it is zero; an interval must be positive".to_owned()
-            } else {
-                "it is negative; an interval must be positive".to_owned()
-            },
-        }),
+/// [`Error::InvalidInterval`] naming the number when it is zero, negative or longer than
+/// [`MAX_INTERVAL`].
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::slot::interval_from_ms;
+///
+/// assert_eq!(interval_from_ms(10_000)?, Duration::from_secs(10));
+/// let err = interval_from_ms(u64::MAX).unwrap_err().to_string();
+/// assert!(err.contains("18446744073709551615") && !err.contains("-1"), "{err}");
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
+pub fn interval_from_ms(ms: impl Into<i128>) -> Result<Duration> {
+    let ms: i128 = ms.into();
+    let refuse = |reason: String| Error::InvalidInterval {
+        input: ms.to_string(),
+        reason,
+    };
+    if ms == 0 {
+        return Err(refuse(
+            "it is zero; an interval must be positive".to_owned(),
+        ));
     }
+    if ms < 0 {
+        return Err(refuse(
+            "it is negative; an interval must be positive".to_owned(),
+        ));
+    }
+    if ms > MAX_INTERVAL.as_millis() as i128 {
+        return Err(refuse(too_long_interval()));
+    }
+    // At most MAX_INTERVAL, so it fits.
+    Ok(Duration::from_millis(ms as u64))
+}
+
+/// Why an interval above [`MAX_INTERVAL`] is refused.
+fn too_long_interval() -> String {
+    format!(
+        "it is longer than the longest interval, 10 years ({} ms); use cron or `at` for rarer jobs",
+        MAX_INTERVAL.as_millis()
+    )
 }
 
 /// A random delay in `0..=max_ms` ms that an instance waits after a slot's time before it
@@ -250,8 +282,8 @@ impl Schedule {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInterval`] when the interval is shorter than 1 ms or does not fit in
-    /// `i64` milliseconds.
+    /// [`Error::InvalidInterval`] when the interval is shorter than 1 ms or longer than
+    /// [`MAX_INTERVAL`].
     pub fn every(interval: Duration, offset_ms: i64) -> Result<Self> {
         let refuse = |reason: &str| Error::InvalidInterval {
             input: format!("{interval:?}"),
@@ -262,6 +294,9 @@ impl Schedule {
             return Err(refuse(
                 "it is shorter than 1ms; an interval must be positive",
             ));
+        }
+        if interval > MAX_INTERVAL {
+            return Err(refuse(&too_long_interval()));
         }
         let interval_ms = i64::try_from(interval_ms).map_err(|_| refuse("it is too large"))?;
         Ok(Schedule::Every {
