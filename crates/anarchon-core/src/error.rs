@@ -176,7 +176,8 @@ pub enum Error {
         source: BoxError,
     },
     /// The run's signal was cancelled (stop, timeout, lost lease); returned by
-    /// [`crate::JobContext::check_cancelled`], the `throwIfAborted` equivalent. [B-30]
+    /// [`crate::JobContext::check_cancelled`], so a handler can stop before its next side
+    /// effect. [B-30]
     #[error("run of job {job:?} was cancelled ({cause})")]
     Cancelled {
         /// The job.

@@ -84,11 +84,11 @@ fn instant(ms: EpochMs) -> String {
         .map_or_else(|| format!("{ms} ms since the epoch"), |t| t.to_rfc3339())
 }
 
-/// Which slots a job runs when it starts after slots were missed. [B-19]
+/// Which slots a job runs when it starts after slots were missed. [B-19, G-05]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "policy")]
 pub enum CatchUp {
-    /// The most recent missed slot only (default, as the original).
+    /// The most recent missed slot only (the default). [B-19]
     Latest,
     /// Every missed slot inside `catch_up_ms`, oldest first, at most `max` of them (the
     /// newest `max`), one after another.

@@ -1,5 +1,6 @@
-//! Slot math: intervals, the epoch grid, cron in IANA timezones, `at`, jitter. Pure: every
-//! function takes "now" as an argument and never reads a clock. [B-01..B-10]
+//! Slot math: intervals, the epoch grid, cron in IANA timezones, `at`, jitter. Pure but for
+//! [`jitter`], which draws from the thread's random number generator: every function takes
+//! "now" as an argument and never reads a clock. [B-01..B-10]
 //!
 //! A *slot* is one occurrence of a job, named by its instant in milliseconds since the epoch
 //! ([`EpochMs`]). Every instance computes the same slots from the same schedule, so the slot is
