@@ -664,3 +664,13 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn b36_history_takes_any_count() {
+    let s = Scheduler::leased(MemoryStore::new()).build().unwrap();
+    s.every("e", "1h").handler(handler()).unwrap();
+    s.start().await.unwrap();
+    assert!(s.history("e", usize::MAX).await.unwrap().len() <= 1);
+    assert!(s.history("e", 0).await.unwrap().is_empty());
+    s.stop(Duration::from_secs(1)).await.unwrap();
+}
