@@ -312,4 +312,28 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn bad_connection_strings_never_show_their_password() {
+        for (url, secret) in [
+            ("postgres://app:pa/ss@db/x", "pa/ss"),
+            ("postgres://app:hunter2@db:notaport/x", "hunter2"),
+            ("postgres://app:hunter2@/x", "hunter2"),
+            (
+                "host=db password='hunter2 topsecret' port=notaport",
+                "topsecret",
+            ),
+            ("host=db password='hunter2 topsecret", "topsecret"),
+            ("host=db password=hunter2 bogus_option=1", "hunter2"),
+            ("postgres://db/x?password=hunter2&bogus=1", "hunter2"),
+        ] {
+            // tokio-postgres reads some of these (`pa/ss` is a password to it): then the
+            // store's own description must hide it.
+            let shown = match crate::PostgresStore::new(url, crate::PostgresOptions::default()) {
+                Ok(store) => format!("{store:?}"),
+                Err(err) => format!("{err} {err:?}"),
+            };
+            assert!(!shown.contains(secret), "{url:?} → {shown}");
+        }
+    }
 }
