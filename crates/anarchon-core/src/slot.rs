@@ -485,7 +485,7 @@ fn cron_parser(days_and: bool) -> CronParser {
 
 /// The name and the accepted values of each cron field, seconds first.
 const CRON_FIELDS: [(&str, &str); 6] = [
-    ("second", "0-59"),
+    ("seconds", "0-59"),
     ("minute", "0-59"),
     ("hour", "0-23"),
     ("day-of-month", "1-31, L or nW"),
