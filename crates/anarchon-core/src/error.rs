@@ -14,9 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// An interval such as `"10s"` could not be parsed or is not positive. [B-01]
-    #[error(
-        "invalid interval {input:?}: {reason}; write it like \"250ms\", \"10s\", \"1h30m\" or \"2d\""
-    )]
+    #[error("invalid interval {input:?}: {reason}")]
     InvalidInterval {
         /// What was given.
         input: String,

@@ -101,9 +101,10 @@ const UNITS: [(&str, u64); 5] = [
 /// # Ok::<(), anarchon_core::Error>(())
 /// ```
 pub fn parse_interval(input: &str) -> Result<Duration> {
+    // Only text gets the hint on how to write it.
     let refuse = |reason: String| Error::InvalidInterval {
         input: input.to_owned(),
-        reason,
+        reason: format!("{reason}; write it like \"250ms\", \"10s\", \"1h30m\" or \"2d\""),
     };
     let text = input.trim();
     if text.is_empty() {
