@@ -1,5 +1,5 @@
-//! The failure scenarios of SPEC §9, naive versus lease, with real processes, real clocks and
-//! real signals: `cargo xtask scenarios` (`ANARCHON_SLOW=1`), `--fast` for CI
+//! The failure scenarios of docs/behaviour.md, naive versus lease, with real processes,
+//! real clocks and real signals: `cargo xtask scenarios` (`ANARCHON_SLOW=1`), `--fast` for CI
 //! (`ANARCHON_SCENARIOS_FAST=1`: the same seven scenarios with the timings roughly halved).
 //!
 //! Each scenario starts three nodes (this test binary re-executed in child mode, see
@@ -42,7 +42,7 @@ struct Scale {
     crash: (u64, u64),
 }
 
-/// SPEC §9's numbers: a 7 s job every 3 s; lease 3 s, heartbeat 0.5 s.
+/// The catalogue's numbers: a 7 s job every 3 s; lease 3 s, heartbeat 0.5 s.
 const FULL: Scale = Scale {
     lease_ms: 3_000,
     heartbeat_ms: 500,

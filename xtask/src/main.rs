@@ -29,7 +29,7 @@ commands:
       Run the workspace tests (cargo-nextest if installed, else cargo test) with the URLs
       from target/test-servers/env; --slow adds the real-process suites (ANARCHON_SLOW=1).
   scenarios [--fast]
-      Run the failure scenarios (SPEC section 9) against the test servers.
+      Run the failure scenarios (docs/scenarios.md) against the test servers.
   bench <store> [--json]
       Run the claim bench of crates/anarchon-<store> (cargo bench --bench claim).
 ";

@@ -1,4 +1,4 @@
-//! `cargo xtask scenarios`: the failure scenarios of SPEC section 9, with real processes.
+//! `cargo xtask scenarios`: the failure scenarios of docs/scenarios.md, with real processes.
 //!
 //! Runs `cargo test -p anarchon --test scenarios -- --nocapture` with the test servers' URLs
 //! and `ANARCHON_SLOW=1`; `--fast` also sets `ANARCHON_SCENARIOS_FAST=1`, which the scenarios

@@ -177,20 +177,6 @@ impl Spec {
     }
 }
 
-/// The URL with any password replaced, for printing.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(scheme), Some(at)) if scheme < at => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:****{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // What was started, and how to stop it.
 
@@ -309,7 +295,7 @@ enum Outcome {
 }
 
 fn print_line(spec: &Spec, port: u16, outcome: &Outcome) {
-    let url = redacted(&spec.url(port));
+    let url = anarchon_core::redact_url(&spec.url(port));
     let (version, how) = match outcome {
         Outcome::Answers { answer, how } => match &answer.unfit {
             Some(why) => (answer.version.clone(), format!("{how}, NOT USED: {why}")),
@@ -1092,19 +1078,6 @@ fn terminate(pid: u32, comm: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn printed_urls_hide_passwords() {
-        assert_eq!(
-            redacted("amqp://guest:guest@127.0.0.1:5672/%2f"),
-            "amqp://guest:****@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(
-            redacted("postgres://postgres@127.0.0.1:5432/postgres"),
-            "postgres://postgres@127.0.0.1:5432/postgres"
-        );
-        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-    }
 
     #[test]
     fn every_server_has_its_own_port_and_variable() {

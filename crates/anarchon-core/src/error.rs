@@ -14,9 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// An interval such as `"10s"` could not be parsed or is not positive. [B-01]
-    #[error(
-        "invalid interval {input:?}: {reason}; write it like \"250ms\", \"10s\", \"1h30m\" or \"2d\""
-    )]
+    #[error("invalid interval {input:?}: {reason}")]
     InvalidInterval {
         /// What was given.
         input: String,
@@ -24,9 +22,7 @@ pub enum Error {
         reason: String,
     },
     /// A cron expression could not be parsed. [B-02]
-    #[error(
-        "invalid cron expression {expression:?}: {reason}; use 5 fields (minute hour day month weekday) or 6 with seconds first"
-    )]
+    #[error("invalid cron expression {expression:?}: {reason}")]
     InvalidCron {
         /// What was given.
         expression: String,
@@ -74,6 +70,31 @@ pub enum Error {
         option: &'static str,
         /// Why, and what to do.
         reason: String,
+    },
+    /// An option or input is outside the range anarchon accepts: it would overflow or could
+    /// not make sense (a one-century `max_late_ms`, an `at` after the year 9999).
+    #[error("`{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option's name, as in the docs (`max_late_ms`, `at`).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, with the limit.
+        allowed: String,
+    },
+    /// An `at` job names a time so far in the past that it could never start.
+    #[error(
+        "the `at` time {at} is in the past (now {now}; a run may start at most {grace} late), so \
+         the job would never run: give a later time, or `allow_past(true)` for registration \
+         code that runs again after the job ran"
+    )]
+    AtInThePast {
+        /// The job's time, RFC 3339.
+        at: String,
+        /// The time of registration, RFC 3339.
+        now: String,
+        /// How late a run may still start (the late limit, or the catch-up window).
+        grace: String,
     },
     /// The scheduler is in the wrong state for this call (started twice, stopped ...).
     #[error("scheduler {state}: {hint}")]
@@ -153,7 +174,8 @@ pub enum Error {
         source: BoxError,
     },
     /// The run's signal was cancelled (stop, timeout, lost lease); returned by
-    /// [`crate::JobContext::check_cancelled`], the `throwIfAborted` equivalent. [B-30]
+    /// [`crate::JobContext::check_cancelled`], so a handler can stop before its next side
+    /// effect. [B-30]
     #[error("run of job {job:?} was cancelled ({cause})")]
     Cancelled {
         /// The job.
@@ -203,8 +225,29 @@ impl Error {
     }
 }
 
-/// Replaces the password in a URL such as `redis://user:secret@host/` by `***`, so errors and
-/// logs never carry it.
+/// What replaces a secret in redacted text.
+const HIDDEN: &str = "***";
+
+/// Hides the secrets in a connection string, so errors and logs never carry them. This is the
+/// one redactor every anarchon crate uses.
+///
+/// It understands three shapes:
+///
+/// - **URLs** (`scheme://user:password@host/path?query#fragment`), read with the `url` crate:
+///   the password, the values of query parameters whose name suggests a secret (`password`,
+///   `token`, `authToken`, `api_key`, `secret` ...) and any fragment are replaced by `***`. A
+///   user name alone is kept for the schemes where it is only a name (PostgreSQL, MySQL,
+///   Redis, Valkey, AMQP, MongoDB) and hidden for the others, where it may be a token (NATS
+///   `nats://token@host`, libSQL, HTTP).
+/// - **PostgreSQL `key=value` strings** (`host=db password='two words' user=app`), with
+///   libpq's quoting: values in single quotes with `\'` and `\\` escapes, spaces around `=`.
+///   Any other text gets the same treatment for `key=value` pairs at word, `?`, `&`, `;`
+///   or `,` boundaries.
+/// - **`user:password@host`** without a scheme.
+///
+/// When a URL cannot be read without guessing (an `@` after a `/`, `?`, `#` or `\`, a space
+/// after the host, a port that is not a number, several hosts), everything after the scheme
+/// is hidden: a message then says less, but never too much.
 ///
 /// ```
 /// use anarchon_core::redact_url;
@@ -212,46 +255,212 @@ impl Error {
 /// assert_eq!(redact_url("postgres://app@db/x?password=hunter2&sslmode=require"),
 ///            "postgres://app@db/x?password=***&sslmode=require");
 /// assert_eq!(redact_url("redis://:secret@cache:6379"), "redis://:***@cache:6379");
+/// assert_eq!(redact_url("host=db password='hunter2 topsecret' user=app"),
+///            "host=db password=*** user=app");
+/// // A `/` in the password makes the URL ambiguous: all of it is hidden.
+/// assert_eq!(redact_url("postgres://app:pa/ss@db"), "postgres://***");
 /// ```
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return redact_query(url);
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let out = match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            // A user name alone is not a secret; a password is.
-            let redacted = match userinfo.find(':') {
-                Some(colon) => format!("{}:***", &userinfo[..colon]),
-                None => userinfo.to_owned(),
-            };
-            format!("{}://{}@{}", &url[..scheme_end], redacted, &rest[at + 1..])
-        }
-        None => url.to_owned(),
-    };
-    redact_query(&out)
+pub fn redact_url(input: &str) -> String {
+    let text = input.trim();
+    match scheme_end(text) {
+        Some(end) => redact_pairs(&redact_scheme_url(text, end)),
+        None => redact_pairs(&redact_bare_userinfo(text)),
+    }
 }
 
-/// Hides the values of `password=` / `token=` / `authToken=` query parameters.
-fn redact_query(url: &str) -> String {
-    let Some(q) = url.find('?') else {
-        return url.to_owned();
+/// The index of `://` when `text` starts with a scheme (letters, digits, `+`, `-`, `.`, and
+/// `:` for nested schemes such as `jdbc:postgresql://`).
+fn scheme_end(text: &str) -> Option<usize> {
+    let end = text.find("://")?;
+    let scheme = &text[..end];
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.' | ':')))
+    .then_some(end)
+}
+
+/// Redacts a URL whose `://` is at `end`.
+fn redact_scheme_url(text: &str, end: usize) -> String {
+    let scheme = &text[..end];
+    // `jdbc:postgresql://...`: the URL is the part after the outer scheme.
+    if let Some(colon) = scheme.rfind(':') {
+        return format!(
+            "{}{}",
+            &text[..=colon],
+            redact_scheme_url(&text[colon + 1..], end - colon - 1)
+        );
+    }
+    let hidden = format!("{scheme}://{HIDDEN}");
+    let rest = &text[end + 3..];
+    // Where the user info ends is a guess when an `@` follows a character that ends the
+    // authority (the password may hold a `/`): hide it all then.
+    let after_userinfo = match rest.rfind('@') {
+        Some(at) if rest[..at].contains(['/', '?', '#', '\\']) => return hidden,
+        Some(at) => &rest[at + 1..],
+        None => rest,
     };
-    let (head, query) = url.split_at(q + 1);
-    let params: Vec<String> = query
+    if after_userinfo.contains(char::is_whitespace) {
+        return hidden;
+    }
+    let Ok(mut url) = url::Url::parse(text) else {
+        return hidden;
+    };
+    if url.password().is_some() {
+        if url.set_password(Some(HIDDEN)).is_err() {
+            return hidden;
+        }
+    } else if !url.username().is_empty()
+        && !USER_IS_A_NAME.contains(&scheme.to_ascii_lowercase().as_str())
+        && url.set_username(HIDDEN).is_err()
+    {
+        return hidden;
+    }
+    if let Some(query) = url.query() {
+        let redacted = redact_query(query);
+        url.set_query(Some(&redacted));
+    }
+    if url.fragment().is_some_and(|f| !f.is_empty()) {
+        url.set_fragment(Some(HIDDEN));
+    }
+    url.to_string()
+}
+
+/// Schemes whose user name, given without a password, is only a name.
+const USER_IS_A_NAME: [&str; 11] = [
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "amqp",
+    "amqps",
+    "mongodb",
+];
+
+/// Hides the values of the secret parameters of a URL query (names compared decoded).
+fn redact_query(query: &str) -> String {
+    query
         .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((k, _))
-                if ["password", "pass", "token", "authtoken", "auth_token"]
-                    .contains(&k.to_ascii_lowercase().as_str()) =>
-            {
-                format!("{k}=***")
+        .map(|pair| {
+            let Some((raw_key, _)) = pair.split_once('=') else {
+                return pair.to_owned();
+            };
+            let key: String = url::form_urlencoded::parse(raw_key.as_bytes())
+                .next()
+                .map(|(k, _)| k.into_owned())
+                .unwrap_or_default();
+            if is_secret_key(&key) {
+                format!("{raw_key}={HIDDEN}")
+            } else {
+                pair.to_owned()
             }
-            _ => p.to_owned(),
         })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Whether a parameter name suggests a secret. Generous on purpose: hiding a harmless value
+/// costs a little clarity, showing a secret costs the secret.
+fn is_secret_key(key: &str) -> bool {
+    let key: String = key
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | '.'))
+        .flat_map(char::to_lowercase)
         .collect();
-    format!("{head}{}", params.join("&"))
+    [
+        "pass",
+        "pwd",
+        "token",
+        "secret",
+        "key",
+        "auth",
+        "credential",
+        "jwt",
+        "signature",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+}
+
+/// `user:password@host` without a scheme: hides the password.
+fn redact_bare_userinfo(text: &str) -> String {
+    if let Some(at) = text.rfind('@') {
+        let userinfo = &text[..at];
+        if let Some(colon) = userinfo.find(':')
+            && !userinfo.contains(char::is_whitespace)
+            && !userinfo.contains('=')
+        {
+            return format!("{}:{HIDDEN}@{}", &userinfo[..colon], &text[at + 1..]);
+        }
+    }
+    text.to_owned()
+}
+
+/// Hides the values of secret `key=value` pairs anywhere in `text`: libpq connection strings
+/// (`password = 'it\'s'`), query strings, `Password=...;` lists.
+fn redact_pairs(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let is_key = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
+    let is_boundary = |b: u8| b.is_ascii_whitespace() || matches!(b, b'?' | b'&' | b';' | b',');
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut i) = (0, 0);
+    while i < bytes.len() {
+        if !(is_key(bytes[i]) && (i == 0 || is_boundary(bytes[i - 1]))) {
+            i += 1;
+            continue;
+        }
+        let key_start = i;
+        while i < bytes.len() && is_key(bytes[i]) {
+            i += 1;
+        }
+        let key = &text[key_start..i];
+        let mut j = i;
+        while j < bytes.len() && matches!(bytes[j], b' ' | b'\t') {
+            j += 1;
+        }
+        if j == bytes.len() || bytes[j] != b'=' || !is_secret_key(key) {
+            continue;
+        }
+        j += 1;
+        while j < bytes.len() && matches!(bytes[j], b' ' | b'\t') {
+            j += 1;
+        }
+        let end = value_end(text, j);
+        out.push_str(&text[copied..j]);
+        out.push_str(HIDDEN);
+        copied = end;
+        i = end;
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// Where the value starting at `start` ends: after its closing quote (`'` or `"`, with `\`
+/// escaping the next character; the end of the text if the quote is never closed), else at
+/// the first whitespace, `&` or `;`.
+fn value_end(text: &str, start: usize) -> usize {
+    let mut chars = text[start..].char_indices().peekable();
+    let quote = match chars.peek() {
+        Some((_, q @ ('\'' | '"'))) => {
+            let q = *q;
+            chars.next();
+            Some(q)
+        }
+        _ => None,
+    };
+    while let Some((offset, c)) = chars.next() {
+        match (c, quote) {
+            ('\\', _) => {
+                chars.next();
+            }
+            (c, Some(q)) if c == q => return start + offset + c.len_utf8(),
+            (c, None) if c.is_whitespace() || c == '&' || c == ';' => return start + offset,
+            _ => {}
+        }
+    }
+    text.len()
 }

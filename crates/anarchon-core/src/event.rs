@@ -91,7 +91,7 @@ pub enum Event {
     /// its result is not recorded. [B-16]
     Lost(RunInfo),
     /// This instance could not renew a lease in time and cancelled the run's signal before
-    /// the lease could have expired (self-fencing, SPEC §11).
+    /// the lease could have expired (self-fencing). [G-02]
     Fenced(RunInfo),
     /// A store problem.
     Error {
@@ -102,7 +102,7 @@ pub enum Event {
         /// The error's message.
         message: String,
     },
-    /// The driver loop has not turned for this long (hung runtime or a bug). SPEC §11.
+    /// The driver loop has not turned for this long (hung runtime or a bug). [G-04]
     Stalled {
         /// Milliseconds since the driver last turned.
         for_ms: u64,
@@ -116,7 +116,7 @@ pub enum Event {
 }
 
 impl Event {
-    /// The event's name as in the SPEC (`"start"`, `"skip"` ...).
+    /// The event's name as `docs/behaviour.md` lists it (`"start"`, `"skip"` ...). [B-38]
     pub fn name(&self) -> &'static str {
         match self {
             Event::Start(_) => "start",

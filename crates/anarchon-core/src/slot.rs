@@ -1,5 +1,6 @@
-//! Slot math: intervals, the epoch grid, cron in IANA timezones, `at`, jitter. Pure: every
-//! function takes "now" as an argument and never reads a clock. [B-01..B-10]
+//! Slot math: intervals, the epoch grid, cron in IANA timezones, `at`, jitter. Pure but for
+//! [`jitter`], which draws from the thread's random number generator: every function takes
+//! "now" as an argument and never reads a clock. [B-01..B-10]
 //!
 //! A *slot* is one occurrence of a job, named by its instant in milliseconds since the epoch
 //! ([`EpochMs`]). Every instance computes the same slots from the same schedule, so the slot is
@@ -100,9 +101,10 @@ const UNITS: [(&str, u64); 5] = [
 /// # Ok::<(), anarchon_core::Error>(())
 /// ```
 pub fn parse_interval(input: &str) -> Result<Duration> {
+    // Only text gets the hint on how to write it.
     let refuse = |reason: String| Error::InvalidInterval {
         input: input.to_owned(),
-        reason,
+        reason: format!("{reason}; write it like \"250ms\", \"10s\", \"1h30m\" or \"2d\""),
     };
     let text = input.trim();
     if text.is_empty() {
@@ -167,23 +169,55 @@ pub fn parse_interval(input: &str) -> Result<Duration> {
     Ok(Duration::from_millis(total_ms))
 }
 
-/// An interval from milliseconds, as `every` jobs accept it. [B-01]
+/// The longest interval of an `every` job: ten years. A longer one would fire at most once
+/// in the life of any service, and its slot arithmetic would come close to overflowing.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// An interval from milliseconds, as `every` jobs accept it, signed or not. [B-01]
 ///
 /// # Errors
 ///
-/// [`Error::InvalidInterval`] when `ms` is zero or negative.
-pub fn interval_from_ms(ms: i64) -> Result<Duration> {
-    match u64::try_from(ms) {
-        Ok(positive) if positive > 0 => Ok(Duration::from_millis(positive)),
-        _ => Err(Error::InvalidInterval {
-            input: ms.to_string(),
-            reason: if ms == 0 {
-                "it is zero; an interval must be positive".to_owned()
-            } else {
-                "it is negative; an interval must be positive".to_owned()
-            },
-        }),
+/// [`Error::InvalidInterval`] naming the number when it is zero, negative or longer than
+/// [`MAX_INTERVAL`].
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::slot::interval_from_ms;
+///
+/// assert_eq!(interval_from_ms(10_000)?, Duration::from_secs(10));
+/// let err = interval_from_ms(u64::MAX).unwrap_err().to_string();
+/// assert!(err.contains("18446744073709551615") && !err.contains("-1"), "{err}");
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
+pub fn interval_from_ms(ms: impl Into<i128>) -> Result<Duration> {
+    let ms: i128 = ms.into();
+    let refuse = |reason: String| Error::InvalidInterval {
+        input: ms.to_string(),
+        reason,
+    };
+    if ms == 0 {
+        return Err(refuse(
+            "it is zero; an interval must be positive".to_owned(),
+        ));
     }
+    if ms < 0 {
+        return Err(refuse(
+            "it is negative; an interval must be positive".to_owned(),
+        ));
+    }
+    if ms > MAX_INTERVAL.as_millis() as i128 {
+        return Err(refuse(too_long_interval()));
+    }
+    // At most MAX_INTERVAL, so it fits.
+    Ok(Duration::from_millis(ms as u64))
+}
+
+/// Why an interval above [`MAX_INTERVAL`] is refused.
+fn too_long_interval() -> String {
+    format!(
+        "it is longer than the longest interval, 10 years ({} ms); use cron or `at` for rarer jobs",
+        MAX_INTERVAL.as_millis()
+    )
 }
 
 /// A random delay in `0..=max_ms` ms that an instance waits after a slot's time before it
@@ -250,8 +284,8 @@ impl Schedule {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInterval`] when the interval is shorter than 1 ms or does not fit in
-    /// `i64` milliseconds.
+    /// [`Error::InvalidInterval`] when the interval is shorter than 1 ms or longer than
+    /// [`MAX_INTERVAL`].
     pub fn every(interval: Duration, offset_ms: i64) -> Result<Self> {
         let refuse = |reason: &str| Error::InvalidInterval {
             input: format!("{interval:?}"),
@@ -262,6 +296,9 @@ impl Schedule {
             return Err(refuse(
                 "it is shorter than 1ms; an interval must be positive",
             ));
+        }
+        if interval > MAX_INTERVAL {
+            return Err(refuse(&too_long_interval()));
         }
         let interval_ms = i64::try_from(interval_ms).map_err(|_| refuse("it is too large"))?;
         Ok(Schedule::Every {
@@ -435,6 +472,69 @@ fn grid(interval_ms: u64, offset_ms: i64) -> Option<(i128, i128)> {
     Some((interval, i128::from(offset_ms).rem_euclid(interval)))
 }
 
+/// The cron parser anarchon uses: optional seconds, no year, `N/step` accepted (as Vixie
+/// cron, cronie and most crontabs do: `0/15` = `0-59/15`), and the days combined by AND when
+/// `days_and` (Vixie's rule, decided by [`CronSchedule::parse`]).
+fn cron_parser(days_and: bool) -> CronParser {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .sloppy_ranges(true)
+        .dom_and_dow(days_and)
+        .build()
+}
+
+/// The name and the accepted values of each cron field, seconds first.
+const CRON_FIELDS: [(&str, &str); 6] = [
+    ("seconds", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31, L or nW"),
+    ("month", "1-12 or JAN-DEC"),
+    (
+        "day-of-week",
+        "0-7 (0 and 7 are Sunday) or SUN-SAT, with L or #n",
+    ),
+];
+
+/// Checks each field of a 5- or 6-field expression on its own, so that an error names the
+/// field and its value (croner's own message names neither).
+fn check_cron_fields(fields: &[&str]) -> std::result::Result<(), String> {
+    let names = &CRON_FIELDS[6 - fields.len()..];
+    for (index, (field, (name, accepted))) in fields.iter().zip(names).enumerate() {
+        let refuse = |why: &str| format!("the {name} field {field:?} {why}; it takes {accepted}");
+        // croner's lenient mode would read `/10` as `*/10`; crontab refuses it.
+        if field.split(',').any(|part| part.starts_with('/')) {
+            return Err(refuse(
+                "has a step without a start; write `*/n` or `start/n`",
+            ));
+        }
+        let mut probe = vec!["*"; fields.len()];
+        probe[index] = *field;
+        if let Err(e) = cron_parser(false).parse(&probe.join(" ")) {
+            return Err(refuse(&format!("is invalid: {}", croner_reason(&e))));
+        }
+    }
+    Ok(())
+}
+
+/// croner's message, as a clause of ours.
+fn croner_reason(e: &croner::errors::CronError) -> String {
+    use croner::errors::CronError;
+    let text = match e {
+        CronError::ComponentError(text)
+        | CronError::InvalidPattern(text)
+        | CronError::IllegalCharacters(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let text = text.trim().trim_end_matches('.');
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => "croner refused it".to_owned(),
+    }
+}
+
 /// What a wall-clock time is in a timezone on a given day.
 enum Local {
     /// It happens once, at this instant.
@@ -450,10 +550,37 @@ impl CronSchedule {
     /// `@daily`, `@weekly`, `@monthly`, `@yearly`) in `timezone` (an IANA name such as
     /// `"Europe/Berlin"`; `None` = UTC). [B-02, B-06]
     ///
+    /// Two rules follow crontab (Vixie cron) where croner's defaults differ:
+    ///
+    /// - `N/step` runs from `N` to the field's maximum: `0/15` in the minute field is
+    ///   `0,15,30,45`.
+    /// - When the day-of-month or the day-of-week field starts with `*`, a day must match
+    ///   both fields; when both are restricted, either one: `0 0 */2 * 1` fires on odd days
+    ///   that are Mondays, `0 0 1,15 * 1` on the 1st, the 15th and every Monday.
+    ///
+    /// ```
+    /// use anarchon_core::slot::Schedule;
+    ///
+    /// let quarters = Schedule::cron("0/15 2 * * *", None)?;
+    /// let midnight = 1_767_225_600_000; // 2026-01-01T00:00:00Z, a Thursday
+    /// assert_eq!(quarters.next_after(midnight), Some(midnight + 2 * 3_600_000));
+    ///
+    /// let odd_mondays = Schedule::cron("0 0 */2 * 1", None)?;
+    /// let jan_5 = midnight + 4 * 86_400_000; // the first Monday, an odd day
+    /// let jan_19 = jan_5 + 14 * 86_400_000; // Jan 12 is even
+    /// assert_eq!(odd_mondays.next_after(midnight), Some(jan_5));
+    /// assert_eq!(odd_mondays.next_after(jan_5), Some(jan_19));
+    ///
+    /// let err = Schedule::cron("61 * * * *", None).unwrap_err().to_string();
+    /// assert!(err.contains("minute field \"61\""), "{err}");
+    /// # Ok::<(), anarchon_core::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidCron`] naming the expression (also for one that never fires, such as
-    /// `0 0 30 2 *`), [`Error::UnknownTimezone`] naming the timezone.
+    /// [`Error::InvalidCron`] naming the expression and, for a bad field, the field and its
+    /// value (also for an expression that never fires, such as `0 0 30 2 *`);
+    /// [`Error::UnknownTimezone`] naming the timezone.
     pub fn parse(expression: &str, timezone: Option<&str>) -> Result<Self> {
         let refuse = |reason: String| Error::InvalidCron {
             expression: expression.to_owned(),
@@ -463,18 +590,35 @@ impl CronSchedule {
         if trimmed.is_empty() {
             return Err(refuse("it is empty".to_owned()));
         }
-        if !trimmed.starts_with('@') {
-            let fields = trimmed.split_whitespace().count();
-            if fields != 5 && fields != 6 {
-                return Err(refuse(format!("it has {fields} fields")));
+        let fields: Vec<&str> = trimmed.split_whitespace().collect();
+        // Vixie cron's day rule: when day-of-month or day-of-week starts with `*` (or `?`),
+        // a day must match both fields (one of them matches every day, so in effect the
+        // other one alone); when both are restricted, either may match.
+        let days_and = if trimmed.starts_with('@') {
+            // The aliases leave one of the two day fields `*`, where croner agrees already.
+            false
+        } else {
+            if fields.len() != 5 && fields.len() != 6 {
+                return Err(refuse(format!(
+                    "it has {} field{}; use 5 fields (minute hour day-of-month month \
+                     day-of-week) or 6 with seconds first",
+                    fields.len(),
+                    if fields.len() == 1 { "" } else { "s" }
+                )));
             }
-        }
-        let cron = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .year(Year::Disallowed)
-            .build()
-            .parse(trimmed)
-            .map_err(|e| refuse(e.to_string().trim_end_matches('.').to_owned()))?;
+            check_cron_fields(&fields).map_err(refuse)?;
+            let (dom, dow) = (fields[fields.len() - 3], fields[fields.len() - 1]);
+            [dom, dow].iter().any(|f| f.starts_with(['*', '?']))
+        };
+        let cron = cron_parser(days_and).parse(trimmed).map_err(|e| {
+            refuse(if trimmed.starts_with('@') {
+                "it is not a known alias; use @yearly, @annually, @monthly, @weekly, @daily \
+                 or @hourly, or 5 fields"
+                    .to_owned()
+            } else {
+                croner_reason(&e)
+            })
+        })?;
 
         let timezone = match timezone {
             None => Tz::UTC,

@@ -62,33 +62,70 @@ impl From<PostgresError> for Error {
     }
 }
 
-/// Replaces passwords in a connection string: the URL's user info (by
-/// [`anarchon_core::redact_url`]) and any `password=` parameter, in a URL query or a
-/// `key=value` string.
-pub fn redact(url: &str) -> String {
-    let url = anarchon_core::redact_url(url);
-    let lower = url.to_ascii_lowercase();
-    let mut out = String::with_capacity(url.len());
-    let mut rest = 0;
-    let mut search = 0;
-    while let Some(pos) = lower[search..].find("password=") {
-        let start = search + pos;
-        let boundary = start == 0 || matches!(lower.as_bytes()[start - 1], b'?' | b'&' | b' ');
-        let value = start + "password=".len();
-        if !boundary {
-            search = value;
-            continue;
-        }
-        let end = lower[value..]
-            .find(['&', ' '])
-            .map_or(lower.len(), |e| value + e);
-        out.push_str(&url[rest..value]);
-        out.push_str("***");
-        rest = end;
-        search = end;
+/// Hides the secrets of a connection string, URL or `key=value`: the one redactor of
+/// anarchon, [`anarchon_core::redact_url`], under the name this crate has always used.
+pub use anarchon_core::redact_url as redact;
+
+/// A driver error whose message says what happened: tokio-postgres's own `Display` is only
+/// "db error" or "error connecting to server", with the cause one `source()` away, where a
+/// log line or `{err}` never looks. The original error stays reachable as the `source()`,
+/// for code that wants [`tokio_postgres::Error::as_db_error`].
+#[derive(Debug)]
+struct DriverError {
+    text: String,
+    source: tokio_postgres::Error,
+}
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
-    out.push_str(&url[rest..]);
-    out
+}
+
+impl std::error::Error for DriverError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// What a driver error says, on one line: the server's severity, message, SQLSTATE, detail
+/// and hint for an error the server sent; else the error and the text of its causes
+/// ("error connecting to server: Connection refused (os error 111)").
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        );
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; detail: {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        return text.replace('\n', " ");
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = c.source();
+    }
+    text.replace('\n', " ")
+}
+
+/// The driver error, boxed with a message that says what happened.
+fn explained(e: tokio_postgres::Error) -> anarchon_core::BoxError {
+    Box::new(DriverError {
+        text: describe(&e),
+        source: e,
+    })
 }
 
 /// True for the errors after which the same statement should simply be run again.
@@ -146,7 +183,7 @@ pub(crate) fn map_pg(
             return Error::Unavailable {
                 store: KIND,
                 target: target.to_owned(),
-                source: e.into(),
+                source: explained(e),
             };
         }
         if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_FUNCTION {
@@ -165,14 +202,14 @@ pub(crate) fn map_pg(
         return Error::Store {
             store: KIND,
             operation,
-            source: e.into(),
+            source: explained(e),
         };
     }
     // No SQLSTATE: the connection failed or closed (refused, reset, TLS, timeout).
     Error::Unavailable {
         store: KIND,
         target: target.to_owned(),
-        source: e.into(),
+        source: explained(e),
     }
 }
 
@@ -218,22 +255,85 @@ pub(crate) fn map_pool(
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use std::time::Duration;
+
+    use anarchon_core::Error;
+    use tokio_postgres::NoTls;
+
+    use super::map_pg;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_server_error_shows_its_message_and_sqlstate() {
+        let Some(url) = anarchon_core::testkit::server_url("ANARCHON_POSTGRES_URL") else {
+            return;
+        };
+        let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(connection);
+        let e = client
+            .simple_query("SELECT 1 / 0")
+            .await
+            .expect_err("division by zero");
+        let err = map_pg(e, "claim", "postgres://db", TIMEOUT);
+        assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("division by zero") && text.contains("22012") && text.contains("claim"),
+            "{text}"
+        );
+        // The driver's error is still there for code that wants it.
+        let source = std::error::Error::source(&err).and_then(std::error::Error::source);
+        let driver = source.and_then(|s| s.downcast_ref::<tokio_postgres::Error>());
+        assert!(driver.and_then(|d| d.as_db_error()).is_some(), "{err:?}");
+
+        let e = client
+            .simple_query("SELECT * FROM anarchon_no_such_table")
+            .await
+            .expect_err("no such table");
+        let text = map_pg(e, "claim", "postgres://db", TIMEOUT).to_string();
+        assert!(
+            text.contains("anarchon_no_such_table") && text.contains("does not exist"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_error_shows_its_cause() {
+        // Port 1 on localhost: nothing listens there.
+        let Err(e) = tokio_postgres::connect("postgres://app@127.0.0.1:1/db", NoTls).await else {
+            panic!("nothing listens on port 1");
+        };
+        let err = map_pg(e, "connect", "postgres://app@127.0.0.1:1/db", TIMEOUT);
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("error connecting to server") && text.to_lowercase().contains("refused"),
+            "{text}"
+        );
+    }
 
     #[test]
-    fn redacts_url_and_parameter_passwords() {
-        assert_eq!(
-            redact("postgres://app:hunter2@db/x"),
-            "postgres://app:***@db/x"
-        );
-        assert_eq!(
-            redact("postgres://db/x?user=a&password=hunter2&sslmode=disable"),
-            "postgres://db/x?user=a&password=***&sslmode=disable"
-        );
-        assert_eq!(
-            redact("host=db password=hunter2 user=a"),
-            "host=db password=*** user=a"
-        );
-        assert_eq!(redact("host=db xpassword=kept"), "host=db xpassword=kept");
+    fn bad_connection_strings_never_show_their_password() {
+        for (url, secret) in [
+            ("postgres://app:pa/ss@db/x", "pa/ss"),
+            ("postgres://app:hunter2@db:notaport/x", "hunter2"),
+            ("postgres://app:hunter2@/x", "hunter2"),
+            (
+                "host=db password='hunter2 topsecret' port=notaport",
+                "topsecret",
+            ),
+            ("host=db password='hunter2 topsecret", "topsecret"),
+            ("host=db password=hunter2 bogus_option=1", "hunter2"),
+            ("postgres://db/x?password=hunter2&bogus=1", "hunter2"),
+        ] {
+            // tokio-postgres reads some of these (`pa/ss` is a password to it): then the
+            // store's own description must hide it.
+            let shown = match crate::PostgresStore::new(url, crate::PostgresOptions::default()) {
+                Ok(store) => format!("{store:?}"),
+                Err(err) => format!("{err} {err:?}"),
+            };
+            assert!(!shown.contains(secret), "{url:?} → {shown}");
+        }
     }
 }

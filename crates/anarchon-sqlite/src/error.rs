@@ -19,6 +19,19 @@ pub enum SqliteError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// The path names a database no other process can open (`""`, `":memory:"`, a
+    /// `file:` URI in memory), so instances could not coordinate through it.
+    #[error(
+        "the SQLite path {path:?} opens {what} that no other process can see, so instances \
+         could not coordinate through it: give a file path every instance opens, such as \
+         \"/var/lib/myapp/anarchon.db\" (for tests in one process, use the memory store)"
+    )]
+    PrivateDatabase {
+        /// What was given.
+        path: String,
+        /// What SQLite would open instead of a shared file.
+        what: &'static str,
+    },
     /// The directory the database file should be in does not exist.
     #[error(
         "cannot open the SQLite file {path}: its directory {dir} does not exist; create it first"
@@ -66,6 +79,9 @@ impl From<SqliteError> for anarchon_core::Error {
             SqliteError::InvalidTable { .. } => {
                 anarchon_core::Error::invalid_option("table", e.to_string())
             }
+            SqliteError::PrivateDatabase { .. } => {
+                anarchon_core::Error::invalid_option("path", e.to_string())
+            }
             SqliteError::NotADatabase { ref path, .. } => anarchon_core::Error::Corrupt {
                 store: "sqlite",
                 location: path.display().to_string(),
@@ -79,5 +95,31 @@ impl From<SqliteError> for anarchon_core::Error {
                 source: Box::new(e),
             },
         }
+    }
+}
+
+/// Refuses a path that gives each connection a database of its own: the empty path (a
+/// temporary file SQLite deletes on close), `:memory:`, and `file:` URIs that ask for memory
+/// (`file::memory:`, `file:x?mode=memory`). Only a real file coordinates processes.
+pub(crate) fn check_shared_path(path: &std::path::Path) -> Result<(), SqliteError> {
+    let text = path.to_string_lossy();
+    let trimmed = text.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    let what = if trimmed.is_empty() {
+        Some("a private temporary database")
+    } else if lower == ":memory:"
+        || (lower.starts_with("file:")
+            && (lower.contains(":memory:") || lower.contains("mode=memory")))
+    {
+        Some("an in-memory database")
+    } else {
+        None
+    };
+    match what {
+        Some(what) => Err(SqliteError::PrivateDatabase {
+            path: text.into_owned(),
+            what,
+        }),
+        None => Ok(()),
     }
 }

@@ -81,10 +81,12 @@ impl SqliteStoreBuilder {
 
     /// Opens (or creates) the file, turns on WAL, and creates or migrates the tables.
     ///
-    /// Refuses, naming the path and changing nothing: a missing directory, a file opened
+    /// Refuses, naming the path and changing nothing: a path that is no shared file (`""`,
+    /// `":memory:"`, `file::memory:`: [`Error::InvalidOption`]), a missing directory, a file opened
     /// read-only, a file that is not a database ([`Error::Corrupt`]), a schema written by a
     /// newer anarchon ([`Error::SchemaTooNew`]), tables of this prefix with another shape.
     pub async fn open(self) -> Result<SqliteStore> {
+        crate::error::check_shared_path(&self.path)?;
         let tables = Tables::new(&self.table).map_err(|reason| SqliteError::InvalidTable {
             table: self.table.clone(),
             reason,

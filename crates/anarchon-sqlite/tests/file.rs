@@ -75,6 +75,30 @@ async fn b43_open_creates_three_prefixed_tables_in_wal_mode() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn b43_a_path_no_other_process_can_open_is_refused() {
+    for bad in [
+        "",
+        "  ",
+        ":memory:",
+        ":MEMORY:",
+        "file::memory:",
+        "file::memory:?cache=shared",
+        "file:anarchon?mode=memory&cache=shared",
+    ] {
+        let err = SqliteStore::open(bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidOption { option: "path", .. }),
+            "{bad:?}: {err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("{bad:?}")) && text.contains("coordinate"),
+            "{bad:?}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn b42_invalid_table_prefix_is_refused_before_touching_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.db");

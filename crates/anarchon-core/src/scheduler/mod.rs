@@ -587,7 +587,7 @@ impl IntoInterval for Duration {
 }
 impl IntoInterval for u64 {
     fn into_interval(self) -> Result<Duration> {
-        crate::slot::interval_from_ms(self as i64)
+        crate::slot::interval_from_ms(self)
     }
 }
 
@@ -700,6 +700,11 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             Spec::Cron(expr) => Schedule::cron(&expr, opts.timezone.as_deref())?,
             Spec::At(s) => s,
         };
+        opts.check_schedule(
+            &schedule,
+            self.scheduler.shared.cfg.clock.now_ms(),
+            M::LEASE,
+        )?;
         let handler: Handler = Arc::new(move |ctx| {
             let fut = f(ctx);
             Box::pin(async move { fut.await.map_err(Into::into) })
@@ -720,6 +725,16 @@ impl<M: Mode> JobBuilder<'_, M, kind::Every> {
     /// Grid offset: slots at `k * interval + offset_ms`. [B-05]
     pub fn offset_ms(mut self, ms: i64) -> Self {
         self.opts.offset_ms = ms;
+        self
+    }
+}
+
+impl<M: Mode> JobBuilder<'_, M, kind::At> {
+    /// Registers the job even when its time lies too far in the past to run (default
+    /// false: such a time is [`Error::AtInThePast`]), for registration code that runs
+    /// again after the job ran. [B-03]
+    pub fn allow_past(mut self, allow: bool) -> Self {
+        self.opts.allow_past = allow;
         self
     }
 }
@@ -804,6 +819,12 @@ impl<M: Mode> Scheduler<M> {
     }
 
     fn add(&self, def: Arc<JobDef>) -> Result<()> {
+        if matches!(*self.driver(), DriverState::Stopped) {
+            return Err(Error::State {
+                state: "stopped",
+                hint: "a stopped scheduler runs no job: register jobs before stop(), or build a new scheduler",
+            });
+        }
         let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
         if jobs.contains_key(&def.name) {
             return Err(Error::DuplicateJob {

@@ -590,7 +590,7 @@ pub async fn b37_retention_prunes_runs_older_than_ttl(store: Arc<dyn LeaseStore>
     assert_eq!(h[0].slot, t2);
 }
 
-/// [§11] Every attempt of a job gets a strictly higher fence than the one before.
+/// [G-01] Every attempt of a job gets a strictly higher fence than the one before.
 pub async fn s11_fence_strictly_increases_per_job(store: Arc<dyn LeaseStore>) {
     let job = unique_job("fence");
     prepared(&store, &[&job]).await;

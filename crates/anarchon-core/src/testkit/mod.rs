@@ -14,15 +14,16 @@
 //! anarchon_core::lease_store_suite!(store);
 //! ```
 //!
-//! The macro expands to one `#[tokio::test]` per behaviour, named after it with its SPEC
-//! id (`b14_takeover_after_expiry_...`), so a failure names what broke. The factory must
+//! The macro expands to one `#[tokio::test]` per behaviour, named after it with its id in
+//! `docs/behaviour.md` (`b14_takeover_after_expiry_...`; `s11_...` for the goals G-01 to
+//! G-12), so a failure names what broke. The factory must
 //! return a **fresh** store (new file, schema or key prefix) on every call, or `None` when
 //! its server is not configured (after [`server_url`] printed why). Core runs the same kit on
 //! [`crate::memory::MemoryStore`] under tokio's paused clock (`lease_store_suite!(f, paused)`).
 //!
 //! The kit has two parts: [`lease`] and [`claim`] call the store traits directly and check
 //! the contract in [`crate::store`]; [`runtime`] drives schedulers (several instances on one
-//! store) through the behaviours of SPEC §4 with short leases.
+//! store) through the lease behaviours B-11 to B-21 with short leases.
 
 pub mod claim;
 pub mod lease;

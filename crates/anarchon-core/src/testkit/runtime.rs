@@ -1,6 +1,6 @@
 //! Scheduler-level conformance tests: several scheduler instances on one store, short
-//! leases, real behaviours of SPEC §4. Under a paused clock (memory store) they take
-//! milliseconds; on real stores a few seconds each.
+//! leases, the lease behaviours B-11 to B-21 of `docs/behaviour.md`. Under a paused clock
+//! (memory store) they take milliseconds; on real stores a few seconds each.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -603,7 +603,7 @@ pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn Leas
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
 
-/// [B-16, §11] An owner that cannot renew (frozen) cancels its own signal before its lease
+/// [B-16, G-02] An owner that cannot renew (frozen) cancels its own signal before its lease
 /// can have expired; a backup takes over; when the owner thaws, it learns it lost: `lost`,
 /// and its result is not recorded over the new owner's.
 pub async fn b16_frozen_owner_is_fenced_then_learns_it_lost(store: Arc<dyn LeaseStore>) {
@@ -1060,7 +1060,7 @@ pub async fn b36_history_is_readable_from_a_process_without_jobs(store: Arc<dyn 
     a.stop(Duration::from_secs(5)).await.unwrap();
 }
 
-/// [§11] Catch-up policy `all` replays every missed slot inside the window, oldest first,
+/// [G-05] Catch-up policy `all` replays every missed slot inside the window, oldest first,
 /// one after another, capped by `max`.
 pub async fn s11_all_catch_up_replays_missed_slots_in_order(store: Arc<dyn LeaseStore>) {
     let job = unique_job("catchall");
@@ -1095,7 +1095,7 @@ pub async fn s11_all_catch_up_replays_missed_slots_in_order(store: Arc<dyn Lease
     assert_eq!(s[2].1 - s[0].1, 400);
 }
 
-/// [§11] With no job due and none running, an instance sends nothing to the store.
+/// [G-06] With no job due and none running, an instance sends nothing to the store.
 pub async fn s11_no_store_traffic_while_idle(store: Arc<dyn LeaseStore>) {
     let job = unique_job("idle");
     let inst = Instance::new(store.clone());
