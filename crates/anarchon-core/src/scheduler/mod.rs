@@ -325,13 +325,13 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.data = Some(data.into());
         self
     }
-    /// Bound on every store call (default 5000). SPEC §11.
+    /// Bound on every store call (default 5000). [G-04]
     pub fn store_timeout_ms(mut self, ms: u64) -> Self {
         self.store_timeout = Duration::from_millis(ms);
         self
     }
     /// The watchdog reports a driver loop that has not turned for this long (default
-    /// 10000). SPEC §11.
+    /// 10000). [G-04]
     pub fn stall_after_ms(mut self, ms: u64) -> Self {
         self.stall_after = Duration::from_millis(ms);
         self
@@ -459,7 +459,7 @@ impl SchedulerBuilder<Leased> {
         self.defaults.catch_up_ms = ms;
         self
     }
-    /// Default catch-up policy. SPEC §11.
+    /// Default catch-up policy. [G-05]
     pub fn catch_up(mut self, policy: CatchUp) -> Self {
         self.defaults.catch_up = policy;
         self
@@ -758,7 +758,7 @@ impl<K> JobBuilder<'_, Leased, K> {
         self.opts.catch_up_ms = ms;
         self
     }
-    /// Catch-up policy. SPEC §11.
+    /// Catch-up policy. [G-05]
     pub fn catch_up(mut self, policy: CatchUp) -> Self {
         self.opts.catch_up = policy;
         self
