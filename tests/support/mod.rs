@@ -10,6 +10,8 @@
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
 
+pub(crate) mod servers;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -122,6 +124,10 @@ pub(crate) struct NodeConfig {
     pub(crate) max_attempts: u32,
     /// A file the handlers append their own log to (see [`HandlerLine`]); empty for none.
     pub(crate) handler_log: String,
+    /// The node whose clock runs `skew_ms` off (empty: none).
+    pub(crate) skewed: String,
+    /// See `skewed`.
+    pub(crate) skew_ms: i64,
 }
 
 impl NodeConfig {
@@ -139,6 +145,8 @@ impl NodeConfig {
             catch_up_ms: 0,
             max_attempts: 3,
             handler_log: String::new(),
+            skewed: String::new(),
+            skew_ms: 0,
         }
     }
 
@@ -151,7 +159,7 @@ impl NodeConfig {
 
     fn encode(&self, id: &str) -> String {
         format!(
-            "id={id}\nstore={}\njob={}\ninterval={}\noffset={}\nwork={}\nlease={}\nheartbeat={}\ncatchup={}\nattempts={}\nhandlerlog={}",
+            "id={id}\nstore={}\njob={}\ninterval={}\noffset={}\nwork={}\nlease={}\nheartbeat={}\ncatchup={}\nattempts={}\nhandlerlog={}\nskewed={}\nskew={}",
             self.store,
             self.job,
             self.interval_ms,
@@ -161,7 +169,9 @@ impl NodeConfig {
             self.heartbeat_ms,
             self.catch_up_ms,
             self.max_attempts,
-            self.handler_log
+            self.handler_log,
+            self.skewed,
+            self.skew_ms
         )
     }
 
@@ -185,6 +195,8 @@ impl NodeConfig {
             handler_log: map
                 .get("handlerlog")
                 .map_or(String::new(), |s| s.to_string()),
+            skewed: map.get("skewed").map_or(String::new(), |s| s.to_string()),
+            skew_ms: map.get("skew").and_then(|v| v.parse().ok()).unwrap_or(0),
         };
         (map["id"].to_owned(), cfg)
     }
@@ -255,6 +267,7 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
             )?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
+                .clock(node_clock(id, &cfg))
                 .jitter_ms(0)
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
@@ -272,6 +285,17 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
     }
 }
 
+/// The system clock, shifted for the node the configuration names as skewed.
+fn node_clock(id: &str, cfg: &NodeConfig) -> anarchon::Clock {
+    if cfg.skewed == id {
+        anarchon::Clock::SystemShifted {
+            offset_ms: cfg.skew_ms,
+        }
+    } else {
+        anarchon::Clock::System
+    }
+}
+
 fn leased(
     builder: anarchon::SchedulerBuilder<Leased>,
     id: &str,
@@ -279,6 +303,7 @@ fn leased(
 ) -> anarchon::Result<Scheduler<Leased>> {
     builder
         .instance_id(id)
+        .clock(node_clock(id, cfg))
         .lease_ms(cfg.lease_ms)
         .heartbeat_ms(cfg.heartbeat_ms)
         .catch_up_ms(cfg.catch_up_ms)

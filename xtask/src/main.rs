@@ -5,6 +5,7 @@
 //! `probe`.
 
 mod bench;
+mod chaos;
 mod probe;
 mod scenarios;
 mod test;
@@ -29,7 +30,12 @@ commands:
       Run the workspace tests (cargo-nextest if installed, else cargo test) with the URLs
       from target/test-servers/env; --slow adds the real-process suites (ANARCHON_SLOW=1).
   scenarios [--fast]
-      Run the failure scenarios (docs/scenarios.md) against the test servers.
+      Run the failure scenarios (docs/scenarios.md) against the test servers, and the
+      outage, clock-skew and crowd scenarios on servers they start themselves.
+  chaos [--store sqlite|redis|postgres] [--instances N] [--seconds S] [--seed X]
+      Random SIGKILL/SIGSTOP/SIGTERM (and store server crashes on Redis/PostgreSQL) against
+      N instances for S seconds, then check the store's history against the handlers' own
+      log; exits non-zero on any violation and prints the seed to replay it.
   bench <store> [--json]
       Run the claim bench of crates/anarchon-<store> (cargo bench --bench claim).
 ";
@@ -44,6 +50,7 @@ fn main() -> ExitCode {
         "test-servers" => test_servers::run(rest),
         "test" => test::run(rest),
         "scenarios" => scenarios::run(rest),
+        "chaos" => chaos::run(rest),
         "bench" => bench::run(rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");

@@ -1,7 +1,7 @@
 //! `cargo xtask scenarios`: the failure scenarios of docs/scenarios.md, with real processes.
 //!
-//! Runs `cargo test -p anarchon --test scenarios -- --nocapture` with the test servers' URLs
-//! and `ANARCHON_SLOW=1`; `--fast` also sets `ANARCHON_SCENARIOS_FAST=1`, which the scenarios
+//! Runs `cargo test -p anarchon --test scenarios --test resilience -- --nocapture` with the
+//! test servers' URLs and `ANARCHON_SLOW=1`; `--fast` also sets `ANARCHON_SCENARIOS_FAST=1`, which the scenarios
 //! read to run the short subset CI runs.
 
 use std::process::ExitCode;
@@ -42,6 +42,8 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
         "redis,postgres",
         "--test",
         "scenarios",
+        "--test",
+        "resilience",
         "--",
         "--nocapture",
     ]);

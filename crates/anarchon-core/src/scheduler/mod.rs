@@ -95,6 +95,12 @@ pub enum Clock {
         /// Tokio's instant at the anchor.
         anchor: tokio::time::Instant,
     },
+    /// The system clock shifted by `offset_ms` (positive: ahead), to show what a skewed
+    /// instance does (the clock-skew scenario).
+    SystemShifted {
+        /// Added to the system clock, ms.
+        offset_ms: i64,
+    },
 }
 
 impl Clock {
@@ -113,6 +119,7 @@ impl Clock {
             Clock::Tokio { anchor_ms, anchor } => {
                 anchor_ms + anchor.elapsed().as_millis() as EpochMs
             }
+            Clock::SystemShifted { offset_ms } => system_ms().saturating_add(*offset_ms),
         }
     }
 }
