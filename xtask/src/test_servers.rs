@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::probe::{self, Answer, Protocol};
-use crate::util;
+use crate::{install, util};
 
 /// One server the tests can use.
 struct Spec {
@@ -101,6 +101,8 @@ pub(crate) fn suites() -> impl Iterator<Item = (&'static str, &'static str, bool
 
 #[derive(Default)]
 struct Options {
+    /// Install the missing Debian packages first.
+    install: bool,
     brokers: bool,
     stop: bool,
     status: bool,
@@ -113,6 +115,7 @@ fn parse(args: &[String]) -> Result<Options> {
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--install" => options.install = true,
             "--brokers" => options.brokers = true,
             "--stop" => options.stop = true,
             "--status" => options.status = true,
@@ -124,8 +127,8 @@ fn parse(args: &[String]) -> Result<Options> {
                     .with_context(|| format!("--port-offset {value}: not a port number"))?;
             }
             other => bail!(
-                "test-servers: unknown option `{other}` (expected --brokers, --stop, --status, \
-                 --local, --port-offset N)"
+                "test-servers: unknown option `{other}` (expected --install, --brokers, --stop, \
+                 --status, --local, --port-offset N)"
             ),
         }
     }
@@ -136,6 +139,12 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     let options = parse(args)?;
     std::fs::create_dir_all(util::servers_dir())
         .with_context(|| format!("creating {}", util::servers_dir().display()))?;
+    if options.install && !options.stop && !options.status {
+        install::install(install::Wanted {
+            brokers: options.brokers,
+            tls: false,
+        })?;
+    }
     if options.stop {
         stop(&options)
     } else if options.status {
@@ -385,7 +394,9 @@ fn up(options: &Options) -> Result<ExitCode> {
             Outcome::Answers { answer, .. } if answer.unfit.is_none() => {
                 exported.push((spec.env, spec.url(port)))
             }
-            Outcome::Missing(_) if spec.optional => {}
+            // An optional server (Redis >= 8.6, sqld) never fails the command: its suite
+            // prints SKIP lines.
+            _ if spec.optional => {}
             Outcome::NotRequested => {}
             _ => failed = true,
         }
@@ -628,14 +639,17 @@ fn find_binary(spec: &Spec) -> std::result::Result<PathBuf, String> {
             .filter(|value| !value.is_empty())
             .map(PathBuf::from)
     };
+    // A required server's hint is the exact command that installs it.
+    let package = |name: &str| {
+        format!(
+            "run `cargo xtask test-servers --install{}`, or as root: {}",
+            if spec.broker { " --brokers" } else { "" },
+            install::manual_commands(&[name])
+        )
+    };
     match spec.protocol {
-        Protocol::Redis => on_path("redis-server").ok_or_else(|| "install package redis-server".into()),
-        Protocol::Valkey => on_path("valkey-server").ok_or_else(|| {
-            "install package valkey-server (on Debian bookworm from bookworm-backports: add \
-             `deb http://deb.debian.org/debian bookworm-backports main` to the apt sources, then \
-             `apt-get install -t bookworm-backports valkey-server`)"
-                .into()
-        }),
+        Protocol::Redis => on_path("redis-server").ok_or_else(|| package("redis-server")),
+        Protocol::Valkey => on_path("valkey-server").ok_or_else(|| package("valkey-server")),
         Protocol::Redis86 => from_env("ANARCHON_REDIS86_SERVER")
             .into_iter()
             .chain(on_path("redis-server"))
@@ -647,14 +661,14 @@ fn find_binary(spec: &Spec) -> std::result::Result<PathBuf, String> {
             }),
         Protocol::Postgres => postgres_bindir()
             .map(|dir| dir.join("pg_ctl"))
-            .ok_or_else(|| "install package postgresql".into()),
+            .ok_or_else(|| package("postgresql")),
         Protocol::Libsql => from_env("ANARCHON_SQLD").or_else(|| on_path("sqld")).ok_or_else(|| {
             "sqld, the libSQL server (no Debian package): put sqld on PATH or set \
              ANARCHON_SQLD=/path/to/sqld, or use Docker (compose profile libsql)"
                 .into()
         }),
-        Protocol::Amqp => on_path("rabbitmq-server").ok_or_else(|| "install package rabbitmq-server".into()),
-        Protocol::Nats => on_path("nats-server").ok_or_else(|| "install package nats-server".into()),
+        Protocol::Amqp => on_path("rabbitmq-server").ok_or_else(|| package("rabbitmq-server")),
+        Protocol::Nats => on_path("nats-server").ok_or_else(|| package("nats-server")),
     }
 }
 
@@ -670,7 +684,7 @@ fn redis_server_version(binary: &Path) -> Option<String> {
 }
 
 /// The newest `/usr/lib/postgresql/<major>/bin`, else the folder of `pg_ctl` on PATH.
-fn postgres_bindir() -> Option<PathBuf> {
+pub(crate) fn postgres_bindir() -> Option<PathBuf> {
     let newest = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
