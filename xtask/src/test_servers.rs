@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod tls;
+
 use crate::probe::{self, Answer, Protocol};
 use crate::{install, util};
 
@@ -104,6 +106,8 @@ struct Options {
     /// Install the missing Debian packages first.
     install: bool,
     brokers: bool,
+    /// Also the TLS-only PostgreSQL and redis-server, with a test CA.
+    tls: bool,
     stop: bool,
     status: bool,
     local: bool,
@@ -117,6 +121,7 @@ fn parse(args: &[String]) -> Result<Options> {
         match arg.as_str() {
             "--install" => options.install = true,
             "--brokers" => options.brokers = true,
+            "--tls" => options.tls = true,
             "--stop" => options.stop = true,
             "--status" => options.status = true,
             "--local" => options.local = true,
@@ -127,8 +132,8 @@ fn parse(args: &[String]) -> Result<Options> {
                     .with_context(|| format!("--port-offset {value}: not a port number"))?;
             }
             other => bail!(
-                "test-servers: unknown option `{other}` (expected --install, --brokers, --stop, \
-                 --status, --local, --port-offset N)"
+                "test-servers: unknown option `{other}` (expected --install, --brokers, --tls, \
+                 --stop, --status, --local, --port-offset N)"
             ),
         }
     }
@@ -142,7 +147,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     if options.install && !options.stop && !options.status {
         install::install(install::Wanted {
             brokers: options.brokers,
-            tls: false,
+            tls: options.tls,
         })?;
     }
     if options.stop {
@@ -382,9 +387,11 @@ fn up(options: &Options) -> Result<ExitCode> {
             start_locally(options, &to_start, &mut state, &mut outcomes)?;
         }
     }
+    // Started earlier with --tls: still exported, so a plain rerun keeps their URLs.
+    let tls = tls::up(options.tls, &mut state)?;
     state.save()?;
 
-    let mut failed = false;
+    let mut failed = tls.failed;
     let mut exported = Vec::new();
     for spec in &SERVERS {
         let port = spec.port(options)?;
@@ -401,11 +408,16 @@ fn up(options: &Options) -> Result<ExitCode> {
             _ => failed = true,
         }
     }
+    let servers = exported.len();
+    for line in &tls.lines {
+        println!("{line}");
+    }
+    exported.extend(tls.exported);
     write_env(&exported)?;
     println!(
         "wrote {} ({} of {} servers) in {}; `cargo xtask test` reads it",
         util::env_file().display(),
-        exported.len(),
+        servers,
         SERVERS.len(),
         util::secs(begun.elapsed())
     );
