@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod cluster;
 mod tls;
 
 use crate::probe::{self, Answer, Protocol};
@@ -108,6 +109,8 @@ struct Options {
     brokers: bool,
     /// Also the TLS-only PostgreSQL and redis-server, with a test CA.
     tls: bool,
+    /// Also a six-node Redis Cluster.
+    cluster: bool,
     stop: bool,
     status: bool,
     local: bool,
@@ -122,6 +125,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--install" => options.install = true,
             "--brokers" => options.brokers = true,
             "--tls" => options.tls = true,
+            "--cluster" => options.cluster = true,
             "--stop" => options.stop = true,
             "--status" => options.status = true,
             "--local" => options.local = true,
@@ -133,7 +137,7 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             other => bail!(
                 "test-servers: unknown option `{other}` (expected --install, --brokers, --tls, \
-                 --stop, --status, --local, --port-offset N)"
+                 --cluster, --stop, --status, --local, --port-offset N)"
             ),
         }
     }
@@ -389,9 +393,10 @@ fn up(options: &Options) -> Result<ExitCode> {
     }
     // Started earlier with --tls: still exported, so a plain rerun keeps their URLs.
     let tls = tls::up(options.tls, &mut state)?;
+    let cluster = cluster::up(options.cluster, &mut state)?;
     state.save()?;
 
-    let mut failed = tls.failed;
+    let mut failed = tls.failed || cluster.failed;
     let mut exported = Vec::new();
     for spec in &SERVERS {
         let port = spec.port(options)?;
@@ -409,10 +414,11 @@ fn up(options: &Options) -> Result<ExitCode> {
         }
     }
     let servers = exported.len();
-    for line in &tls.lines {
+    for line in tls.lines.iter().chain(&cluster.lines) {
         println!("{line}");
     }
     exported.extend(tls.exported);
+    exported.extend(cluster.exported);
     write_env(&exported)?;
     println!(
         "wrote {} ({} of {} servers) in {}; `cargo xtask test` reads it",
