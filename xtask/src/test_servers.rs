@@ -95,11 +95,24 @@ const SERVERS: [Spec; 7] = [
     },
 ];
 
-/// The env variables `test-servers` exports, with the suite each one enables (for `test`).
-pub(crate) fn suites() -> impl Iterator<Item = (&'static str, &'static str, bool)> {
+/// The env variables `test-servers` exports, with the suite each one enables (for `test`):
+/// the variable, the suite's name, and the flag of `test-servers` that starts its server
+/// (`""` for none).
+pub(crate) fn suites() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
     SERVERS
         .iter()
-        .map(|spec| (spec.env, spec.name, spec.broker))
+        .map(|spec| {
+            (
+                spec.env,
+                spec.name,
+                if spec.broker { "--brokers" } else { "" },
+            )
+        })
+        .chain([
+            (tls::POSTGRES_ENV, "postgres-tls", "--tls"),
+            (tls::REDIS_ENV, "redis-tls", "--tls"),
+            (cluster::ENV, "redis-cluster", "--cluster"),
+        ])
 }
 
 #[derive(Default)]
@@ -435,7 +448,7 @@ fn up(options: &Options) -> Result<ExitCode> {
 }
 
 fn status(options: &Options) -> Result<ExitCode> {
-    let state = State::load();
+    let mut state = State::load();
     for spec in &SERVERS {
         let port = spec.port(options)?;
         let outcome = match probe::probe(spec.protocol, port) {
@@ -450,6 +463,12 @@ fn status(options: &Options) -> Result<ExitCode> {
             Err(_) => Outcome::Silent,
         };
         print_line(spec, port, &outcome);
+    }
+    // The TLS servers and the cluster, when xtask started them.
+    let tls = tls::up(false, &mut state)?;
+    let cluster = cluster::up(false, &mut state)?;
+    for line in tls.lines.iter().chain(&cluster.lines) {
+        println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
