@@ -28,14 +28,25 @@ fn in_child_trusting(test: &str, ca_var: &str) -> Option<String> {
     if std::env::var(CHILD).is_ok_and(|v| v == test) {
         return Some(url);
     }
-    let status = Command::new(std::env::current_exe().expect("the test binary"))
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD, test)
         .env("SSL_CERT_FILE", &ca)
         .env_remove("SSL_CERT_DIR")
-        .status()
+        .output()
         .expect("run the test binary again");
-    assert!(status.success(), "{test} failed in its child process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprint!("{stderr}");
+    assert!(
+        out.status.success(),
+        "{test} failed in its child process:\n{stdout}"
+    );
+    // A filter that matched nothing would pass too: the child must have run this one test.
+    assert!(
+        stdout.contains("1 passed"),
+        "{test} did not run in its child process:\n{stdout}"
+    );
     None
 }
 
