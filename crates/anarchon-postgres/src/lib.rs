@@ -298,7 +298,7 @@ impl PostgresStore {
                 .keepalives_idle(Duration::from_secs(15))
                 .keepalives_interval(Duration::from_secs(5))
                 .keepalives_retries(3);
-            (c, connector.clone())
+            (c, tls::share(&connector))
         });
         let statement_ms = options.timeout.as_millis().max(1);
         let mut ours = format!("-c statement_timeout={statement_ms}");
@@ -583,7 +583,7 @@ impl Inner {
         if guard.is_none() {
             *guard = Some(runtime.spawn(listen::run(
                 config.clone(),
-                connector.clone(),
+                tls::share(connector),
                 self.names.channel.clone(),
                 self.releases.clone(),
                 self.listening.clone(),

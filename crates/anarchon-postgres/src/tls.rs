@@ -258,6 +258,12 @@ pub(crate) type Connector = tokio_postgres_rustls::MakeRustlsConnect;
 #[cfg(not(feature = "tls"))]
 pub(crate) type Connector = tokio_postgres::NoTls;
 
+/// Another handle on `connector` (a clone of the rustls one, a copy of `NoTls`).
+#[cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
+pub(crate) fn share(connector: &Connector) -> Connector {
+    connector.clone()
+}
+
 /// The connector for `settings`; reads the root CA file now, so a wrong path fails at once.
 #[cfg(not(feature = "tls"))]
 pub(crate) fn connector(_settings: &Settings) -> Result<Connector, String> {
@@ -486,16 +492,26 @@ mod tests {
         assert_eq!(mode("postgres://u@h/db"), Ok(Mode::Prefer));
         assert_eq!(mode("postgres://u@h/db?sslmode=disable"), Ok(Mode::Disable));
         assert_eq!(mode("host=h sslmode=disable"), Ok(Mode::Disable));
-        assert_eq!(
-            mode("postgres://u@h/db?sslmode=verify-full&sslrootcert=/x/ca.crt"),
-            Ok(Mode::VerifyFull)
-        );
-        assert_eq!(
-            mode("host=h sslmode = verify-ca sslrootcert='/a b/ca.crt' user=u"),
-            Ok(Mode::VerifyCa)
-        );
         assert!(mode("postgres://u@h/db?sslmode=allow").is_err());
         assert!(mode("postgres://u@h/db?sslmode=bogus").is_err());
+        if cfg!(feature = "tls") {
+            assert_eq!(
+                mode("postgres://u@h/db?sslmode=verify-full&sslrootcert=/x/ca.crt"),
+                Ok(Mode::VerifyFull)
+            );
+            assert_eq!(
+                mode("host=h sslmode = verify-ca sslrootcert='/a b/ca.crt' user=u"),
+                Ok(Mode::VerifyCa)
+            );
+        }
+    }
+
+    #[test]
+    #[cfg(not(feature = "tls"))]
+    fn without_the_tls_feature_only_plain_modes_are_accepted() {
+        let err = mode("postgres://u@h/db?sslmode=require").unwrap_err();
+        assert!(err.contains("`tls` feature"), "{err}");
+        assert_eq!(mode("postgres://u@h/db?sslmode=prefer"), Ok(Mode::Prefer));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The store over TLS, against the TLS-only PostgreSQL that `cargo xtask test-servers --tls`
 //! starts with a test CA: `ANARCHON_POSTGRES_TLS_URL`, `ANARCHON_TLS_CA` (the CA that signed
 //! the server's certificate) and `ANARCHON_TLS_OTHER_CA` (a CA that signed nothing).
+#![cfg(feature = "tls")]
 
 use std::time::Duration;
 
