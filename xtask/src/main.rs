@@ -6,6 +6,7 @@
 
 mod bench;
 mod chaos;
+mod install;
 mod probe;
 mod scenarios;
 mod test;
@@ -20,12 +21,17 @@ const HELP: &str = "\
 cargo xtask <command>
 
 commands:
-  test-servers [--brokers] [--stop] [--status] [--local] [--port-offset N]
+  test-servers [--install] [--brokers] [--tls] [--cluster] [--stop] [--status] [--local]
+               [--port-offset N]
       Bring up the servers the tests use (Redis 7, Valkey, PostgreSQL, and where their
       binaries exist Redis >= 8.6 and sqld; --brokers adds RabbitMQ and NATS JetStream).
       Reuses servers already listening, uses Docker Compose where an engine answers
       (unless --local), writes the URLs to target/test-servers/env.
-      --stop stops what this command started; --status tells what answers.
+      --install first installs the missing Debian packages (as root; Valkey from
+      bookworm-backports on Debian 12); --tls adds a TLS-only PostgreSQL and redis-server
+      on spare ports with a test CA; --cluster adds a six-node Redis Cluster (3 primaries,
+      3 replicas) on spare ports; --stop stops what this command started;
+      --status tells what answers.
   test [--slow] [-- <runner args>]
       Run the workspace tests (cargo-nextest if installed, else cargo test) with the URLs
       from target/test-servers/env; --slow adds the real-process suites (ANARCHON_SLOW=1).

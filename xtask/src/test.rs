@@ -95,7 +95,7 @@ fn summary(effective: &[(String, String)], slow: bool) {
     };
     let (ran, skipped): (Vec<_>, Vec<_>) =
         test_servers::suites().partition(|(variable, _, _)| set(variable));
-    let names = |suites: &[(&str, &str, bool)]| {
+    let names = |suites: &[(&str, &str, &str)]| {
         suites
             .iter()
             .map(|(variable, name, _)| format!("{name} ({variable})"))
@@ -116,10 +116,15 @@ fn summary(effective: &[(String, String)], slow: bool) {
             "  skipped: {} (no URL: their tests printed SKIP lines)",
             names(&skipped)
         );
-        let brokers = skipped.iter().any(|(_, _, broker)| *broker);
+        let mut flags: Vec<&str> = skipped
+            .iter()
+            .map(|(_, _, flag)| *flag)
+            .filter(|flag| !flag.is_empty())
+            .collect();
+        flags.dedup();
+        let flags: String = flags.iter().map(|flag| format!(" {flag}")).collect();
         eprintln!(
-            "  start them with `cargo xtask test-servers{}`, then run `cargo xtask test` again",
-            if brokers { " --brokers" } else { "" }
+            "  start them with `cargo xtask test-servers{flags}`, then run `cargo xtask test` again"
         );
         if skipped
             .iter()

@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod cluster;
+mod tls;
+
 use crate::probe::{self, Answer, Protocol};
-use crate::util;
+use crate::{install, util};
 
 /// One server the tests can use.
 struct Spec {
@@ -92,16 +95,35 @@ const SERVERS: [Spec; 7] = [
     },
 ];
 
-/// The env variables `test-servers` exports, with the suite each one enables (for `test`).
-pub(crate) fn suites() -> impl Iterator<Item = (&'static str, &'static str, bool)> {
+/// The env variables `test-servers` exports, with the suite each one enables (for `test`):
+/// the variable, the suite's name, and the flag of `test-servers` that starts its server
+/// (`""` for none).
+pub(crate) fn suites() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
     SERVERS
         .iter()
-        .map(|spec| (spec.env, spec.name, spec.broker))
+        .map(|spec| {
+            (
+                spec.env,
+                spec.name,
+                if spec.broker { "--brokers" } else { "" },
+            )
+        })
+        .chain([
+            (tls::POSTGRES_ENV, "postgres-tls", "--tls"),
+            (tls::REDIS_ENV, "redis-tls", "--tls"),
+            (cluster::ENV, "redis-cluster", "--cluster"),
+        ])
 }
 
 #[derive(Default)]
 struct Options {
+    /// Install the missing Debian packages first.
+    install: bool,
     brokers: bool,
+    /// Also the TLS-only PostgreSQL and redis-server, with a test CA.
+    tls: bool,
+    /// Also a six-node Redis Cluster.
+    cluster: bool,
     stop: bool,
     status: bool,
     local: bool,
@@ -113,7 +135,10 @@ fn parse(args: &[String]) -> Result<Options> {
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--install" => options.install = true,
             "--brokers" => options.brokers = true,
+            "--tls" => options.tls = true,
+            "--cluster" => options.cluster = true,
             "--stop" => options.stop = true,
             "--status" => options.status = true,
             "--local" => options.local = true,
@@ -124,8 +149,8 @@ fn parse(args: &[String]) -> Result<Options> {
                     .with_context(|| format!("--port-offset {value}: not a port number"))?;
             }
             other => bail!(
-                "test-servers: unknown option `{other}` (expected --brokers, --stop, --status, \
-                 --local, --port-offset N)"
+                "test-servers: unknown option `{other}` (expected --install, --brokers, --tls, \
+                 --cluster, --stop, --status, --local, --port-offset N)"
             ),
         }
     }
@@ -136,6 +161,12 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     let options = parse(args)?;
     std::fs::create_dir_all(util::servers_dir())
         .with_context(|| format!("creating {}", util::servers_dir().display()))?;
+    if options.install && !options.stop && !options.status {
+        install::install(install::Wanted {
+            brokers: options.brokers,
+            tls: options.tls,
+        })?;
+    }
     if options.stop {
         stop(&options)
     } else if options.status {
@@ -359,9 +390,12 @@ fn up(options: &Options) -> Result<ExitCode> {
             start_locally(options, &to_start, &mut state, &mut outcomes)?;
         }
     }
+    // Started earlier with --tls: still exported, so a plain rerun keeps their URLs.
+    let tls = tls::up(options.tls, &mut state)?;
+    let cluster = cluster::up(options.cluster, &mut state)?;
     state.save()?;
 
-    let mut failed = false;
+    let mut failed = tls.failed || cluster.failed;
     let mut exported = Vec::new();
     for spec in &SERVERS {
         let port = spec.port(options)?;
@@ -371,16 +405,24 @@ fn up(options: &Options) -> Result<ExitCode> {
             Outcome::Answers { answer, .. } if answer.unfit.is_none() => {
                 exported.push((spec.env, spec.url(port)))
             }
-            Outcome::Missing(_) if spec.optional => {}
+            // An optional server (Redis >= 8.6, sqld) never fails the command: its suite
+            // prints SKIP lines.
+            _ if spec.optional => {}
             Outcome::NotRequested => {}
             _ => failed = true,
         }
     }
+    let servers = exported.len();
+    for line in tls.lines.iter().chain(&cluster.lines) {
+        println!("{line}");
+    }
+    exported.extend(tls.exported);
+    exported.extend(cluster.exported);
     write_env(&exported)?;
     println!(
         "wrote {} ({} of {} servers) in {}; `cargo xtask test` reads it",
         util::env_file().display(),
-        exported.len(),
+        servers,
         SERVERS.len(),
         util::secs(begun.elapsed())
     );
@@ -392,7 +434,7 @@ fn up(options: &Options) -> Result<ExitCode> {
 }
 
 fn status(options: &Options) -> Result<ExitCode> {
-    let state = State::load();
+    let mut state = State::load();
     for spec in &SERVERS {
         let port = spec.port(options)?;
         let outcome = match probe::probe(spec.protocol, port) {
@@ -407,6 +449,12 @@ fn status(options: &Options) -> Result<ExitCode> {
             Err(_) => Outcome::Silent,
         };
         print_line(spec, port, &outcome);
+    }
+    // The TLS servers and the cluster, when xtask started them.
+    let tls = tls::up(false, &mut state)?;
+    let cluster = cluster::up(false, &mut state)?;
+    for line in tls.lines.iter().chain(&cluster.lines) {
+        println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -614,14 +662,17 @@ fn find_binary(spec: &Spec) -> std::result::Result<PathBuf, String> {
             .filter(|value| !value.is_empty())
             .map(PathBuf::from)
     };
+    // A required server's hint is the exact command that installs it.
+    let package = |name: &str| {
+        format!(
+            "run `cargo xtask test-servers --install{}`, or as root: {}",
+            if spec.broker { " --brokers" } else { "" },
+            install::manual_commands(&[name])
+        )
+    };
     match spec.protocol {
-        Protocol::Redis => on_path("redis-server").ok_or_else(|| "install package redis-server".into()),
-        Protocol::Valkey => on_path("valkey-server").ok_or_else(|| {
-            "install package valkey-server (on Debian bookworm from bookworm-backports: add \
-             `deb http://deb.debian.org/debian bookworm-backports main` to the apt sources, then \
-             `apt-get install -t bookworm-backports valkey-server`)"
-                .into()
-        }),
+        Protocol::Redis => on_path("redis-server").ok_or_else(|| package("redis-server")),
+        Protocol::Valkey => on_path("valkey-server").ok_or_else(|| package("valkey-server")),
         Protocol::Redis86 => from_env("ANARCHON_REDIS86_SERVER")
             .into_iter()
             .chain(on_path("redis-server"))
@@ -633,14 +684,14 @@ fn find_binary(spec: &Spec) -> std::result::Result<PathBuf, String> {
             }),
         Protocol::Postgres => postgres_bindir()
             .map(|dir| dir.join("pg_ctl"))
-            .ok_or_else(|| "install package postgresql".into()),
+            .ok_or_else(|| package("postgresql")),
         Protocol::Libsql => from_env("ANARCHON_SQLD").or_else(|| on_path("sqld")).ok_or_else(|| {
             "sqld, the libSQL server (no Debian package): put sqld on PATH or set \
              ANARCHON_SQLD=/path/to/sqld, or use Docker (compose profile libsql)"
                 .into()
         }),
-        Protocol::Amqp => on_path("rabbitmq-server").ok_or_else(|| "install package rabbitmq-server".into()),
-        Protocol::Nats => on_path("nats-server").ok_or_else(|| "install package nats-server".into()),
+        Protocol::Amqp => on_path("rabbitmq-server").ok_or_else(|| package("rabbitmq-server")),
+        Protocol::Nats => on_path("nats-server").ok_or_else(|| package("nats-server")),
     }
 }
 
@@ -656,7 +707,7 @@ fn redis_server_version(binary: &Path) -> Option<String> {
 }
 
 /// The newest `/usr/lib/postgresql/<major>/bin`, else the folder of `pg_ctl` on PATH.
-fn postgres_bindir() -> Option<PathBuf> {
+pub(crate) fn postgres_bindir() -> Option<PathBuf> {
     let newest = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()

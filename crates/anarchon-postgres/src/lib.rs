@@ -29,9 +29,30 @@
 //!
 //! # Server versions and features
 //!
-//! PostgreSQL 9.5 or newer (for `INSERT ... ON CONFLICT`); tested on 15. No cargo features.
-//! Connections made from a URL do not use TLS (`tokio-postgres`'s `NoTls`); for TLS build a
-//! pool with your TLS connector and pass it to [`PostgresStore::with_pool`].
+//! PostgreSQL 9.5 or newer (for `INSERT ... ON CONFLICT`); tested on 15.
+//!
+//! - `tls` (default): TLS through rustls on the connections built from a URL (the pool and
+//!   the LISTEN connection), as the URL's `sslmode` and `sslrootcert` ask, read as libpq
+//!   reads them: `disable`; `prefer` (the default: TLS when the server offers it, else
+//!   plain; the certificate is not checked unless a root CA is given); `require` (TLS
+//!   always; the certificate is checked against the root CA only when one is given);
+//!   `verify-ca` (the chain against the root CA); `verify-full` (the chain and the host
+//!   name). The root CA is `sslrootcert=/path/ca.crt`, `sslrootcert=system`, or else
+//!   `~/.postgresql/root.crt` when it exists. `sslmode=allow` and client certificates
+//!   (`sslcert`, `sslkey`) are refused. Without the feature, `require` and the `verify-*`
+//!   modes are refused and `prefer` connects in plain text.
+//!
+//! ```no_run
+//! # async fn demo() -> anarchon_core::Result<()> {
+//! use anarchon_postgres::{PostgresOptions, PostgresStore};
+//!
+//! let store = PostgresStore::connect(
+//!     "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.crt",
+//!     PostgresOptions::default(),
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
 //!
 //! # MSRV
 //!
@@ -42,6 +63,7 @@ mod listen;
 mod schema;
 mod sql;
 mod store;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,8 +74,8 @@ use anarchon_core::{Error, Result, RunKey};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{NoTls, Row};
 use tokio_util::sync::CancellationToken;
 
 pub use deadpool_postgres;
@@ -215,8 +237,8 @@ pub(crate) struct Inner {
     names: Names,
     sql: Sql,
     timeout: Duration,
-    /// The configuration of the dedicated LISTEN connection, if any.
-    listen: Option<tokio_postgres::Config>,
+    /// The configuration of the dedicated LISTEN connection and its TLS connector, if any.
+    listen: Option<(tokio_postgres::Config, tls::Connector)>,
     connect_timeout: Duration,
     releases: broadcast::Sender<RunKey>,
     /// True while the LISTEN connection is up and listening.
@@ -235,20 +257,21 @@ impl Drop for Inner {
     }
 }
 
-fn parse_url(url: &str) -> std::result::Result<tokio_postgres::Config, PostgresError> {
-    let config: tokio_postgres::Config =
-        url.parse()
-            .map_err(|e: tokio_postgres::Error| PostgresError::InvalidUrl {
-                url: redact(url),
-                reason: e.to_string(),
-            })?;
+/// Parses a connection string into the driver's configuration and the TLS connector its
+/// `sslmode` / `sslrootcert` ask for.
+fn parse_url(
+    url: &str,
+) -> std::result::Result<(tokio_postgres::Config, tls::Connector), PostgresError> {
+    let invalid = |reason: String| PostgresError::InvalidUrl {
+        url: redact(url),
+        reason,
+    };
+    let (config, settings) = tls::parse(url).map_err(invalid)?;
     if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-        return Err(PostgresError::InvalidUrl {
-            url: redact(url),
-            reason: "no host given".into(),
-        });
+        return Err(invalid("no host given".into()));
     }
-    Ok(config)
+    let connector = tls::connector(&settings).map_err(invalid)?;
+    Ok((config, connector))
 }
 
 impl PostgresStore {
@@ -261,7 +284,7 @@ impl PostgresStore {
     /// `application_name` = `anarchon` (unless the URL sets one) and `connect_timeout` =
     /// `options.connect_timeout` (unless the URL sets one).
     pub fn new(url: &str, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
-        let mut config = parse_url(url)?;
+        let (mut config, connector) = parse_url(url)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
@@ -275,7 +298,7 @@ impl PostgresStore {
                 .keepalives_idle(Duration::from_secs(15))
                 .keepalives_interval(Duration::from_secs(5))
                 .keepalives_retries(3);
-            c
+            (c, tls::share(&connector))
         });
         let statement_ms = options.timeout.as_millis().max(1);
         let mut ours = format!("-c statement_timeout={statement_ms}");
@@ -292,7 +315,7 @@ impl PostgresStore {
             .unwrap_or(&options.connect_timeout);
         let manager = Manager::from_config(
             config,
-            NoTls,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -329,7 +352,7 @@ impl PostgresStore {
     ) -> std::result::Result<Self, PostgresError> {
         let listen = match (&options.listen_url, options.fast_handover) {
             (Some(url), true) => {
-                let mut c = parse_url(url)?;
+                let (mut c, connector) = parse_url(url)?;
                 if c.get_connect_timeout().is_none() {
                     c.connect_timeout(options.connect_timeout);
                 }
@@ -337,7 +360,7 @@ impl PostgresStore {
                     .keepalives_idle(Duration::from_secs(15))
                     .keepalives_interval(Duration::from_secs(5))
                     .keepalives_retries(3);
-                Some(c)
+                Some((c, connector))
             }
             _ => None,
         };
@@ -356,7 +379,7 @@ impl PostgresStore {
         pool: Pool,
         owns_pool: bool,
         target: String,
-        listen: Option<tokio_postgres::Config>,
+        listen: Option<(tokio_postgres::Config, tls::Connector)>,
         connect_timeout: Duration,
         options: PostgresOptions,
     ) -> std::result::Result<Self, PostgresError> {
@@ -434,6 +457,21 @@ impl Inner {
         let bound = self.timeout.max(self.connect_timeout) + Duration::from_secs(1);
         match tokio::time::timeout(bound, self.pool.get()).await {
             Ok(Ok(client)) => Ok(client),
+            // A refused certificate says so, with what to change.
+            Ok(Err(deadpool_postgres::PoolError::Backend(e))) => match tls::handshake_failed(e) {
+                Ok(failed) => Err(Error::Unavailable {
+                    store: KIND,
+                    target: self.target.clone(),
+                    source: failed.into(),
+                }),
+                Err(e) => Err(map_pool(
+                    deadpool_postgres::PoolError::Backend(e),
+                    operation,
+                    &self.target,
+                    self.timeout,
+                    self.timeout,
+                )),
+            },
             Ok(Err(e)) => Err(map_pool(
                 e,
                 operation,
@@ -532,7 +570,9 @@ impl Inner {
 
     /// Starts the LISTEN task once, when a runtime is at hand.
     fn ensure_listener(&self) {
-        let Some(config) = &self.listen else { return };
+        let Some((config, connector)) = &self.listen else {
+            return;
+        };
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
@@ -543,6 +583,7 @@ impl Inner {
         if guard.is_none() {
             *guard = Some(runtime.spawn(listen::run(
                 config.clone(),
+                tls::share(connector),
                 self.names.channel.clone(),
                 self.releases.clone(),
                 self.listening.clone(),

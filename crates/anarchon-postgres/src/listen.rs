@@ -11,7 +11,7 @@ use std::time::Duration;
 use anarchon_core::{JobName, RunKey};
 use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 const BACKOFF_START: Duration = Duration::from_millis(100);
@@ -24,8 +24,10 @@ pub(crate) fn parse_payload(payload: &str) -> Option<RunKey> {
 }
 
 /// Runs until `shutdown` is cancelled.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     config: tokio_postgres::Config,
+    connector: crate::tls::Connector,
     channel: String,
     releases: broadcast::Sender<RunKey>,
     state: watch::Sender<bool>,
@@ -37,7 +39,7 @@ pub(crate) async fn run(
     loop {
         let connected = tokio::select! {
             () = shutdown.cancelled() => return,
-            r = tokio::time::timeout(connect_timeout + Duration::from_secs(1), config.connect(NoTls)) => r,
+            r = tokio::time::timeout(connect_timeout + Duration::from_secs(1), config.connect(crate::tls::share(&connector))) => r,
         };
         let reason = match connected {
             Ok(Ok((client, mut connection))) => {
@@ -72,7 +74,10 @@ pub(crate) async fn run(
                     }
                 }
             }
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => match crate::tls::handshake_failed(e) {
+                Ok(failed) => failed.to_string(),
+                Err(e) => e.to_string(),
+            },
             Err(_) => "timed out opening the connection".to_owned(),
         };
         state.send_replace(false);

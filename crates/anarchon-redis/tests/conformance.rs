@@ -1,5 +1,6 @@
 //! The core conformance kit on Redis and Valkey: the lease kit for `RedisStore` and the
-//! claim-only kit for each claim-only strategy. [B-44]
+//! claim-only kit for each claim-only strategy, on single servers and on a Redis Cluster
+//! (`ANARCHON_REDIS_CLUSTER_URL`, from `cargo xtask test-servers --cluster`). [B-44]
 
 use std::sync::Arc;
 
@@ -31,6 +32,16 @@ async fn redis_lease() -> Option<Arc<dyn LeaseStore>> {
 }
 async fn valkey_lease() -> Option<Arc<dyn LeaseStore>> {
     lease("ANARCHON_VALKEY_URL").await
+}
+/// The six-node cluster of `cargo xtask test-servers --cluster`.
+async fn cluster_lease() -> Option<Arc<dyn LeaseStore>> {
+    lease("ANARCHON_REDIS_CLUSTER_URL").await
+}
+async fn cluster_stream_id() -> Option<Arc<dyn ClaimStore>> {
+    claim("ANARCHON_REDIS_CLUSTER_URL", Strategy::StreamId).await
+}
+async fn cluster_script() -> Option<Arc<dyn ClaimStore>> {
+    claim("ANARCHON_REDIS_CLUSTER_URL", Strategy::Script).await
 }
 async fn redis_stream_id() -> Option<Arc<dyn ClaimStore>> {
     claim("ANARCHON_REDIS_URL", Strategy::StreamId).await
@@ -80,4 +91,13 @@ mod valkey_script {
 }
 mod redis86_idmp {
     anarchon_core::claim_store_suite!(super::redis86_idmp);
+}
+mod cluster_lease {
+    anarchon_core::lease_store_suite!(super::cluster_lease);
+}
+mod cluster_stream_id {
+    anarchon_core::claim_store_suite!(super::cluster_stream_id);
+}
+mod cluster_script {
+    anarchon_core::claim_store_suite!(super::cluster_script);
 }

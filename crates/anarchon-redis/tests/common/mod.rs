@@ -2,6 +2,8 @@
 //! with a fresh prefix, and an admin client.
 #![allow(dead_code, unreachable_pub)] // Each test binary uses a different part of it.
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
