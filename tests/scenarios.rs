@@ -596,6 +596,26 @@ fn s9_lease_on_redis() {
     .run_all();
 }
 
+/// The lease column on a Redis Cluster (`cargo xtask test-servers --cluster`): keys are
+/// hash-tagged per job, so every script of a job runs on the primary of one hash slot.
+#[cfg(feature = "redis")]
+#[test]
+fn s9_lease_on_redis_cluster() {
+    if !slow() {
+        return;
+    }
+    let Some(url) = support::server_url("scenarios redis cluster", "ANARCHON_REDIS_CLUSTER_URL")
+    else {
+        return;
+    };
+    Env::new(
+        "redis-cluster",
+        format!("redis-lease:{}", support::redis_target(&url)),
+        Mode::Lease,
+    )
+    .run_all();
+}
+
 #[cfg(feature = "redis")]
 #[test]
 fn s9_naive_on_redis_stream_id() {

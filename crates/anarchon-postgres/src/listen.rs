@@ -1,5 +1,5 @@
 //! The dedicated LISTEN connection that turns release notifications into a broadcast of run
-//! keys (fast handover, SPEC §11).
+//! keys (fast handover, [G-03]).
 //!
 //! A pooled deadpool connection cannot be used: its connection task discards
 //! notifications. This task owns its connection, polls it with `poll_message`, and
