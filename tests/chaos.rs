@@ -186,7 +186,9 @@ fn s11_chaos_with_real_signals_keeps_every_guarantee() {
     let nodes: Vec<String> = (1..=instances).map(|n| format!("n{n}")).collect();
     let node_ids: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let mut rng = Rng(seed.max(1));
-    eprintln!("chaos on {kind}: seed {seed} for {seconds} s (replay with ANARCHON_CHAOS_SEED={seed})");
+    eprintln!(
+        "chaos on {kind}: seed {seed} for {seconds} s (replay with ANARCHON_CHAOS_SEED={seed})"
+    );
     let mut store = Store::open(&kind);
     let log_path = std::env::temp_dir().join(format!(
         "anarchon-chaos-{}-{}.log",

@@ -73,7 +73,11 @@ const LEASE_MS: i64 = 1_500;
 const HEARTBEAT_MS: i64 = 300;
 
 fn config(own: &Own, scenario: &str, interval: u64, work: u64) -> NodeConfig {
-    let job = format!("{scenario}-{}-{}", std::process::id(), now_ms() % 10_000_000);
+    let job = format!(
+        "{scenario}-{}-{}",
+        std::process::id(),
+        now_ms() % 10_000_000
+    );
     let mut cfg = NodeConfig::new(own.spec(), &job, interval, work);
     cfg.lease_ms = LEASE_MS as u64;
     cfg.heartbeat_ms = HEARTBEAT_MS as u64;
@@ -163,7 +167,9 @@ fn skew(own: &Own, keep: &mut Option<Cluster>) -> Result<String, String> {
     cfg.skewed = "n1".into();
     cfg.skew_ms = 2_000;
     let first = cfg.first_slot_in(3_000);
-    let slots: Vec<i64> = (0..if fast() { 8 } else { 15 }).map(|k| first + k * 1_000).collect();
+    let slots: Vec<i64> = (0..if fast() { 8 } else { 15 })
+        .map(|k| first + k * 1_000)
+        .collect();
     let c = keep.insert(Cluster::new(cfg));
     c.start(&["n1", "n2", "n3"]);
     let last = *slots.last().expect("slots");
@@ -248,8 +254,11 @@ fn secs(ms: i64) -> String {
 
 fn run_all(own: Own) {
     type Scenario = fn(&Own, &mut Option<Cluster>) -> Result<String, String>;
-    let scenarios: [(&str, Scenario); 3] =
-        [("store-outage", outage), ("clock-skew", skew), ("crowd", crowd)];
+    let scenarios: [(&str, Scenario); 3] = [
+        ("store-outage", outage),
+        ("clock-skew", skew),
+        ("crowd", crowd),
+    ];
     let mut failed = Vec::new();
     for (name, scenario) in scenarios {
         let mut cluster = None;
@@ -261,13 +270,21 @@ fn run_all(own: Own) {
         println!("VERDICT {} lease {name} {word}: {text}", own.name());
         if result.is_err() {
             if let Some(c) = &cluster {
-                eprintln!("--- {} {name}: what the nodes printed\n{}", own.name(), c.log());
+                eprintln!(
+                    "--- {} {name}: what the nodes printed\n{}",
+                    own.name(),
+                    c.log()
+                );
             }
             failed.push(name);
         }
         drop(cluster);
     }
-    assert!(failed.is_empty(), "{}: scenarios failed: {failed:?}", own.name());
+    assert!(
+        failed.is_empty(),
+        "{}: scenarios failed: {failed:?}",
+        own.name()
+    );
 }
 
 #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]

@@ -205,7 +205,11 @@ impl OwnPostgres {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "pg_ctl {args:?} failed; see {}", self.dir.join("log").display());
+        assert!(
+            ok,
+            "pg_ctl {args:?} failed; see {}",
+            self.dir.join("log").display()
+        );
     }
 
     /// `postgres://postgres@127.0.0.1:<port>/postgres`.
@@ -215,11 +219,14 @@ impl OwnPostgres {
 
     /// The postmaster and every process it started.
     fn pids(&self) -> Vec<u32> {
-        let Ok(text) = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid"))
-        else {
+        let Ok(text) = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid")) else {
             return Vec::new();
         };
-        let Some(master) = text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) else {
+        let Some(master) = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<u32>().ok())
+        else {
             return Vec::new();
         };
         let mut pids = vec![master];
@@ -305,7 +312,10 @@ impl SqliteLock {
         let mut line = String::new();
         let out = child.stdout.take().expect("stdout");
         std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).ok();
-        assert!(line.starts_with("LOCKED"), "the lock holder did not lock: {line:?}");
+        assert!(
+            line.starts_with("LOCKED"),
+            "the lock holder did not lock: {line:?}"
+        );
         Some(SqliteLock { child })
     }
 }

@@ -320,6 +320,12 @@ pub trait LeaseStore: HistoryStore {
     fn subscribe_releases(&self) -> Option<tokio::sync::broadcast::Receiver<RunKey>> {
         None
     }
+
+    /// The scheduler starts (`true`) or stops (`false`) watching runs as a backup; calls
+    /// come in pairs per scheduler. A store whose release notifications cost something while
+    /// idle (SQLite polls the file's change counter for other processes' releases) does that
+    /// only while at least one scheduler watches, so an idle instance stays silent.
+    fn set_watching(&self, _watching: bool) {}
 }
 
 // ---------------------------------------------------------------------------------------

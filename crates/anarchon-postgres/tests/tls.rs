@@ -56,6 +56,7 @@ async fn prepared(url: &str, schema: &str, jobs: &[&anarchon_core::JobName]) -> 
         .prepare(&Prepare {
             jobs: jobs.iter().map(|j| (*j).clone()).collect(),
             instance_id: "tls".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect("prepare over TLS");

@@ -44,6 +44,7 @@ async fn primary_of_the_jobs_slot_killed_mid_run_the_run_ends_once() {
             .prepare(&Prepare {
                 jobs: vec![job.clone()],
                 instance_id: id.into(),
+                call_timeout: std::time::Duration::from_secs(5),
             })
             .await
             .expect("prepare on the cluster");
@@ -120,6 +121,7 @@ async fn primary_of_the_jobs_slot_killed_mid_run_the_run_ends_once() {
                         lease_ms: LEASE_MS,
                         max_attempts: 3,
                         superseded: false,
+                        not_after: i64::MAX,
                     };
                     if let Ok(TakeoverOutcome::Won(lease)) = backup.take_over(&takeover).await {
                         eprintln!(

@@ -62,6 +62,7 @@ async fn rediss_url_lease_round_trip() {
         .prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: "tls".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect("prepare over TLS");
@@ -112,6 +113,7 @@ async fn rediss_url_with_the_wrong_ca_is_unavailable() {
         .prepare(&Prepare {
             jobs: vec![unique_job("rediss-wrong-ca")],
             instance_id: "tls".into(),
+            call_timeout: std::time::Duration::from_secs(5),
         })
         .await
         .expect_err("a certificate signed by another CA must be refused");

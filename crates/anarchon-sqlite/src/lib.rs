@@ -36,6 +36,8 @@ pub mod sql;
 mod error;
 #[cfg(feature = "rusqlite")]
 mod store;
+#[cfg(feature = "rusqlite")]
+mod watcher;
 
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]

@@ -1,7 +1,8 @@
 //! In-process release notifications: fast handover between the instances of one process.
 //!
-//! SQLite has no way to tell another process that a row changed, so backups in other
-//! processes poll every heartbeat. Instances in the same process (tests, the quick-start's
+//! SQLite has no way to tell another process that a row changed: while a scheduler watches,
+//! the store's watcher (`watcher.rs`) reads the file's change counter every 15 ms and
+//! announces other processes' releases here. Instances in the same process (tests, the quick-start's
 //! threads, an application that runs several schedulers) share one broadcast channel per
 //! database and table prefix, and a released run reaches their backups at once.
 

@@ -136,6 +136,11 @@ impl SqliteStoreBuilder {
             canonical.display(),
             sql.tables.runs
         ));
+        let watcher = crate::watcher::ReleaseWatcher::new(
+            canonical.clone(),
+            sql.tables.runs.clone(),
+            releases.clone(),
+        );
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 jobs: Mutex::new(Some(jobs_tx)),
@@ -143,6 +148,7 @@ impl SqliteStoreBuilder {
                 call_timeout,
                 caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
                 releases,
+                watcher,
             }),
         })
     }
@@ -175,6 +181,7 @@ struct Inner {
     /// outlast its caller, or a claim could commit after the caller gave up on it.
     caller_limit_ms: std::sync::atomic::AtomicU64,
     releases: Arc<broadcast::Sender<RunKey>>,
+    watcher: crate::watcher::ReleaseWatcher,
 }
 
 impl Inner {
@@ -800,9 +807,16 @@ impl LeaseStore for SqliteStore {
     }
 
     /// An in-process broadcast shared by every store of this process opened on the same
-    /// file and prefix: backups in this process hear of a release at once; backups in other
-    /// processes notice it at their next poll (every heartbeat).
+    /// file and prefix: backups in this process hear of a release at once; releases by
+    /// other processes are announced on it by the watcher (see `set_watching`).
     fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
         Some(self.inner.releases.subscribe())
+    }
+
+    /// While a scheduler watches, a thread reads the file's `PRAGMA data_version` every
+    /// 15 ms and announces runs released by other processes, so a handover reaches backups
+    /// in other processes within tens of milliseconds; with nobody watching it stops.
+    fn set_watching(&self, watching: bool) {
+        self.inner.watcher.set(watching);
     }
 }

@@ -644,3 +644,45 @@ async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
     let distinct: std::collections::BTreeSet<i64> = runs.iter().map(|r| r.slot).collect();
     assert_eq!(distinct.len(), 3, "{runs:?}");
 }
+
+/// A release written by another connection (another process, as far as SQLite can tell) is
+/// announced on the release channel while a scheduler watches: the watcher reads the file's
+/// change counter, finds the newly released run and sends its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b17_a_release_by_another_connection_is_announced_while_watching() {
+    let t = TempStore::new().await;
+    let job = unique_job("xproc");
+    t.store
+        .prepare(&Prepare {
+            jobs: vec![job.clone()],
+            instance_id: "a".into(),
+            call_timeout: Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    let now = t.store.now().await.unwrap();
+    let ClaimOutcome::Won(lease) = t.store.claim(&claim(&job, now, "a", now)).await.unwrap() else {
+        panic!("claim")
+    };
+    let mut rx = t.store.subscribe_releases().expect("a release channel");
+    t.store.set_watching(true);
+    // Another connection releases the run, as another process's store would.
+    let runs = t.store.tables().runs.clone();
+    raw(&t.path())
+        .execute(
+            &format!("UPDATE {runs} SET owner = NULL WHERE job = ?1 AND slot = ?2"),
+            rusqlite::params![job.as_str(), lease.run.slot],
+        )
+        .unwrap();
+    let started = Instant::now();
+    let key = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+        .await
+        .expect("announced within 2 s")
+        .expect("a key");
+    assert_eq!(key, lease.run);
+    eprintln!(
+        "released by another connection: announced after {:?}",
+        started.elapsed()
+    );
+    t.store.set_watching(false);
+}

@@ -241,6 +241,8 @@ struct Driver {
     failures: u32,
     /// Jobs whose claim failed since the store last answered: caught up on recovery.
     missed: HashSet<JobName>,
+    /// What the store was last told by `set_watching`.
+    watching: bool,
 }
 
 /// The driver task's body.
@@ -283,6 +285,7 @@ pub(crate) async fn run(
         clock,
         failures: 0,
         missed: HashSet::new(),
+        watching: false,
     };
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
@@ -318,9 +321,15 @@ pub(crate) async fn run(
             // Let joined store tasks go (their results came through `inbox`).
             Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {}
         }
+        d.announce_watching();
         if d.stopping && (d.stop_forced || d.settled()) {
             break;
         }
+    }
+    if d.watching
+        && let Backend::Lease(store) = &d.shared.backend
+    {
+        store.set_watching(false);
     }
     // Stop: nothing may reach the store after `stop()` returns. [B-34]
     d.tasks.shutdown().await;
@@ -452,6 +461,18 @@ impl Driver {
 
     fn note_clock(&mut self, store_ms: EpochMs, sent: Instant) {
         self.clock = ClockSample::measure(&self.shared, store_ms, sent);
+    }
+
+    /// Tells the store when this instance starts or stops watching runs (SQLite polls for
+    /// other processes' releases only meanwhile).
+    fn announce_watching(&mut self) {
+        let want = !self.watches.is_empty() && !self.stopping;
+        if want != self.watching
+            && let Backend::Lease(store) = &self.shared.backend
+        {
+            store.set_watching(want);
+            self.watching = want;
+        }
     }
 
     /// Nothing is left in flight: stop may return.

@@ -274,6 +274,9 @@ impl LeaseStore for Instance {
     fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
         self.inner.subscribe_releases()
     }
+    fn set_watching(&self, watching: bool) {
+        self.inner.set_watching(watching);
+    }
 }
 
 /// A scheduler for one instance of the tests, with the kit's timing.

@@ -99,4 +99,7 @@ impl LeaseStore for TempStore {
     fn subscribe_releases(&self) -> Option<tokio::sync::broadcast::Receiver<RunKey>> {
         self.store.subscribe_releases()
     }
+    fn set_watching(&self, watching: bool) {
+        self.store.set_watching(watching)
+    }
 }
