@@ -382,6 +382,12 @@ impl LeaseStore for MemoryStore {
         }))
     }
 
+    /// The reference store takes batches (answered one claim after the other, under one
+    /// lock each), so the scheduler's batching is exercised by the kit on it.
+    fn claim_batch_limit(&self) -> usize {
+        64
+    }
+
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
         self.gate().await?;
         let now = self.clock_ms();

@@ -302,6 +302,21 @@ impl RunView {
 pub trait LeaseStore: HistoryStore {
     /// Claims a slot. See the trait's contract.
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome>;
+    /// Claims several slots in one call, answers in the order given; each claim behaves
+    /// exactly as [`LeaseStore::claim`] would, in the order given. A store that can do it in
+    /// one round trip or transaction overrides this and [`LeaseStore::claim_batch_limit`];
+    /// the default claims one after the other and stops at the first error.
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        let mut out = Vec::with_capacity(claims.len());
+        for c in claims {
+            out.push(self.claim(c).await?);
+        }
+        Ok(out)
+    }
+    /// The most claims [`LeaseStore::claim_many`] takes in one round trip (1: no batching).
+    fn claim_batch_limit(&self) -> usize {
+        1
+    }
     /// Renews every given lease in one call; answers in the order given.
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>>;
     /// Records the end of an attempt.

@@ -77,8 +77,11 @@ proptest! {
             Ok(interval) => {
                 prop_assert!(interval > Duration::ZERO);
                 prop_assert!(i64::try_from(interval.as_millis()).is_ok());
-                // What parses also builds a schedule.
-                prop_assert!(Schedule::every(interval, 0).is_ok());
+                // What parses also builds a schedule, or is refused as out of range.
+                match Schedule::every(interval, 0) {
+                    Ok(_) | Err(Error::OutOfRange { .. } | Error::InvalidInterval { .. }) => {}
+                    Err(other) => prop_assert!(false, "{input:?}: every: {other:?}"),
+                }
             }
             Err(Error::InvalidInterval { input: named, .. }) => prop_assert_eq!(&named, &input),
             Err(other) => prop_assert!(false, "{input:?}: not InvalidInterval: {other:?}"),
@@ -309,14 +312,22 @@ proptest! {
         };
         match config.validate(lease, "memory", kind) {
             Ok(()) => {}
-            Err(Error::InvalidOption { .. } | Error::UnknownTimezone { .. }) => {}
+            Err(
+                Error::InvalidOption { .. }
+                | Error::UnknownTimezone { .. }
+                | Error::OutOfRange { .. },
+            ) => {}
             Err(other) => prop_assert!(false, "{json}: validate: {other:?}"),
         }
         let mut options = JobOptions::default();
         config.apply(&mut options);
         match options.validate() {
             Ok(()) => {}
-            Err(Error::InvalidOption { .. } | Error::UnknownTimezone { .. }) => {}
+            Err(
+                Error::InvalidOption { .. }
+                | Error::UnknownTimezone { .. }
+                | Error::OutOfRange { .. },
+            ) => {}
             Err(other) => prop_assert!(false, "{json}: options: {other:?}"),
         }
     }

@@ -36,6 +36,11 @@ const KIND: &str = "sqlite";
 /// How long a statement waits for another connection's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The most claims one transaction takes (`LeaseStore::claim_many`): enough to absorb the
+/// slots of thousands of jobs falling due together in a few transactions, small enough that
+/// one transaction holds the write lock for about a millisecond.
+const BATCH_CLAIMS: usize = 256;
+
 /// Options for opening a [`SqliteStore`]; see [`SqliteStore::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `open` is called"]
@@ -754,6 +759,18 @@ impl LeaseStore for SqliteStore {
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
         let claim = claim.clone();
         on_worker!(self, "claim", |e, sql| ops::claim(&mut e, sql, &claim))
+    }
+
+    /// One transaction for the whole batch: one write lock and one commit.
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        let claims = claims.to_vec();
+        on_worker!(self, "claim", |e, sql| ops::claim_many(
+            &mut e, sql, &claims
+        ))
+    }
+
+    fn claim_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {

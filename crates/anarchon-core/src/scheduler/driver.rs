@@ -124,6 +124,11 @@ enum Timer {
 }
 
 enum Msg {
+    ClaimedMany {
+        items: Vec<(Arc<JobDef>, EpochMs, Reason)>,
+        sent: Instant,
+        result: Result<Vec<ClaimOutcome>>,
+    },
     Claimed {
         job: Arc<JobDef>,
         slot: EpochMs,
@@ -243,6 +248,8 @@ struct Driver {
     missed: HashSet<JobName>,
     /// What the store was last told by `set_watching`.
     watching: bool,
+    /// Claims of this loop turn, sent together at its end (stores that batch claims).
+    claim_queue: Vec<(Arc<JobDef>, EpochMs, Reason, LeaseClaim)>,
 }
 
 /// The driver task's body.
@@ -286,6 +293,7 @@ pub(crate) async fn run(
         failures: 0,
         missed: HashSet::new(),
         watching: false,
+        claim_queue: Vec::new(),
     };
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
@@ -321,6 +329,7 @@ pub(crate) async fn run(
             // Let joined store tasks go (their results came through `inbox`).
             Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {}
         }
+        d.flush_claims();
         d.announce_watching();
         if d.stopping && (d.stop_forced || d.settled()) {
             break;
@@ -722,6 +731,11 @@ impl Driver {
                     retention: job.opts.retention(),
                 };
                 self.flight_start(&run);
+                if store.claim_batch_limit() > 1 {
+                    // Claims that fall due in one turn of the loop go out together.
+                    self.claim_queue.push((job, slot, reason, claim));
+                    return;
+                }
                 let sent = Instant::now();
                 self.call(
                     "claim",
@@ -747,6 +761,92 @@ impl Driver {
                     move |result| Msg::SlotClaimed { job, slot, result },
                 );
             }
+        }
+    }
+
+    /// Sends the claims queued in this turn, in batches the store takes in one round trip.
+    fn flush_claims(&mut self) {
+        if self.claim_queue.is_empty() {
+            return;
+        }
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
+        };
+        let limit = store.claim_batch_limit().max(1);
+        let mut queue = std::mem::take(&mut self.claim_queue);
+        while !queue.is_empty() {
+            let rest = queue.split_off(queue.len().min(limit));
+            let batch = std::mem::replace(&mut queue, rest);
+            let (items, claims): (Vec<_>, Vec<_>) = batch
+                .into_iter()
+                .map(|(job, slot, reason, claim)| ((job, slot, reason), claim))
+                .unzip();
+            let store = store.clone();
+            let sent = Instant::now();
+            self.call(
+                "claim",
+                async move { store.claim_many(&claims).await },
+                move |result| Msg::ClaimedMany {
+                    items,
+                    sent,
+                    result,
+                },
+            );
+        }
+    }
+
+    fn claimed_many(
+        &mut self,
+        items: Vec<(Arc<JobDef>, EpochMs, Reason)>,
+        sent: Instant,
+        result: Result<Vec<ClaimOutcome>>,
+    ) {
+        match result {
+            Ok(outcomes) if outcomes.len() == items.len() => {
+                for ((job, slot, reason), outcome) in items.into_iter().zip(outcomes) {
+                    self.claimed(job, slot, reason, sent, Ok(outcome));
+                }
+            }
+            Ok(outcomes) => {
+                let e = Error::store(
+                    self.shared.backend.history().kind(),
+                    "claim",
+                    format!(
+                        "a batch of {} claims was answered with {} outcomes",
+                        items.len(),
+                        outcomes.len()
+                    ),
+                );
+                self.batch_failed(items, sent, &e);
+            }
+            Err(e) => self.batch_failed(items, sent, &e),
+        }
+    }
+
+    /// Every claim of a failed batch has an unknown outcome: each is handled as a failed
+    /// claim (reported once, then watched).
+    fn batch_failed(
+        &mut self,
+        items: Vec<(Arc<JobDef>, EpochMs, Reason)>,
+        sent: Instant,
+        e: &Error,
+    ) {
+        let message = e.to_string();
+        for (i, (job, slot, reason)) in items.into_iter().enumerate() {
+            let err = if i == 0 {
+                Error::store(
+                    self.shared.backend.history().kind(),
+                    "claim",
+                    message.clone(),
+                )
+            } else {
+                Error::store(
+                    self.shared.backend.history().kind(),
+                    "claim",
+                    "the batch this claim was in failed (reported above)",
+                )
+            };
+            self.claimed(job, slot, reason, sent, Err(err));
         }
     }
 
@@ -1636,6 +1736,11 @@ impl Driver {
                 sent,
                 result,
             } => self.claimed(job, slot, reason, sent, result),
+            Msg::ClaimedMany {
+                items,
+                sent,
+                result,
+            } => self.claimed_many(items, sent, result),
             Msg::SlotClaimed { job, slot, result } => self.slot_claimed(job, slot, result),
             Msg::Heartbeat { ids, sent, result } => self.heartbeat_done(ids, sent, result),
             Msg::Watched {

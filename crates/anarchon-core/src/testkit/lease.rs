@@ -23,6 +23,7 @@ macro_rules! __lease_store_tests {
             b10_claim_after_deadline_is_late_and_writes_nothing,
             b11_one_of_concurrent_claims_wins,
             b11_claim_of_a_claimed_slot_is_taken_even_after_finish,
+            b11_claim_many_answers_each_claim_as_claim_would,
             b12_overlap_skip_refuses_while_an_earlier_lease_is_live,
             b12_overlap_allow_starts_beside_a_live_run,
             b13_batched_heartbeat_renews_only_current_owners,
@@ -307,6 +308,38 @@ pub async fn s11_takeover_after_its_deadline_is_late_and_writes_nothing(
         store.take_over(&in_time).await.unwrap(),
         TakeoverOutcome::Won(l) if l.attempt == 2
     ));
+}
+
+/// [B-11] A batch of claims answers each as a single claim would, in order: a won slot, the
+/// same slot again (taken), a late one, and a slot of another job.
+pub async fn b11_claim_many_answers_each_claim_as_claim_would(store: Arc<dyn LeaseStore>) {
+    let (j1, j2) = (unique_job("batch"), unique_job("batch"));
+    prepared(&store, &[&j1, &j2]).await;
+    let t = now(&store).await;
+    let mut late = claim(&j1, t - 120_000, "a", t);
+    late.not_after = t - 60_000;
+    let claims = vec![
+        claim(&j1, t, "a", t),
+        claim(&j1, t, "b", t),
+        late,
+        claim(&j2, t, "a", t),
+    ];
+    let out = store.claim_many(&claims).await.unwrap();
+    assert_eq!(out.len(), 4, "{out:?}");
+    assert!(
+        matches!(&out[0], ClaimOutcome::Won(l) if l.run == claims[0].run),
+        "{out:?}"
+    );
+    assert_eq!(out[1], ClaimOutcome::Taken);
+    assert!(matches!(out[2], ClaimOutcome::Late { .. }), "{out:?}");
+    assert!(
+        matches!(&out[3], ClaimOutcome::Won(l) if l.run == claims[3].run),
+        "{out:?}"
+    );
+    assert!(store.claim_batch_limit() >= 1);
+    let h = store.history(&j1, 10).await.unwrap();
+    assert_eq!(h.len(), 1, "one attempt recorded: {h:?}");
+    assert_eq!(store.claim_many(&[]).await.unwrap(), vec![]);
 }
 
 /// [B-14] A crashed run starts at most `max_attempts` times, then it is `failed`.

@@ -229,6 +229,17 @@ impl LeaseStore for Instance {
         }
         outcome
     }
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        // Each claim of the batch meets the same faults as a single claim.
+        let mut out = Vec::with_capacity(claims.len());
+        for c in claims {
+            out.push(self.claim(c).await?);
+        }
+        Ok(out)
+    }
+    fn claim_batch_limit(&self) -> usize {
+        self.inner.claim_batch_limit()
+    }
     async fn heartbeat(&self, l: &[Lease], ms: u64) -> Result<Vec<Renewal>> {
         self.gate().await;
         self.failing()?;

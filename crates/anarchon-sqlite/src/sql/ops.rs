@@ -61,6 +61,28 @@ pub async fn claim<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Clai
     finish_tx(e, r).await
 }
 
+/// Several claims in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
+/// each claim judged as [`claim`] judges it, in the order given.
+pub async fn claim_many<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    claims: &[LeaseClaim],
+) -> Result<Vec<ClaimOutcome>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let mut out = Vec::with_capacity(claims.len());
+        for c in claims {
+            out.push(claim_in_tx(e, sql, c).await?);
+        }
+        Ok(out)
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
 async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<ClaimOutcome> {
     let now = e.now().await?;
     if now > c.not_after {

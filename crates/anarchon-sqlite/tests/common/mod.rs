@@ -75,6 +75,12 @@ impl HistoryStore for TempStore {
 
 #[async_trait]
 impl LeaseStore for TempStore {
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        self.store.claim_many(claims).await
+    }
+    fn claim_batch_limit(&self) -> usize {
+        self.store.claim_batch_limit()
+    }
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
         self.store.claim(claim).await
     }
