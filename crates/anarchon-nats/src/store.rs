@@ -117,6 +117,45 @@ fn check_url(url: &str) -> std::result::Result<(), NatsError> {
     Ok(())
 }
 
+/// Decodes `%XX` escapes of a URL's user or password.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The credentials in the URL (the first server's that has any): a user and password, or a
+/// token (a user without a password).
+fn credentials(url: &str) -> std::result::Result<Option<(String, Option<String>)>, NatsError> {
+    for part in url.split(',') {
+        let addr: async_nats::ServerAddr =
+            part.trim().parse().map_err(|_| NatsError::InvalidUrl {
+                url: redact_url(url),
+                reason: "it could not be parsed".into(),
+            })?;
+        if let Some(user) = addr.username() {
+            return Ok(Some((
+                percent_decode(user),
+                addr.password().map(percent_decode),
+            )));
+        }
+    }
+    Ok(None)
+}
+
 fn connect_reason(e: &async_nats::ConnectError) -> String {
     use async_nats::ConnectErrorKind as K;
     match e.kind() {
@@ -153,7 +192,14 @@ impl NatsStore {
         opts.validate()?;
         check_url(url)?;
         let target = redact_url(url);
-        let connect = async_nats::ConnectOptions::new()
+        // The client does not read credentials from the URL by itself.
+        let mut connect = async_nats::ConnectOptions::new();
+        match credentials(url)? {
+            Some((user, Some(pass))) => connect = connect.user_and_password(user, pass),
+            Some((token, None)) => connect = connect.token(token),
+            None => {}
+        }
+        let connect = connect
             .name("anarchon")
             .connection_timeout(opts.connect_timeout)
             .request_timeout(Some(opts.operation_timeout))
