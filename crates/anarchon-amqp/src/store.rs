@@ -337,6 +337,15 @@ fn connect_reason(e: &amqprs::error::Error, password: &str) -> String {
         "the server refused the credentials; check the user and password in the URL".into()
     } else if upper.contains("NOT_ALLOWED") || upper.contains("530") || upper.contains("VHOST") {
         "the virtual host does not exist or the user may not use it; check the URL's path".into()
+    } else if upper.contains("RESET BY PEER")
+        || upper.contains("EOF")
+        || upper.contains("CONNECTION CLOSED")
+    {
+        // RabbitMQ drops the connection during the handshake when the credentials are
+        // wrong (a client must ask for a proper close, which amqprs does not).
+        "the server closed the connection during the handshake: most likely the user or \
+         password is wrong, or the user may not use the virtual host; check the URL"
+            .into()
     } else if upper.contains("REFUSED") {
         "the connection was refused; check that the server runs and the port".into()
     } else if password.is_empty() {
