@@ -20,6 +20,7 @@ pub struct AmqpOptions {
     pub(crate) prefix: String,
     pub(crate) slot_ttl: Duration,
     pub(crate) history_max_bytes: u64,
+    pub(crate) durable_gates: bool,
     pub(crate) operation_timeout: Duration,
     pub(crate) connect_timeout: Duration,
 }
@@ -30,6 +31,7 @@ impl Default for AmqpOptions {
             prefix: "anarchon".into(),
             slot_ttl: Duration::from_secs(300),
             history_max_bytes: 8 * 1024 * 1024,
+            durable_gates: false,
             operation_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
         }
@@ -66,6 +68,20 @@ impl AmqpOptions {
     /// `history_size` records.
     pub fn history_max_bytes(mut self, bytes: u64) -> Self {
         self.history_max_bytes = bytes;
+        self
+    }
+
+    /// Whether gate queues and their message survive a broker restart (default `false`).
+    ///
+    /// Transient gate queues live in the broker's memory only: thousands of them cost no
+    /// file handles or disk writes. Their price: a slot claimed shortly before a broker
+    /// restart can be claimed a second time after it, if an instance claims it again within
+    /// its `jitter_ms + max_late_ms`. Durable gate queues close that gap, but each one holds
+    /// files open on a classic-queue broker, and a broker with a low open-file limit (1024
+    /// is common) runs out of them with a job every second or two. Every instance must use
+    /// the same value.
+    pub fn durable_gates(mut self, durable: bool) -> Self {
+        self.durable_gates = durable;
         self
     }
 

@@ -12,8 +12,8 @@ use amqprs::channel::{
 };
 use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::{
-    Ack, BasicProperties, Cancel, Close, CloseChannel, DELIVERY_MODE_PERSISTENT, FieldTable,
-    FieldValue, Nack, Return,
+    Ack, BasicProperties, Cancel, Close, CloseChannel, DELIVERY_MODE_PERSISTENT,
+    DELIVERY_MODE_TRANSIENT, FieldTable, FieldValue, Nack, Return,
 };
 use anarchon_core::{
     ClaimStore, EpochMs, Error, HistoryRecord, HistoryStore, JobName, Prepare, Result, Retention,
@@ -204,9 +204,10 @@ struct Entry {
 /// overlap check, catch-up or retry. History is kept by count only. [B-22, B-26, B-28]
 ///
 /// # How a claim works
-/// Every instance declares the run's gate queue `<prefix>.gate.<job>.<slot>` (durable,
-/// `x-max-length` 1, `x-overflow` `reject-publish`, `x-expires` = `slot_ttl`) and
-/// publishes one persistent message to it on a channel in confirm mode. The queue takes the
+/// Every instance declares the run's gate queue `<prefix>.gate.<job>.<slot>` (`x-max-length`
+/// 1, `x-overflow` `reject-publish`, `x-expires` = `slot_ttl`; transient unless
+/// [`AmqpOptions::durable_gates`]) and publishes one message to it on a channel in confirm
+/// mode. The queue takes the
 /// first message; every later one is refused and confirmed with a nack. Ack: this instance
 /// won; nack: `taken`. A claim whose confirm does not come back (connection dropped,
 /// timeout) is `unknown` and the slot is skipped on this instance rather than risk a second
@@ -919,7 +920,8 @@ impl ClaimStore for AmqpStore {
             let _one = live.rpc.lock().await;
             live.channel
                 .queue_declare(
-                    QueueDeclareArguments::durable_client_named(&queue)
+                    QueueDeclareArguments::new(&queue)
+                        .durable(self.opts.durable_gates)
                         .arguments(self.gate_args())
                         .finish(),
                 )
@@ -928,7 +930,11 @@ impl ClaimStore for AmqpStore {
         })
         .await?;
         let props = BasicProperties::default()
-            .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
+            .with_delivery_mode(if self.opts.durable_gates {
+                DELIVERY_MODE_PERSISTENT
+            } else {
+                DELIVERY_MODE_TRANSIENT
+            })
             .finish();
         // A publish that could not be handed to the connection was not sent: an error.
         let rx = live
