@@ -646,10 +646,74 @@ impl AmqpStore {
             .publish(queue, properties, body)
             .await
             .map_err(|e| self.channel_err(live, operation, queue, e))?;
-        match tokio::time::timeout(self.opts.operation_timeout, rx).await {
-            Ok(Ok(ack)) => Ok(ack),
-            Ok(Err(_)) => Err(self.channel_err(live, operation, queue, "no confirm")),
-            Err(_) => Err(self.timeout(operation)),
+        self.await_confirm(live, operation, queue, rx).await
+    }
+
+    /// Waits for a confirm, giving up as soon as the channel or connection is gone (the
+    /// server closing a connection does not resolve the confirms it never sent).
+    async fn await_confirm(
+        &self,
+        live: &Live,
+        operation: &'static str,
+        queue: &str,
+        rx: oneshot::Receiver<bool>,
+    ) -> Result<bool> {
+        let deadline = tokio::time::Instant::now() + self.opts.operation_timeout;
+        tokio::pin!(rx);
+        loop {
+            tokio::select! {
+                r = &mut rx => {
+                    return r.map_err(|_| self.channel_err(live, operation, queue, "no confirm"));
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if !live.usable() {
+                        return Err(self.channel_err(live, operation, queue, "the channel closed"));
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(self.timeout(operation));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends a message to a stream queue and waits for its confirm, retrying twice on a
+    /// lost connection or confirm. A stream that another instance declared a moment ago
+    /// may have no leader yet, and RabbitMQ 3.10 then drops the publishing connection;
+    /// readers ignore a repeated entry, so a retry is harmless.
+    async fn append(
+        &self,
+        operation: &'static str,
+        queue: &str,
+        properties: BasicProperties,
+        body: Vec<u8>,
+    ) -> Result<()> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let result = async {
+                let live = self.live().await?;
+                self.declare_stream(&live, queue).await?;
+                self.publish_confirmed(&live, operation, queue, properties.clone(), body.clone())
+                    .await
+            }
+            .await;
+            match result {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    return Err(Error::store(
+                        STORE,
+                        operation,
+                        format!("the server refused the message to {queue:?} (nack)"),
+                    ));
+                }
+                Err(e @ Error::Corrupt { .. }) => return Err(e),
+                Err(e) if tries >= 3 => return Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, %queue, "retrying an append to a stream");
+                    tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+                }
+            }
         }
     }
 
@@ -662,9 +726,11 @@ impl AmqpStore {
     }
 
     async fn note_jobs(&self, jobs: &[JobName]) -> Result<()> {
-        let live = self.live().await?;
         let queue = self.jobs_queue();
-        self.declare_stream(&live, &queue).await?;
+        if jobs.is_empty() {
+            let live = self.live().await?;
+            return self.declare_stream(&live, &queue).await;
+        }
         for job in jobs {
             if self
                 .noted
@@ -678,22 +744,8 @@ impl AmqpStore {
                 .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
                 .with_message_type("job")
                 .finish();
-            if !self
-                .publish_confirmed(
-                    &live,
-                    "note job",
-                    &queue,
-                    props,
-                    job.as_str().as_bytes().to_vec(),
-                )
-                .await?
-            {
-                return Err(Error::store(
-                    STORE,
-                    "note job",
-                    "the server refused the message",
-                ));
-            }
+            self.append("note job", &queue, props, job.as_str().as_bytes().to_vec())
+                .await?;
             self.noted
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -704,9 +756,7 @@ impl AmqpStore {
 
     async fn put_record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
         self.note_jobs(std::slice::from_ref(&record.job)).await?;
-        let live = self.live().await?;
         let queue = self.history_queue(&record.job);
-        self.declare_stream(&live, &queue).await?;
         let body = serde_json::to_vec(&Entry {
             keep: retention.size,
             record: record.clone(),
@@ -716,18 +766,7 @@ impl AmqpStore {
             .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
             .with_message_type("record")
             .finish();
-        if self
-            .publish_confirmed(&live, "record", &queue, props, body)
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(Error::store(
-                STORE,
-                "record",
-                "the server refused the record (nack)",
-            ))
-        }
+        self.append("record", &queue, props, body).await
     }
 
     /// Every message of a stream queue but the markers, oldest first: appends a marker of
@@ -737,15 +776,13 @@ impl AmqpStore {
         operation: &'static str,
         queue: &str,
     ) -> Result<Vec<(String, Vec<u8>)>> {
-        let live = self.live().await?;
-        self.declare_stream(&live, queue).await?;
         let nonce = format!("{:016x}", rand::random::<u64>());
         let marker = BasicProperties::default()
             .with_message_type("marker")
             .with_message_id(&nonce)
             .finish();
-        self.publish_confirmed(&live, operation, queue, marker, Vec::new())
-            .await?;
+        self.append(operation, queue, marker, Vec::new()).await?;
+        let live = self.live().await?;
         let closed = Arc::new(Mutex::new(None));
         let channel = self
             .bounded(operation, async {
@@ -941,9 +978,9 @@ impl ClaimStore for AmqpStore {
             .publish(&queue, props, c.instance_id.as_bytes().to_vec())
             .await
             .map_err(|e| self.channel_err(&live, "claim", &queue, e))?;
-        match tokio::time::timeout(self.opts.operation_timeout, rx).await {
-            Ok(Ok(true)) => Ok(SlotOutcome::Won),
-            Ok(Ok(false)) => Ok(SlotOutcome::Taken),
+        match self.await_confirm(&live, "claim", &queue, rx).await {
+            Ok(true) => Ok(SlotOutcome::Won),
+            Ok(false) => Ok(SlotOutcome::Taken),
             // The publish may have reached the queue and its confirm was lost (connection
             // or channel gone, timeout): skip rather than risk a duplicate. [B-29]
             _ => {
