@@ -6,11 +6,13 @@ use anarchon_amqp::{AmqpOptions, AmqpStore};
 use anarchon_core::ClaimStore;
 use anarchon_core::testkit::server_url;
 
-/// A fresh queue prefix per store, so tests sharing a server never see each other's queues.
+/// Every kit test works on jobs of its own (`unique_job`), so the stores share one queue
+/// prefix: a prefix per store would leave a job-list stream per test on the server, and
+/// every stream holds files open on it.
 async fn amqp() -> Option<Arc<dyn ClaimStore>> {
     let url = server_url("ANARCHON_AMQP_URL")?;
     let opts = AmqpOptions::default()
-        .prefix(format!("anarchon-test-{:016x}", rand::random::<u64>()))
+        .prefix("anarchon-kit")
         // Short-lived gate queues: the tests leave nothing behind for long.
         .slot_ttl(std::time::Duration::from_secs(120))
         .history_max_bytes(1024 * 1024);

@@ -65,6 +65,23 @@ fn via(url: &str, port: u16) -> String {
     format!("{scheme}://{user}{host}:{port}/{path}")
 }
 
+/// Deletes the streams a test left (the job list and these jobs' history): every stream
+/// holds files open on the shared server.
+async fn cleanup(url: &str, prefix: &str, jobs: &[&JobName]) {
+    let args = OpenConnectionArguments::new("127.0.0.1", port_of(url), "guest", "guest");
+    let Ok(conn) = Connection::open(&args).await else {
+        return;
+    };
+    if let Ok(ch) = conn.open_channel(None).await {
+        let mut queues = vec![format!("{prefix}.jobs")];
+        queues.extend(jobs.iter().map(|j| format!("{prefix}.history.{j}")));
+        for q in queues {
+            let _ = ch.queue_delete(QueueDeleteArguments::new(&q)).await;
+        }
+    }
+    let _ = conn.close().await;
+}
+
 async fn until_won(store: &AmqpStore, job: &JobName, first_slot: i64) -> i64 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut slot = first_slot;
@@ -116,6 +133,7 @@ async fn b29_lost_confirm_skips_the_slot_and_the_store_reconnects() {
         SlotOutcome::Taken
     );
     until_won(&through, &job, slot + 1000).await;
+    cleanup(&url, through.options().queue_prefix(), &[]).await;
 }
 
 /// [B-29] A broker outage (played by the proxy: every connection closed, new ones refused
@@ -158,6 +176,7 @@ async fn b29_after_an_outage_the_next_slots_are_claimed_again() {
     let rec = record(&job, base + 10, "a");
     store.record(&rec, Retention::default()).await.unwrap();
     assert_eq!(store.history(&job, 5).await.unwrap(), vec![rec]);
+    cleanup(&url, store.options().queue_prefix(), &[&job]).await;
 }
 
 fn record(job: &JobName, slot: i64, instance: &str) -> HistoryRecord {
@@ -197,7 +216,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
     rec.finished_at = Some(slot + 2);
     writer.record(&rec, Retention::default()).await.unwrap();
 
-    let reader = AmqpStore::connect_with(&url, opts).await.unwrap();
+    let reader = AmqpStore::connect_with(&url, opts.clone()).await.unwrap();
     reader
         .prepare(&Prepare {
             jobs: vec![],
@@ -209,6 +228,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
     assert_eq!(reader.history(&job, 10).await.unwrap(), vec![rec.clone()]);
     assert_eq!(reader.last_run(&job).await.unwrap(), Some(rec));
     assert!(reader.known_jobs().await.unwrap().contains(&job));
+    cleanup(&url, opts.queue_prefix(), &[&job]).await;
 }
 
 /// [B-26] A queue of the store's name with other settings is refused, naming it: a classic
@@ -244,7 +264,7 @@ async fn b26_existing_queue_with_other_settings_is_refused() {
         a.claim_slot(&claim(&job, slot, "a")).await.unwrap(),
         SlotOutcome::Won
     );
-    let b = AmqpStore::connect_with(&url, opts.slot_ttl(Duration::from_secs(60)))
+    let b = AmqpStore::connect_with(&url, opts.clone().slot_ttl(Duration::from_secs(60)))
         .await
         .unwrap();
     let err = b.claim_slot(&claim(&job, slot, "b")).await.unwrap_err();
@@ -268,6 +288,8 @@ async fn b26_existing_queue_with_other_settings_is_refused() {
     own.close().await.unwrap();
     assert!(conn.is_open());
     conn.close().await.unwrap();
+    cleanup(&url, opts.queue_prefix(), &[]).await;
+    cleanup(&url, own.options().queue_prefix(), &[]).await;
 }
 
 /// Bad URLs and options are refused before any connection, without the password.
@@ -424,4 +446,5 @@ async fn b33_concurrent_prepare_is_safe() {
     for t in tasks {
         t.await.unwrap().unwrap();
     }
+    cleanup(&url, opts.queue_prefix(), &[]).await;
 }

@@ -360,3 +360,25 @@ async fn b28_options_a_claim_only_store_refuses() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidJobName { .. }), "{err:?}");
 }
+
+/// Many instances start at once: their `prepare` calls create the same stream at the same
+/// moment, and all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b33_concurrent_prepare_is_safe() {
+    let Some(url) = server_url("ANARCHON_NATS_URL") else {
+        return;
+    };
+    let opts = options();
+    let job = unique_job("many");
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (url, opts, job) = (url.clone(), opts.clone(), job.clone());
+        tasks.push(tokio::spawn(async move {
+            let store = NatsStore::connect_with(&url, opts).await.unwrap();
+            store.prepare(&prep(&job)).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+}
