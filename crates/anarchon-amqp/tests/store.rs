@@ -44,6 +44,14 @@ fn prep(job: &JobName) -> Prepare {
     }
 }
 
+/// What a process that registered no jobs (an API server) prepares with.
+fn prep_none() -> Prepare {
+    Prepare {
+        jobs: vec![],
+        instance_id: "api".into(),
+    }
+}
+
 fn port_of(url: &str) -> u16 {
     let authority = url.split("://").nth(1).unwrap().split('/').next().unwrap();
     let hostport = authority.rsplit('@').next().unwrap();
@@ -217,13 +225,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
     writer.record(&rec, Retention::default()).await.unwrap();
 
     let reader = AmqpStore::connect_with(&url, opts.clone()).await.unwrap();
-    reader
-        .prepare(&Prepare {
-            jobs: vec![],
-            instance_id: "api".into(),
-        })
-        .await
-        .unwrap();
+    reader.prepare(&prep_none()).await.unwrap();
     assert_eq!(reader.history(&job, 10).await.unwrap(), vec![rec.clone()]);
     assert_eq!(reader.history(&job, 10).await.unwrap(), vec![rec.clone()]);
     assert_eq!(reader.last_run(&job).await.unwrap(), Some(rec));

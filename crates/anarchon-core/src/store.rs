@@ -462,7 +462,7 @@ pub fn check_claim_window(store: &dyn ClaimStore, jitter_ms: u64, max_late_ms: u
     };
     let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
     if jitter_ms.saturating_add(max_late_ms) >= window_ms {
-        return Err(Error::invalid_option(
+        return Err(crate::error::Error::invalid_option(
             "max_late_ms",
             format!(
                 "jitter_ms ({jitter_ms}) + max_late_ms ({max_late_ms}) must be shorter than the {} \

@@ -41,6 +41,14 @@ fn prep(job: &anarchon_core::JobName) -> Prepare {
     }
 }
 
+/// What a process that registered no jobs (an API server) prepares with.
+fn prep_none() -> Prepare {
+    Prepare {
+        jobs: vec![],
+        instance_id: "api".into(),
+    }
+}
+
 /// [B-29] The connection drops right after the claim's publish reached the server: the
 /// claimer never sees the acknowledgement and skips the slot (`Unknown`), while the slot is
 /// taken on the server. Once the client has reconnected (by itself), the next slot is
@@ -129,13 +137,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
     writer.record(&rec, Retention::default()).await.unwrap();
 
     let reader = NatsStore::connect_with(&url, opts).await.unwrap();
-    reader
-        .prepare(&Prepare {
-            jobs: vec![],
-            instance_id: "api".into(),
-        })
-        .await
-        .unwrap();
+    reader.prepare(&prep_none()).await.unwrap();
     assert_eq!(reader.history(&job, 10).await.unwrap(), vec![rec.clone()]);
     assert_eq!(reader.last_run(&job).await.unwrap(), Some(rec));
     assert!(reader.known_jobs().await.unwrap().contains(&job));
