@@ -34,6 +34,8 @@
 //! | `libsql` | libSQL server (`libsql://`, `http(s)://`) | `anarchon-libsql` |
 //! | `postgres` | PostgreSQL ≥ 9.5 | `anarchon-postgres` |
 //! | `redis` | Redis ≥ 5, Valkey | `anarchon-redis` |
+//! | `amqp` | RabbitMQ ≥ 3.9 (claim-only) | `anarchon-amqp` |
+//! | `nats` | NATS JetStream, nats-server ≥ 2.9 (claim-only) | `anarchon-nats` |
 //! | `all-stores` | all of the above | |
 //!
 //! Everything else is re-exported from [`anarchon_core`].
@@ -60,3 +62,13 @@ pub use anarchon_postgres as postgres;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use anarchon_redis as redis;
+
+/// The RabbitMQ store (claim-only).
+#[cfg(feature = "amqp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
+pub use anarchon_amqp as amqp;
+
+/// The NATS JetStream store (claim-only).
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub use anarchon_nats as nats;

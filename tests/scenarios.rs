@@ -11,7 +11,8 @@
 //!
 //! "Lease" runs on SQLite always, and on Redis (`lease`) and PostgreSQL when their
 //! `ANARCHON_*_URL` is set and the binary was built with their feature. "Naive" is the
-//! claim-only Redis `stream-id` strategy (one winner per slot, no lease): it needs Redis.
+//! claim-only Redis `stream-id` strategy (one winner per slot, no lease): it needs Redis; it
+//! also runs on RabbitMQ and NATS (claim-only stores) when built with `amqp`/`nats`.
 //! docs/scenarios.md holds the table of what each scenario showed.
 
 mod support;
@@ -63,8 +64,11 @@ enum Mode {
     /// A lease store: takeover, handover, overlap check, catch-up.
     Lease,
     /// A claim-only store: one winner per slot and nothing more.
-    // Only the Redis `stream-id` strategy is naive.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    // The Redis `stream-id` strategy, RabbitMQ and NATS are naive.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "amqp", feature = "nats")),
+        allow(dead_code)
+    )]
     Naive,
 }
 
@@ -631,6 +635,41 @@ fn s9_naive_on_redis_stream_id() {
         Mode::Naive,
     )
     .run_all();
+}
+
+#[cfg(feature = "amqp")]
+#[test]
+fn s9_naive_on_rabbitmq() {
+    if !slow() {
+        return;
+    }
+    let Some(url) = support::server_url("scenarios rabbitmq naive", "ANARCHON_AMQP_URL") else {
+        return;
+    };
+    Env::new("rabbitmq", format!("amqp-naive:{url}"), Mode::Naive).run_all();
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn s9_naive_on_nats() {
+    if !slow() {
+        return;
+    }
+    let Some(url) = support::server_url("scenarios nats naive", "ANARCHON_NATS_URL") else {
+        return;
+    };
+    Env::new("nats", format!("nats-naive:{url}"), Mode::Naive).run_all();
+}
+
+#[cfg(not(all(feature = "amqp", feature = "nats")))]
+#[test]
+fn s9_broker_stores_need_their_features() {
+    if slow_enabled() {
+        eprintln!(
+            "SKIP scenarios rabbitmq/nats naive: built without the `amqp`/`nats` features; run \
+             with `--features amqp,nats`"
+        );
+    }
 }
 
 #[cfg(feature = "postgres")]

@@ -98,7 +98,8 @@ pub(crate) fn remove_sqlite(path: &Path) {
 }
 
 /// The store a node runs on: `sqlite:<path>`, `redis-lease:<url>`, `redis-naive:<url>`
-/// (the claim-only `stream-id` strategy) or `postgres:<url>`.
+/// (the claim-only `stream-id` strategy), `amqp-naive:<url>` and `nats-naive:<url>` (the
+/// claim-only RabbitMQ and NATS stores) or `postgres:<url>`.
 pub(crate) type StoreSpec = String;
 
 /// What a node runs: one `every` job whose run works `work_ms`, cut short by its signal.
@@ -268,6 +269,24 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
                 .clock(node_clock(id, &cfg))
+                .jitter_ms(0)
+                .build()?;
+            serve(id, &cfg, scheduler, stop).await
+        }
+        #[cfg(feature = "amqp")]
+        "amqp-naive" => {
+            let store = anarchon::amqp::AmqpStore::connect(target).await?;
+            let scheduler = Scheduler::claim_only(store)
+                .instance_id(id)
+                .jitter_ms(0)
+                .build()?;
+            serve(id, &cfg, scheduler, stop).await
+        }
+        #[cfg(feature = "nats")]
+        "nats-naive" => {
+            let store = anarchon::nats::NatsStore::connect(target).await?;
+            let scheduler = Scheduler::claim_only(store)
+                .instance_id(id)
                 .jitter_ms(0)
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
@@ -798,6 +817,18 @@ pub(crate) fn history(store: &str, job: &str, count: usize) -> Vec<HistoryRecord
                     .expect("redis"),
                 )
             }
+            #[cfg(feature = "amqp")]
+            "amqp-naive" => Box::new(
+                anarchon::amqp::AmqpStore::connect(target)
+                    .await
+                    .expect("rabbitmq"),
+            ),
+            #[cfg(feature = "nats")]
+            "nats-naive" => Box::new(
+                anarchon::nats::NatsStore::connect(target)
+                    .await
+                    .expect("nats"),
+            ),
             #[cfg(feature = "postgres")]
             "postgres" => Box::new(
                 anarchon::postgres::PostgresStore::connect(

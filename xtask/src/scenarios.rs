@@ -32,14 +32,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     if fast {
         command.env("ANARCHON_SCENARIOS_FAST", "1");
     }
-    // The Redis and PostgreSQL scenarios (and the naive column, on Redis `stream-id`) are
-    // compiled only with their store features.
+    // The Redis and PostgreSQL scenarios (and the naive column, on Redis `stream-id`,
+    // RabbitMQ and NATS) are compiled only with their store features.
     command.args([
         "test",
         "-p",
         "anarchon",
         "--features",
-        "redis,postgres",
+        "redis,postgres,amqp,nats",
         "--test",
         "scenarios",
         "--test",

@@ -381,10 +381,40 @@ pub enum SlotOutcome {
 ///   get `Taken`. When the answer is lost → `Unknown`.
 /// - [`ClaimStore::record`]: inserts or replaces the history record keyed by (job, slot,
 ///   attempt, instance), keeping at most `retention.size` per job (count only). [B-28]
+/// - [`ClaimStore::claim_window`]: how long the store remembers a claimed key, where that is
+///   bounded (RabbitMQ slot TTL, NATS duplicate window); a claim of the same key after it
+///   could win again. The scheduler refuses a job whose `jitter_ms + max_late_ms` is not
+///   shorter. `None` (default): remembered for as long as the store keeps the key. [B-28]
 #[async_trait]
 pub trait ClaimStore: HistoryStore {
     /// Claims a slot.
     async fn claim_slot(&self, claim: &SlotClaim) -> Result<SlotOutcome>;
     /// Records an attempt (at start and at finish).
     async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+    /// How long a claimed key stays claimed, where the store bounds it. See the contract.
+    fn claim_window(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+/// Refuses `jitter_ms + max_late_ms` that is not shorter than the store's
+/// [`ClaimStore::claim_window`]: a claim that late could find the slot forgotten and win it a
+/// second time. The scheduler calls it when a job is registered on a claim-only store. [B-28]
+pub fn check_claim_window(store: &dyn ClaimStore, jitter_ms: u64, max_late_ms: u64) -> Result<()> {
+    let Some(window) = store.claim_window() else {
+        return Ok(());
+    };
+    let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+    if jitter_ms.saturating_add(max_late_ms) >= window_ms {
+        return Err(crate::error::Error::invalid_option(
+            "max_late_ms",
+            format!(
+                "jitter_ms ({jitter_ms}) + max_late_ms ({max_late_ms}) must be shorter than the {} \
+                 store's claim window ({window_ms} ms: slot TTL / duplicate window), or a late \
+                 claim could start the slot twice; lower them or lengthen the window",
+                store.kind()
+            ),
+        ));
+    }
+    Ok(())
 }

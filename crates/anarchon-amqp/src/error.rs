@@ -1,0 +1,54 @@
+//! Errors of building or connecting a RabbitMQ store.
+
+use anarchon_core::Error;
+
+/// A RabbitMQ store could not be built or connected. Converts into
+/// [`anarchon_core::Error`] (`InvalidOption` for bad input, `Unavailable` for a server that
+/// cannot be used).
+///
+/// No message carries a password: URLs are redacted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AmqpError {
+    /// The URL could not be parsed or has an unsupported scheme.
+    #[error(
+        "invalid AMQP URL {url:?}: {reason}; write it like amqp://user:password@host:5672/vhost"
+    )]
+    InvalidUrl {
+        /// The URL, with any password redacted.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// An option has a value that cannot work.
+    #[error("invalid RabbitMQ store option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option.
+        option: &'static str,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The server could not be reached or refused the connection (refused, DNS,
+    /// credentials, virtual host, timeout).
+    #[error("cannot connect to RabbitMQ at {target}: {reason}")]
+    Connect {
+        /// The URL, with any password redacted.
+        target: String,
+        /// What went wrong and what to do (never the credentials).
+        reason: String,
+    },
+}
+
+impl From<AmqpError> for Error {
+    fn from(e: AmqpError) -> Self {
+        match e {
+            AmqpError::InvalidUrl { .. } => Error::invalid_option("url", e.to_string()),
+            AmqpError::InvalidOption { option, .. } => Error::invalid_option(option, e.to_string()),
+            AmqpError::Connect { ref target, .. } => Error::Unavailable {
+                store: crate::store::STORE,
+                target: target.clone(),
+                source: e.to_string().into(),
+            },
+        }
+    }
+}

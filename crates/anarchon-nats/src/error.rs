@@ -1,0 +1,53 @@
+//! Errors of building or connecting a NATS store.
+
+use anarchon_core::Error;
+
+/// A NATS store could not be built or connected. Converts into [`anarchon_core::Error`]
+/// (`InvalidOption` for bad input, `Unavailable` for a server that cannot be used).
+///
+/// No message carries a password or token: URLs are redacted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsError {
+    /// The URL could not be parsed or has an unsupported scheme.
+    #[error(
+        "invalid NATS URL {url:?}: {reason}; write it like nats://[user:password@]host:4222 or tls://host:4222"
+    )]
+    InvalidUrl {
+        /// The URL, with any password redacted.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// An option has a value that cannot work.
+    #[error("invalid NATS store option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option.
+        option: &'static str,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The server could not be reached or refused the connection (refused, DNS, TLS,
+    /// credentials, timeout).
+    #[error("cannot connect to NATS at {target}: {reason}")]
+    Connect {
+        /// The URL, with any password redacted.
+        target: String,
+        /// What went wrong and what to do (never the credentials).
+        reason: String,
+    },
+}
+
+impl From<NatsError> for Error {
+    fn from(e: NatsError) -> Self {
+        match e {
+            NatsError::InvalidUrl { .. } => Error::invalid_option("url", e.to_string()),
+            NatsError::InvalidOption { option, .. } => Error::invalid_option(option, e.to_string()),
+            NatsError::Connect { ref target, .. } => Error::Unavailable {
+                store: crate::store::STORE,
+                target: target.clone(),
+                source: e.to_string().into(),
+            },
+        }
+    }
+}

@@ -1,0 +1,720 @@
+//! [`NatsStore`]: the claim, the stream it lives on, history and known jobs.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anarchon_core::{
+    ClaimStore, EpochMs, Error, HistoryRecord, HistoryStore, JobName, Prepare, Result, Retention,
+    SlotClaim, SlotOutcome, Store, redact_url,
+};
+use async_nats::connection::State;
+use async_nats::jetstream::context::{GetStreamErrorKind, PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::{Config, StorageType, Stream};
+use async_nats::jetstream::{self, ErrorCode};
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
+use tokio::sync::RwLock;
+
+use crate::error::NatsError;
+use crate::options::{NatsOptions, Storage};
+
+pub(crate) const STORE: &str = "nats";
+
+/// The oldest NATS server this store is tested against.
+const MIN_VERSION: (u32, u32) = (2, 9);
+
+/// A claim-only store on NATS JetStream. One winner per slot, no lease: no backup, takeover,
+/// overlap check, catch-up or retry. History is kept by count only. [B-22, B-27, B-28]
+///
+/// # How a claim works
+/// Every instance publishes to `<prefix>.claim.<job>` with the header
+/// `Nats-Msg-Id: <job>:<slot>`. The stream keeps the first message with that id for its
+/// duplicate window; every later one is acknowledged with `duplicate: true`. The first
+/// publisher wins, the others are told `taken`. A claim whose acknowledgement does not come
+/// back (connection dropped, timeout) is `unknown` and the slot is skipped on this instance
+/// rather than risk a second run. [B-29]
+///
+/// # What it stores
+/// One stream named after the prefix, subjects `<prefix>.>`, one message kept per subject:
+/// - `<prefix>.claim.<job>`: the latest claim of the job (the ids of older ones are
+///   remembered for the duplicate window);
+/// - `<prefix>.hist.<job>.<slot>.<attempt>.<r|m>.<instance in hex>`: one history record
+///   (JSON), replaced at the run's finish; beyond `history_size` per job the oldest are
+///   purged;
+/// - `<prefix>.job.<job>`: the job is known (an empty message).
+///
+/// The store's clock is the host's: NATS has no clock to read.
+pub struct NatsStore {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    opts: NatsOptions,
+    owned: bool,
+    target: String,
+    /// The stream once created or checked; cleared when the server says it is gone.
+    stream: RwLock<Option<Stream>>,
+    noted: Mutex<HashSet<JobName>>,
+}
+
+impl std::fmt::Debug for NatsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsStore")
+            .field("target", &self.target)
+            .field("stream", &self.opts.prefix)
+            .field("duplicate_window", &self.opts.duplicate_window)
+            .finish_non_exhaustive()
+    }
+}
+
+fn host_now() -> EpochMs {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as EpochMs)
+        .unwrap_or(0)
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Checks the URL's scheme before the client sees it (the client would also take a bare
+/// `host:port` or a `ws://` URL, which this store does not promise to support).
+fn check_url(url: &str) -> std::result::Result<(), NatsError> {
+    let redacted = redact_url(url);
+    let mut any = false;
+    // The client takes a comma-separated list of servers.
+    for part in url.split(',') {
+        let part = part.trim();
+        let Some((scheme, rest)) = part.split_once("://") else {
+            return Err(NatsError::InvalidUrl {
+                url: redacted,
+                reason: "it has no scheme".into(),
+            });
+        };
+        if !matches!(scheme, "nats" | "tls") {
+            return Err(NatsError::InvalidUrl {
+                url: redacted,
+                reason: format!("the scheme {scheme:?} is not supported (use nats or tls)"),
+            });
+        }
+        let host = rest.rsplit('@').next().unwrap_or("");
+        if host.is_empty() || host.starts_with(':') {
+            return Err(NatsError::InvalidUrl {
+                url: redacted,
+                reason: "it names no host".into(),
+            });
+        }
+        any = true;
+    }
+    if !any {
+        return Err(NatsError::InvalidUrl {
+            url: redacted,
+            reason: "it is empty".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Decodes `%XX` escapes of a URL's user or password.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The credentials in the URL (the first server's that has any): a user and password, or a
+/// token (a user without a password).
+fn credentials(url: &str) -> std::result::Result<Option<(String, Option<String>)>, NatsError> {
+    for part in url.split(',') {
+        let addr: async_nats::ServerAddr =
+            part.trim().parse().map_err(|_| NatsError::InvalidUrl {
+                url: redact_url(url),
+                reason: "it could not be parsed".into(),
+            })?;
+        if let Some(user) = addr.username() {
+            return Ok(Some((
+                percent_decode(user),
+                addr.password().map(percent_decode),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+fn connect_reason(e: &async_nats::ConnectError) -> String {
+    use async_nats::ConnectErrorKind as K;
+    match e.kind() {
+        K::ServerParse => "the server address could not be parsed".into(),
+        K::Dns => "the host name could not be resolved".into(),
+        K::Authentication | K::AuthorizationViolation => {
+            "the server refused the credentials; check the user and password (or token) in the \
+             URL"
+            .into()
+        }
+        K::TimedOut => "the connection timed out; check that the server runs and the port".into(),
+        K::Tls => format!("TLS failed ({e}); check the certificates and the tls:// URL"),
+        K::Io => {
+            "the connection was refused or broke; check that the server runs and the port".into()
+        }
+        K::MaxReconnects => "gave up reconnecting".into(),
+    }
+}
+
+impl NatsStore {
+    /// Connects to `url` (`nats://[user:password@]host:4222`, `tls://host:4222`, or several
+    /// separated by commas) with default options. The connection is made now: a refused
+    /// connection or wrong credentials are an error here. Once connected, the client
+    /// reconnects by itself, forever.
+    pub async fn connect(url: &str) -> std::result::Result<Self, NatsError> {
+        Self::connect_with(url, NatsOptions::default()).await
+    }
+
+    /// Connects to `url` with these options.
+    pub async fn connect_with(
+        url: &str,
+        opts: NatsOptions,
+    ) -> std::result::Result<Self, NatsError> {
+        opts.validate()?;
+        check_url(url)?;
+        let target = redact_url(url);
+        // The client does not read credentials from the URL by itself.
+        let mut connect = async_nats::ConnectOptions::new();
+        match credentials(url)? {
+            Some((user, Some(pass))) => connect = connect.user_and_password(user, pass),
+            Some((token, None)) => connect = connect.token(token),
+            None => {}
+        }
+        let connect = connect
+            .name("anarchon")
+            .connection_timeout(opts.connect_timeout)
+            .request_timeout(Some(opts.operation_timeout))
+            // Reconnect quickly after a broker restart, at most every 2 s.
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis((100u64 << attempts.min(5)).min(2_000))
+            })
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Disconnected => tracing::warn!("NATS connection lost"),
+                    async_nats::Event::Connected => tracing::info!("NATS connected"),
+                    other => tracing::debug!(event = %other, "NATS event"),
+                }
+            })
+            .connect(url);
+        // The client bounds each attempt; this bounds DNS and the whole handshake too.
+        let client = match tokio::time::timeout(opts.connect_timeout * 2, connect).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                return Err(NatsError::Connect {
+                    reason: connect_reason(&e),
+                    target,
+                });
+            }
+            Err(_) => {
+                return Err(NatsError::Connect {
+                    target,
+                    reason: format!(
+                        "no answer within {:?}; check the host and port",
+                        opts.connect_timeout * 2
+                    ),
+                });
+            }
+        };
+        Ok(Self::build(client, opts, true, target))
+    }
+
+    /// A store on the user's own client ([`Store::close`] leaves it open).
+    pub fn from_client(
+        client: async_nats::Client,
+        opts: NatsOptions,
+    ) -> std::result::Result<Self, NatsError> {
+        opts.validate()?;
+        let info = client.server_info();
+        let target = format!("{}:{}", info.host, info.port);
+        Ok(Self::build(client, opts, false, target))
+    }
+
+    fn build(client: async_nats::Client, opts: NatsOptions, owned: bool, target: String) -> Self {
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(opts.operation_timeout);
+        NatsStore {
+            client,
+            js,
+            opts,
+            owned,
+            target,
+            stream: RwLock::new(None),
+            noted: Mutex::default(),
+        }
+    }
+
+    /// The client the store uses.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &NatsOptions {
+        &self.opts
+    }
+
+    /// The server's name and version as it announced them, e.g. `nats-server 2.10.22`.
+    pub fn server(&self) -> String {
+        format!("nats-server {}", self.client.server_info().version)
+    }
+
+    fn unavailable(&self, source: impl Into<anarchon_core::BoxError>) -> Error {
+        Error::Unavailable {
+            store: STORE,
+            target: self.target.clone(),
+            source: source.into(),
+        }
+    }
+
+    /// Runs `fut` bounded by the operation timeout.
+    async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.opts.operation_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                store: STORE,
+                operation,
+                after: self.opts.operation_timeout,
+            }),
+        }
+    }
+
+    fn config(&self) -> Config {
+        Config {
+            name: self.opts.prefix.clone(),
+            subjects: vec![format!("{}.>", self.opts.prefix)],
+            duplicate_window: self.opts.duplicate_window,
+            max_messages_per_subject: 1,
+            storage: match self.opts.storage {
+                Storage::File => StorageType::File,
+                Storage::Memory => StorageType::Memory,
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Checks the server (version, JetStream), then finds the stream or creates it, and
+    /// refuses one whose settings would break the claim.
+    async fn ensure(&self) -> Result<Stream> {
+        if let Some(stream) = self.stream.read().await.as_ref() {
+            return Ok(stream.clone());
+        }
+        let mut slot = self.stream.write().await;
+        if let Some(stream) = slot.as_ref() {
+            return Ok(stream.clone());
+        }
+        self.check_server()?;
+        let stream = self.bounded("prepare", self.find_or_create()).await?;
+        *slot = Some(stream.clone());
+        Ok(stream)
+    }
+
+    fn check_server(&self) -> Result<()> {
+        let info = self.client.server_info();
+        let mut parts = info
+            .version
+            .split(['.', '-'])
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if !info.version.is_empty() && version < MIN_VERSION {
+            return Err(Error::ServerTooOld {
+                store: STORE,
+                found: format!("nats-server {}", info.version),
+                required: format!("nats-server {}.{}", MIN_VERSION.0, MIN_VERSION.1),
+            });
+        }
+        if !info.version.is_empty() && !info.jetstream {
+            return Err(self.unavailable(format!(
+                "JetStream is not enabled on this server (nats-server {}); start it with -js \
+                 (or `jetstream {{}}` in its configuration)",
+                info.version
+            )));
+        }
+        Ok(())
+    }
+
+    async fn find_or_create(&self) -> Result<Stream> {
+        let name = &self.opts.prefix;
+        match self.js.get_stream(name).await {
+            Ok(stream) => {
+                self.check_stream(&stream)?;
+                return Ok(stream);
+            }
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND => {}
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                        || js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+                {
+                    return Err(self.unavailable(format!(
+                        "JetStream is not enabled for this account ({js}); start the server with \
+                         -js or enable JetStream for the account"
+                    )));
+                }
+                _ => return Err(self.request_err("prepare", e)),
+            },
+        }
+        match self.js.create_stream(self.config()).await {
+            Ok(stream) => {
+                tracing::info!(stream = %name, "created the NATS stream");
+                Ok(stream)
+            }
+            Err(e) => {
+                // Another instance created it at the same moment (with the same settings the
+                // create is accepted; with others it is refused): read it and check it.
+                let stream = self
+                    .js
+                    .get_stream(name)
+                    .await
+                    .map_err(|_| Error::store(STORE, "prepare", e))?;
+                self.check_stream(&stream)?;
+                Ok(stream)
+            }
+        }
+    }
+
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        let config = &stream.cached_info().config;
+        let want = self.config();
+        let mut problems = Vec::new();
+        if config.subjects != want.subjects {
+            problems.push(format!(
+                "its subjects are {:?}, anarchon needs exactly {:?}",
+                config.subjects, want.subjects
+            ));
+        }
+        if config.duplicate_window != want.duplicate_window {
+            problems.push(format!(
+                "its duplicate_window is {:?}, this store is configured with {:?} (set the \
+                 store's duplicate_window to match, or use another prefix)",
+                config.duplicate_window, want.duplicate_window
+            ));
+        }
+        if config.max_messages_per_subject != 1 {
+            problems.push(format!(
+                "it keeps {} messages per subject, anarchon needs 1",
+                config.max_messages_per_subject
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Corrupt {
+                store: STORE,
+                location: format!("stream {:?}", self.opts.prefix),
+                reason: format!("{}; nothing was changed", problems.join("; ")),
+            })
+        }
+    }
+
+    fn request_err(
+        &self,
+        operation: &'static str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        let text = e.to_string();
+        if text.contains("no responders") {
+            self.unavailable(format!(
+                "{text}: JetStream does not answer; is the server started with -js?"
+            ))
+        } else if text.contains("timed out") {
+            Error::Timeout {
+                store: STORE,
+                operation,
+                after: self.opts.operation_timeout,
+            }
+        } else {
+            Error::store(STORE, operation, e)
+        }
+    }
+
+    /// Forgets the stream so that the next call finds or creates it again (after the
+    /// server lost it: a memory stream on a restarted server).
+    async fn forget_stream(&self) {
+        *self.stream.write().await = None;
+    }
+
+    fn subject(&self, kind: &str, job: &JobName) -> String {
+        format!("{}.{kind}.{job}", self.opts.prefix)
+    }
+
+    /// Publishes and waits for the stream's acknowledgement.
+    async fn publish(
+        &self,
+        operation: &'static str,
+        subject: String,
+        message: PublishMessage,
+    ) -> Result<async_nats::jetstream::publish::PublishAck> {
+        let r = self
+            .bounded(operation, async {
+                let ack = self
+                    .js
+                    .send_publish(subject, message)
+                    .await
+                    .map_err(|e| Error::store(STORE, operation, e))?;
+                ack.await.map_err(|e| match e.kind() {
+                    PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => Error::Timeout {
+                        store: STORE,
+                        operation,
+                        after: self.opts.operation_timeout,
+                    },
+                    PublishErrorKind::StreamNotFound => Error::Corrupt {
+                        store: STORE,
+                        location: format!("stream {:?}", self.opts.prefix),
+                        reason: "no stream takes the store's subjects (was it deleted?); it is \
+                                 created again on the next call"
+                            .into(),
+                    },
+                    _ => Error::store(STORE, operation, e),
+                })
+            })
+            .await;
+        if let Err(Error::Corrupt { .. }) = &r {
+            self.forget_stream().await;
+        }
+        r
+    }
+
+    async fn note_jobs(&self, jobs: &[JobName]) -> Result<()> {
+        for job in jobs {
+            if self
+                .noted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(job)
+            {
+                continue;
+            }
+            self.publish(
+                "note job",
+                self.subject("job", job),
+                PublishMessage::build().payload(Default::default()),
+            )
+            .await?;
+            self.noted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(job.clone());
+        }
+        Ok(())
+    }
+
+    /// The subjects (and so the records) under a filter.
+    async fn subjects(&self, stream: &Stream, filter: String) -> Result<Vec<String>> {
+        self.bounded("list", async {
+            let info = stream
+                .info_with_subjects(filter)
+                .await
+                .map_err(|e| self.request_err("list", e))?;
+            info.map_ok(|(subject, _)| subject)
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| self.request_err("list", e))
+        })
+        .await
+    }
+
+    async fn put_record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        let stream = self.ensure().await?;
+        self.note_jobs(std::slice::from_ref(&record.job)).await?;
+        let subject = format!(
+            "{}.{}.{}.{}.{}",
+            self.subject("hist", &record.job),
+            record.slot,
+            record.attempt,
+            if record.manual { "m" } else { "r" },
+            hex(&record.instance_id)
+        );
+        let body = serde_json::to_vec(record).map_err(|e| Error::store(STORE, "record", e))?;
+        self.publish(
+            "record",
+            subject,
+            PublishMessage::build().payload(body.into()),
+        )
+        .await?;
+        self.prune(&stream, &record.job, retention.size as usize)
+            .await
+    }
+
+    /// Purges the job's oldest records (by slot, then attempt) beyond `keep`.
+    async fn prune(&self, stream: &Stream, job: &JobName, keep: usize) -> Result<()> {
+        let base = self.subject("hist", job);
+        let mut subjects: Vec<(i64, u32, String)> = self
+            .subjects(stream, format!("{base}.>"))
+            .await?
+            .into_iter()
+            .filter_map(|s| {
+                let mut parts = s.strip_prefix(&base)?.strip_prefix('.')?.split('.');
+                let slot = parts.next()?.parse().ok()?;
+                let attempt = parts.next()?.parse().ok()?;
+                Some((slot, attempt, s))
+            })
+            .collect();
+        if subjects.len() <= keep {
+            return Ok(());
+        }
+        subjects.sort();
+        let excess = subjects.len() - keep;
+        for (_, _, subject) in subjects.into_iter().take(excess) {
+            self.bounded("prune", async {
+                stream
+                    .purge()
+                    .filter(subject)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.request_err("prune", e))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for NatsStore {
+    fn kind(&self) -> &'static str {
+        STORE
+    }
+
+    async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        self.ensure().await?;
+        self.note_jobs(&prepare.jobs).await
+    }
+
+    async fn now(&self) -> Result<EpochMs> {
+        Ok(host_now())
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.owned {
+            // Drain flushes what was published and closes the connection; bounded, so a
+            // dead server cannot hold `stop` up.
+            let _ = tokio::time::timeout(self.opts.operation_timeout, self.client.drain()).await;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for NatsStore {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let stream = self.ensure().await?;
+        let subjects = self
+            .subjects(&stream, format!("{}.>", self.subject("hist", job)))
+            .await?;
+        let stream = &stream;
+        let mut records: Vec<HistoryRecord> = self
+            .bounded("history", async {
+                futures::stream::iter(subjects)
+                    .map(|subject| async move {
+                        match stream.get_last_raw_message_by_subject(&subject).await {
+                            Ok(m) => Ok(serde_json::from_slice::<HistoryRecord>(&m.payload).ok()),
+                            // Pruned between the listing and the read.
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound
+                                ) =>
+                            {
+                                Ok(None)
+                            }
+                            Err(e) => Err(self.request_err("history", e)),
+                        }
+                    })
+                    .buffer_unordered(16)
+                    .try_filter_map(|r| async move { Ok(r) })
+                    .try_collect()
+                    .await
+            })
+            .await?;
+        records.sort_by(|a, b| {
+            (b.started_at, b.slot, b.attempt).cmp(&(a.started_at, a.slot, a.attempt))
+        });
+        records.truncate(count);
+        Ok(records)
+    }
+
+    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.put_record(record, retention).await
+    }
+
+    async fn known_jobs(&self) -> Result<Vec<JobName>> {
+        let stream = self.ensure().await?;
+        let base = format!("{}.job.", self.opts.prefix);
+        let mut jobs: Vec<JobName> = self
+            .subjects(&stream, format!("{base}*"))
+            .await?
+            .into_iter()
+            .filter_map(|s| JobName::new(s.strip_prefix(&base)?).ok())
+            .collect();
+        jobs.sort();
+        jobs.dedup();
+        Ok(jobs)
+    }
+}
+
+#[async_trait]
+impl ClaimStore for NatsStore {
+    async fn claim_slot(&self, c: &SlotClaim) -> Result<SlotOutcome> {
+        self.ensure().await?;
+        if host_now() > c.not_after {
+            return Ok(SlotOutcome::Late);
+        }
+        // Nothing is sent while the client is between connections: an error, not a claim
+        // that might arrive later.
+        if self.client.connection_state() == State::Disconnected {
+            return Err(self.unavailable("the connection to the server is down; reconnecting"));
+        }
+        let message = PublishMessage::build()
+            .message_id(c.run.to_string())
+            .payload(c.instance_id.clone().into_bytes().into());
+        match self
+            .publish("claim", self.subject("claim", &c.run.job), message)
+            .await
+        {
+            Ok(ack) if ack.duplicate => Ok(SlotOutcome::Taken),
+            Ok(_) => Ok(SlotOutcome::Won),
+            // The publish may have reached the stream: skip rather than risk a duplicate.
+            // [B-29]
+            Err(Error::Timeout { .. }) => {
+                tracing::warn!(run = %c.run, "the answer to a claim was lost; the slot is skipped");
+                Ok(SlotOutcome::Unknown)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+        self.put_record(record, retention).await
+    }
+
+    fn claim_window(&self) -> Option<Duration> {
+        Some(self.opts.duplicate_window)
+    }
+}

@@ -1,0 +1,101 @@
+//! Slow suite (`ANARCHON_SLOW=1`): a nats-server this test starts itself is killed and
+//! restarted while two schedulers run a job every 500 ms. [B-11, B-27, B-29]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anarchon_core::testkit::slow_enabled;
+use anarchon_core::{Error, Event, Scheduler};
+use anarchon_nats::{NatsOptions, NatsStore};
+use common::OwnNats;
+
+/// The server is SIGKILLed after a few slots and started again 2 s later on the same port
+/// and storage folder. Neither scheduler is restarted: the clients reconnect by themselves
+/// and the slots after the outage are claimed and started again, each by one instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b29_broker_restart_next_slots_are_claimed_again() {
+    if !slow_enabled() {
+        eprintln!(
+            "SKIP ANARCHON_SLOW is not 1: the NATS kill-and-restart test did not run (cargo xtask test --slow)"
+        );
+        return;
+    }
+    let Some(mut server) = OwnNats::start(&["-js"]) else {
+        return;
+    };
+    let opts = NatsOptions::default()
+        .prefix(format!("restart-{:08x}", rand::random::<u32>()))
+        .operation_timeout(Duration::from_millis(800))
+        .connect_timeout(Duration::from_secs(2));
+    // slot -> instances that started it.
+    let starts: Arc<Mutex<BTreeMap<i64, Vec<String>>>> = Arc::default();
+    let mut schedulers = Vec::new();
+    for i in 0..2 {
+        let store = NatsStore::connect_with(&server.url(), opts.clone())
+            .await
+            .unwrap();
+        let s = Scheduler::claim_only(store)
+            .instance_id(format!("i{i}"))
+            .jitter_ms(50)
+            .max_late_ms(2_000)
+            .store_timeout_ms(1_000)
+            .build()
+            .unwrap();
+        s.every("tick", "500ms")
+            .handler(|_ctx| async { Ok::<_, Error>(()) })
+            .unwrap();
+        let mut events = s.events();
+        let starts = starts.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = events.recv().await {
+                if let Event::Start(run) = e {
+                    starts
+                        .lock()
+                        .unwrap()
+                        .entry(run.slot)
+                        .or_default()
+                        .push(run.instance_id.clone());
+                }
+            }
+        });
+        s.start().await.unwrap();
+        schedulers.push(s);
+    }
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = starts.lock().unwrap().len();
+    assert!(before >= 3, "slots started before the restart: {before}");
+
+    server.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = starts.lock().unwrap().len();
+    server.restart();
+    let restarted = std::time::Instant::now();
+
+    // Wait until slots start again, without touching the schedulers.
+    loop {
+        let now = starts.lock().unwrap().len();
+        if now >= during + 3 {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "no slot started within 20 s of the restart ({now} in all, {during} before it)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for s in &schedulers {
+        s.stop(Duration::from_secs(5)).await.unwrap();
+    }
+    let starts = starts.lock().unwrap();
+    for (slot, who) in starts.iter() {
+        assert_eq!(who.len(), 1, "slot {slot} started on {who:?}");
+    }
+    eprintln!(
+        "restart: {before} slots before the kill, {during} by the restart, {} in all",
+        starts.len()
+    );
+}
