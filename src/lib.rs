@@ -19,7 +19,7 @@
 //! scheduler.every("sync", "10s").handler(|ctx| async move {
 //!     ctx.check_cancelled()?;
 //!     println!("slot {} attempt {}", ctx.slot, ctx.attempt);
-//!     Ok::<_, anarchon::Error>(())
+//!     Ok(())
 //! })?;
 //! scheduler.start().await?;
 //! tokio::signal::ctrl_c().await.ok();

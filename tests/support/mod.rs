@@ -17,7 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anarchon::{Event, HistoryRecord, HistoryStore, JobName, Leased, Mode, Scheduler};
+use anarchon::store::{HistoryStore, RunRecord as HistoryRecord};
+use anarchon::{Event, JobName, Leased, Mode, Scheduler};
 
 /// The environment variable that carries a child node's configuration.
 pub(crate) const NODE_ENV: &str = "ANARCHON_TEST_NODE";
@@ -255,7 +256,7 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
             )?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
-                .jitter_ms(0)
+                .jitter(Duration::from_millis(0))
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
         }
@@ -279,11 +280,11 @@ fn leased(
 ) -> anarchon::Result<Scheduler<Leased>> {
     builder
         .instance_id(id)
-        .lease_ms(cfg.lease_ms)
-        .heartbeat_ms(cfg.heartbeat_ms)
-        .catch_up_ms(cfg.catch_up_ms)
+        .lease(Duration::from_millis(cfg.lease_ms))
+        .heartbeat(Duration::from_millis(cfg.heartbeat_ms))
+        .catch_up_window(Duration::from_millis(cfg.catch_up_ms))
         .max_attempts(cfg.max_attempts)
-        .jitter_ms(0)
+        .jitter(Duration::from_millis(0))
         .build()
 }
 
@@ -296,14 +297,16 @@ async fn serve<M: Mode>(
     let work = Duration::from_millis(cfg.work_ms);
     let job = scheduler
         .every(&cfg.job, Duration::from_millis(cfg.interval_ms))
-        .offset_ms(cfg.offset_ms);
+        .offset(Duration::from_millis(
+            cfg.offset_ms.rem_euclid(cfg.interval_ms.max(1) as i64) as u64,
+        ));
     if cfg.handler_log.is_empty() {
         job.handler(move |ctx| async move {
             tokio::select! {
                 _ = ctx.signal.cancelled() => {}
                 _ = tokio::time::sleep(work) => {}
             }
-            ctx.check_cancelled()
+            Ok(ctx.check_cancelled()?)
         })?;
     } else {
         let log = std::sync::Arc::new(
@@ -323,7 +326,7 @@ async fn serve<M: Mode>(
                     // never interleave.
                     let text = format!(
                         "H {what} {node} {} {} {} {}\n",
-                        ctx.slot,
+                        ctx.slot_ms(),
                         ctx.attempt,
                         ctx.fence,
                         now_ms()
@@ -341,7 +344,7 @@ async fn serve<M: Mode>(
                     if let Err(e) = ctx.check_cancelled() {
                         line("STEP-ERR");
                         line("END");
-                        return Err(e);
+                        return Err(e.into());
                     }
                     line("STEP-OK");
                 }
@@ -382,7 +385,10 @@ fn event_line(id: &str, event: &Event) -> String {
     let run = |r: &anarchon::RunInfo| {
         format!(
             "slot={} attempt={} reason={} fence={}",
-            r.slot, r.attempt, r.reason, r.fence
+            r.slot_ms(),
+            r.attempt,
+            r.reason,
+            r.fence
         )
     };
     let rest = match event {
@@ -390,9 +396,11 @@ fn event_line(id: &str, event: &Event) -> String {
         Event::Success { run: r, .. } => run(r),
         Event::Failure { run: r, error } => format!("{} cause={}", run(r), error.replace(' ', "_")),
         Event::Interrupted { run: r, cause } => {
-            format!("{} cause={}", run(r), cause.replace(' ', "_"))
+            format!("{} cause={}", run(r), cause.as_str().replace(' ', "_"))
         }
-        Event::Skip { slot, reason, .. } => format!("slot={slot} skip={}", reason.as_str()),
+        Event::Skip { slot, reason, .. } => {
+            format!("slot={} skip={}", slot.timestamp_millis(), reason.as_str())
+        }
         Event::Error {
             operation, message, ..
         } => format!("op={operation} cause={}", message.replace(' ', "_")),

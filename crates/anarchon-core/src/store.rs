@@ -15,8 +15,8 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
-use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+pub use crate::error::{BoxError, Error, Result, redact_url};
+pub use crate::history::{Reason, Retention, RunRecord, RunStatus};
 pub use crate::ids::{EpochMs, JobName, RunKey};
 
 /// Whether a slot may start while an earlier run of the same job holds a live lease. [B-12]
@@ -83,15 +83,15 @@ pub trait Store: Send + Sync + 'static {
 #[async_trait]
 pub trait HistoryStore: Store {
     /// The latest `count` attempts of `job`, newest first.
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>>;
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>>;
 
     /// The newest attempt of `job`.
-    async fn last_run(&self, job: &JobName) -> Result<Option<HistoryRecord>> {
+    async fn last_run(&self, job: &JobName) -> Result<Option<RunRecord>> {
         Ok(self.history(job, 1).await?.into_iter().next())
     }
 
     /// Records a manual run (start and finish), keyed by (job, slot, instance).
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()>;
 
     /// The names of all jobs known to the store, sorted.
     async fn known_jobs(&self) -> Result<Vec<JobName>>;
@@ -365,5 +365,5 @@ pub trait ClaimStore: HistoryStore {
     /// Claims a slot.
     async fn claim_slot(&self, claim: &SlotClaim) -> Result<SlotOutcome>;
     /// Records an attempt (at start and at finish).
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()>;
 }

@@ -34,9 +34,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
     TakeoverOutcome, redact_url,
 };
 use anarchon_sqlite::releases;
@@ -491,14 +491,14 @@ impl Store for LibsqlStore {
 
 #[async_trait]
 impl HistoryStore for LibsqlStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.run("history", |mut e, sql| async move {
             ops::history(&mut e, sql, job, count).await
         })
         .await
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.run("record_manual", |mut e, sql| async move {
             ops::record_manual(&mut e, sql, record, retention).await
         })

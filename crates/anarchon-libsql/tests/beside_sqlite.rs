@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anarchon_core::{Error, LeaseStore, Store};
+use anarchon_core::store::{Error, LeaseStore, Store};
 use anarchon_libsql::LibsqlStore;
 use anarchon_sqlite::SqliteStore;
 

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
     Retention, RunKey, RunStatus, Store, Takeover, TakeoverOutcome,
 };

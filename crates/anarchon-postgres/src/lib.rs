@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anarchon_core::{Error, Result, RunKey};
+use anarchon_core::store::{Error, Result, RunKey};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -254,7 +254,7 @@ fn parse_url(url: &str) -> std::result::Result<tokio_postgres::Config, PostgresE
 impl PostgresStore {
     /// Builds a store and its connection pool from a URL (`postgres://user:pw@host/db` or
     /// `host=... user=...`). Nothing is sent yet: the first connection is opened by
-    /// [`anarchon_core::Store::prepare`] or [`PostgresStore::connect`].
+    /// [`anarchon_core::store::Store::prepare`] or [`PostgresStore::connect`].
     ///
     /// The store's connections get `statement_timeout` = `options.timeout` (and
     /// `synchronous_commit = off` if [`PostgresOptions::synchronous_commit`] asked for it),

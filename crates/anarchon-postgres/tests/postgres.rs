@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
     OwnerWrite, Prepare, Reason, Renewal, Retention, RunKey, RunStatus, Store, Takeover,
     TakeoverOutcome,
@@ -881,7 +881,7 @@ async fn b35_racing_start_and_finish_records_of_a_manual_run_end_finished() {
     let j = job("manualrace");
     let now = store.now().await.unwrap();
     for i in 0..40 {
-        let start = anarchon_core::HistoryRecord {
+        let start = anarchon_core::store::RunRecord {
             job: j.clone(),
             slot: now + i,
             scheduled_at: now + i,

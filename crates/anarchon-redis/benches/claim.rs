@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, ClaimStore, Finish, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
     Retention, RunKey, RunStatus, SlotClaim, Store,
 };
@@ -202,7 +202,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
         }
         // Ends the released run, so the next claim is not held back by it.
         let _ = store
-            .take_over(&anarchon_core::Takeover {
+            .take_over(&anarchon_core::store::Takeover {
                 run: l.run.clone(),
                 seen_attempt: l.attempt,
                 instance_id: "b".into(),

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use anarchon_core::{
-    ClaimStore, EpochMs, Error, HistoryRecord, HistoryStore, JobName, Prepare, Result, Retention,
+use anarchon_core::store::{
+    ClaimStore, EpochMs, Error, HistoryStore, JobName, Prepare, Result, Retention, RunRecord,
     SlotClaim, SlotOutcome, Store,
 };
 use async_trait::async_trait;
@@ -321,11 +321,11 @@ impl Store for RedisClaimStore {
 
 #[async_trait]
 impl HistoryStore for RedisClaimStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.conn.history(job, count).await
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.conn
             .note_jobs(std::slice::from_ref(&record.job))
             .await?;
@@ -366,7 +366,7 @@ impl ClaimStore for RedisClaimStore {
         }
     }
 
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         // `c:` (claim-only) and `m:` (manual) runs keep their rows in hashes of their own;
         // `l:` is the lease store's, whose rows live in the run hash.
         let kind = if record.manual { "m" } else { "c" };

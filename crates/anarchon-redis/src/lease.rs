@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunStatus,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunStatus,
     RunView, Store, Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
@@ -30,7 +30,7 @@ use crate::scripts;
 ///
 /// ```no_run
 /// # async fn demo() -> anarchon_core::Result<()> {
-/// use anarchon_core::Store;
+/// use anarchon_core::store::Store;
 /// let store = anarchon_redis::RedisStore::from_url("redis://127.0.0.1:6379")?;
 /// println!("server clock: {}", store.now().await?);
 /// # Ok(()) }
@@ -165,11 +165,11 @@ impl Store for RedisStore {
 
 #[async_trait]
 impl HistoryStore for RedisStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.conn().history(job, count).await
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.conn()
             .note_jobs(std::slice::from_ref(&record.job))
             .await?;

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use anarchon_core::store::{ClaimStore, LeaseStore};
 use anarchon_core::testkit::server_url;
-use anarchon_core::{ClaimStore, LeaseStore};
 use anarchon_redis::{RedisClaimStore, RedisOptions, RedisStore, Strategy};
 
 /// A fresh key prefix per store, so tests sharing a server never see each other's keys.

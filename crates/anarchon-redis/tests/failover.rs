@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anarchon_core::testkit::{slow_enabled, unique_job};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, HistoryStore, LeaseClaim, LeaseStore, Overlap, Prepare, Reason, Retention,
     RunKey, Store,
 };
+use anarchon_core::testkit::{slow_enabled, unique_job};
 use anarchon_redis::RedisStore;
 use common::{OwnServer, options};
 

@@ -7,11 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Error, Finish, HistoryStore, JobName, LeaseClaim, LeaseStore, Overlap,
     OwnerWrite, Prepare, Reason, Retention, RunKey, RunStatus, Store, Takeover, TakeoverOutcome,
 };
+use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_redis::RedisStore;
 use anarchon_redis::fred::prelude::*;
 use anarchon_redis::fred::types::{ClusterHash, CustomCommand};
@@ -41,7 +41,7 @@ fn claim(job: &JobName, slot: i64, now: i64, lease_ms: u64, retention: Retention
     }
 }
 
-async fn won(store: &RedisStore, c: &LeaseClaim) -> anarchon_core::Lease {
+async fn won(store: &RedisStore, c: &LeaseClaim) -> anarchon_core::store::Lease {
     match store.claim(c).await.unwrap() {
         ClaimOutcome::Won(l) => l,
         other => panic!("expected to win {}, got {other:?}", c.run),

@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, ClaimStore, Error, HistoryStore, LeaseClaim, LeaseStore, Overlap, Prepare,
     Reason, Retention, RunKey, SlotClaim, Store,
 };
+use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_redis::fred::prelude::*;
 use anarchon_redis::{RedisClaimStore, RedisError, RedisOptions, RedisStore, Strategy};
 use common::{OwnServer, admin, options};
@@ -451,7 +451,7 @@ async fn claim_only_history_round_trips() {
         let store = RedisClaimStore::from_url_with(&url, Strategy::Script, options()).unwrap();
         let job = unique_job("chrt");
         let t = store.now().await.unwrap();
-        let rec = anarchon_core::HistoryRecord {
+        let rec = anarchon_core::store::RunRecord {
             job: job.clone(),
             slot: t,
             scheduled_at: t,

@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Finish, JobName, LeaseClaim, LeaseStore, Overlap, Reason, Retention, RunKey,
     RunStatus, Store,
 };

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
     TakeoverOutcome,
 };
 use async_trait::async_trait;
@@ -723,14 +723,14 @@ impl Store for SqliteStore {
 
 #[async_trait]
 impl HistoryStore for SqliteStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         let job = job.clone();
         on_worker!(self, "history", |e, sql| ops::history(
             &mut e, sql, &job, count
         ))
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         let record = record.clone();
         on_worker!(self, "record_manual", |e, sql| ops::record_manual(
             &mut e, sql, &record, retention

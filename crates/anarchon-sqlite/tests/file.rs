@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anarchon_core::testkit::lease::claim;
-use anarchon_core::testkit::unique_job;
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Error, HistoryStore, LeaseStore, OwnerWrite, Prepare, RunStatus, Store,
 };
+use anarchon_core::testkit::lease::claim;
+use anarchon_core::testkit::unique_job;
 use anarchon_sqlite::SqliteStore;
 use anarchon_sqlite::sql::Tables;
 use anarchon_sqlite::sql::schema::{self, SCHEMA_VERSION};
@@ -565,7 +565,7 @@ async fn many_stores_starting_at_once_create_the_schema_once() {
 /// leaves that count alone, so runs that never finish stay bounded; a finish prunes exactly.
 #[tokio::test(flavor = "multi_thread")]
 async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
-    use anarchon_core::{Retention, Takeover, TakeoverOutcome};
+    use anarchon_core::store::{Retention, Takeover, TakeoverOutcome};
     use anarchon_sqlite::sql::ops::PRUNE_EVERY;
     let ts = TempStore::new().await;
     let store = &ts.store;
@@ -634,7 +634,7 @@ async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
     let ClaimOutcome::Won(l) = store.claim(&c).await.unwrap() else {
         panic!("last claim")
     };
-    let f = anarchon_core::Finish {
+    let f = anarchon_core::store::Finish {
         status: RunStatus::Succeeded,
         error: None,
         retention: keep,

@@ -26,7 +26,7 @@ use super::{Backend, Command, JobDef, Shared};
 use crate::context::{Data, JobContext, RunControl};
 use crate::error::{BoxError, Error, Result};
 use crate::event::{Event, RunInfo, SkipReason};
-use crate::history::{HistoryRecord, Reason, RunStatus};
+use crate::history::{Reason, RunRecord, RunStatus, to_datetime};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::options::CatchUp;
 use crate::slot::Schedule;
@@ -184,7 +184,7 @@ struct Active {
     /// Resolves when the `running` history record of a manual or claim-only run is written,
     /// so its final record is never written before it (a pooled store could reorder them).
     start_written: Option<oneshot::Receiver<()>>,
-    manual_reply: Option<oneshot::Sender<Result<HistoryRecord>>>,
+    manual_reply: Option<oneshot::Sender<Result<RunRecord>>>,
 }
 
 impl Active {
@@ -193,10 +193,10 @@ impl Active {
         status: RunStatus,
         error: Option<String>,
         finished_at: Option<EpochMs>,
-    ) -> HistoryRecord {
-        HistoryRecord {
+    ) -> RunRecord {
+        RunRecord {
             job: self.info.job.clone(),
-            slot: self.info.slot,
+            slot: self.info.slot_ms(),
             scheduled_at: self.scheduled_at,
             instance_id: self.info.instance_id.clone(),
             manual: self.info.manual,
@@ -388,7 +388,9 @@ fn spawn_watchdog(shared: &Arc<Shared>, stop: Arc<AtomicBool>) {
                         idle_ms = idle,
                         "anarchon driver loop has not turned for {idle} ms"
                     );
-                    let _ = shared.events.send(Event::Stalled { for_ms: idle });
+                    let _ = shared.events.send(Event::Stalled {
+                        idle: Duration::from_millis(idle),
+                    });
                 } else if !stalled {
                     shared.health.stalled.store(false, Ordering::Relaxed);
                 }
@@ -423,11 +425,11 @@ impl Driver {
     }
 
     fn lease_ms(&self) -> u64 {
-        self.shared.cfg.timing.lease_ms
+        self.shared.cfg.timing.lease_ms()
     }
 
     fn heartbeat_every(&self) -> Duration {
-        Duration::from_millis(self.shared.cfg.timing.heartbeat_ms)
+        Duration::from_millis(self.shared.cfg.timing.heartbeat_ms())
     }
 
     /// How long after its last confirmed renewal a lease can no longer be counted on: the
@@ -435,7 +437,7 @@ impl Driver {
     fn lease_margin(&self) -> Duration {
         Duration::from_millis(
             self.lease_ms()
-                .saturating_sub(self.shared.cfg.timing.heartbeat_ms),
+                .saturating_sub(self.shared.cfg.timing.heartbeat_ms()),
         )
     }
 
@@ -479,7 +481,7 @@ impl Driver {
                 }
             }
             Event::Skip { job, slot, reason } => {
-                tracing::debug!(%job, slot, reason = reason.as_str(), "skip")
+                tracing::debug!(%job, %slot, reason = reason.as_str(), "skip")
             }
             other => tracing::info!(event = other.name(), "{other:?}"),
         }
@@ -609,7 +611,7 @@ impl Driver {
             return;
         }
         let now = self.now_ms();
-        let window = job.opts.catch_up_ms.min(i64::MAX as u64) as EpochMs;
+        let window = job.opts.catch_up_ms().min(i64::MAX as u64) as EpochMs;
         if window == 0 {
             return;
         }
@@ -644,7 +646,7 @@ impl Driver {
             self.catch_up.remove(&job.name);
             return;
         };
-        let not_after = slot.saturating_add(job.opts.catch_up_ms.min(i64::MAX as u64) as EpochMs);
+        let not_after = slot.saturating_add(job.opts.catch_up_ms().min(i64::MAX as u64) as EpochMs);
         self.claim(job.clone(), slot, Reason::CatchUp, not_after);
     }
 
@@ -654,7 +656,7 @@ impl Driver {
         let Some(slot) = job.schedule.next_after(after) else {
             return;
         };
-        let mut jitter = job.opts.jitter_ms;
+        let mut jitter = job.opts.jitter_ms();
         if let Schedule::Every { interval_ms, .. } = job.schedule {
             // Never jitter past the next slot: a fast job would skip slots.
             jitter = jitter.min(interval_ms / 2);
@@ -678,9 +680,9 @@ impl Driver {
     fn claimable_until(&self, job: &JobDef, slot: EpochMs) -> EpochMs {
         let catch_up = match job.opts.catch_up {
             CatchUp::None => 0,
-            _ => job.opts.catch_up_ms,
+            _ => job.opts.catch_up_ms(),
         };
-        let window = job.opts.max_late_ms.max(catch_up).min(i64::MAX as u64) as EpochMs;
+        let window = job.opts.max_late_ms().max(catch_up).min(i64::MAX as u64) as EpochMs;
         slot.saturating_add(window)
             .saturating_add(self.lease_ms().min(i64::MAX as u64) as EpochMs)
     }
@@ -743,7 +745,7 @@ impl Driver {
         let catching_up = reason == Reason::CatchUp;
         let skip = |reason| Event::Skip {
             job: job.name.clone(),
-            slot,
+            slot: to_datetime(slot),
             reason,
         };
         match result {
@@ -798,7 +800,7 @@ impl Driver {
                 }
                 let info = RunInfo {
                     job: job.name.clone(),
-                    slot,
+                    slot: to_datetime(slot),
                     attempt: 1,
                     fence: 0,
                     reason: Reason::Scheduled,
@@ -817,7 +819,7 @@ impl Driver {
                 };
                 self.emit(Event::Skip {
                     job: job.name.clone(),
-                    slot,
+                    slot: to_datetime(slot),
                     reason,
                 });
             }
@@ -826,7 +828,7 @@ impl Driver {
                 self.error("claim", Some(&job.name), &e);
                 self.emit(Event::Skip {
                     job: job.name.clone(),
-                    slot,
+                    slot: to_datetime(slot),
                     reason: SkipReason::Unknown,
                 });
             }
@@ -847,7 +849,7 @@ impl Driver {
                 let now = self.now_ms();
                 let slot = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
                 let not_after =
-                    slot.saturating_add(job.opts.max_late_ms.min(i64::MAX as u64) as EpochMs);
+                    slot.saturating_add(job.opts.max_late_ms().min(i64::MAX as u64) as EpochMs);
                 self.claim(job.clone(), slot, Reason::Scheduled, not_after);
                 self.schedule_next(&job, slot.max(now));
             }
@@ -888,7 +890,7 @@ impl Driver {
                 let now = self.now_ms();
                 let info = RunInfo {
                     job: job.name.clone(),
-                    slot: now,
+                    slot: to_datetime(now),
                     attempt: 1,
                     fence: 0,
                     reason: Reason::Manual,
@@ -959,7 +961,7 @@ impl Driver {
             .as_ref()
             .and_then(|_| now.checked_add(self.lease_margin()));
         let control = Arc::new(RunControl::new(deadline));
-        let scheduled_at = lease.as_ref().map_or(info.slot, |l| l.scheduled_at);
+        let scheduled_at = lease.as_ref().map_or(info.slot_ms(), |l| l.scheduled_at);
         if let Some(l) = &lease {
             self.held.insert(l.run.clone(), id);
         }
@@ -968,7 +970,7 @@ impl Driver {
         let ctx = JobContext {
             name: info.job.clone(),
             slot: info.slot,
-            scheduled_at,
+            scheduled_at: to_datetime(scheduled_at),
             instance_id: self.shared.cfg.instance_id.clone(),
             manual: info.manual,
             attempt: info.attempt,
@@ -1035,8 +1037,8 @@ impl Driver {
                 manual_reply: None,
             },
         );
-        if let Some(ms) = job.opts.timeout_ms {
-            self.arm_after(Duration::from_millis(ms), Timer::Timeout { id });
+        if let Some(timeout) = job.opts.timeout {
+            self.arm_after(timeout, Timer::Timeout { id });
         }
         if leased && !self.heartbeat_armed {
             self.heartbeat_armed = true;
@@ -1050,7 +1052,7 @@ impl Driver {
     fn start_leased(&mut self, job: Arc<JobDef>, lease: Lease) {
         let info = RunInfo {
             job: lease.run.job.clone(),
-            slot: lease.run.slot,
+            slot: to_datetime(lease.run.slot),
             attempt: lease.attempt,
             fence: lease.fence,
             reason: lease.reason,
@@ -1161,7 +1163,7 @@ impl Driver {
         let info = a.info.clone();
         let job = a.job.clone();
         let key = a.lease.as_ref().map(|l| l.run.clone());
-        let duration_ms = a.started.elapsed().as_millis() as u64;
+        let duration = a.started.elapsed();
         let terminal = !matches!(note, Note::Fenced);
         match note {
             Note::Fenced => self.emit(Event::Fenced(info.clone())),
@@ -1174,7 +1176,7 @@ impl Driver {
             }
             Note::Succeeded => self.emit(Event::Success {
                 run: info.clone(),
-                duration_ms,
+                duration,
             }),
             Note::Failed(error) => self.emit(Event::Failure {
                 run: info.clone(),
@@ -1182,7 +1184,7 @@ impl Driver {
             }),
             Note::Interrupted(cause) => self.emit(Event::Interrupted {
                 run: info.clone(),
-                cause: cause.as_str().into(),
+                cause,
             }),
             Note::WriteFailed(message) => {
                 self.emit(Event::Error {
@@ -1363,7 +1365,7 @@ impl Driver {
                             }
                             store_now = Some(
                                 expires_at
-                                    .saturating_sub(self.shared.cfg.timing.lease_ms as EpochMs),
+                                    .saturating_sub(self.shared.cfg.timing.lease_ms() as EpochMs),
                             );
                         }
                         // [B-16] Another instance owns the run now.
@@ -1514,7 +1516,7 @@ impl Driver {
     ) {
         let info = || RunInfo {
             job: key.job.clone(),
-            slot: key.slot,
+            slot: to_datetime(key.slot),
             attempt: seen.map_or(0, |v| v.attempt),
             fence: 0,
             reason: Reason::Takeover,
@@ -1581,7 +1583,7 @@ impl Driver {
                 }
                 WatchNote::Replaced => self.emit(Event::Interrupted {
                     run: info(),
-                    cause: InterruptCause::ReplacedByNextSlot.as_str().into(),
+                    cause: InterruptCause::ReplacedByNextSlot,
                 }),
                 WatchNote::TakeoverFailed(message) => self.emit(Event::Error {
                     operation: "take_over",
@@ -1597,7 +1599,7 @@ impl Driver {
                     && let Some(slot) = job.schedule.newest_due(self.now_ms())
                 {
                     let not_after =
-                        slot.saturating_add(job.opts.max_late_ms.min(i64::MAX as u64) as EpochMs);
+                        slot.saturating_add(job.opts.max_late_ms().min(i64::MAX as u64) as EpochMs);
                     self.claim(job, slot, Reason::Scheduled, not_after);
                 }
             }

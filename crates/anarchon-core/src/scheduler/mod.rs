@@ -20,11 +20,13 @@ use futures::future::BoxFuture;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use chrono::{DateTime, Utc};
+
 use crate::context::{Data, DataSource, JobContext};
-use crate::error::{BoxError, Error, Result};
+use crate::error::{BoxError, Error, HandlerError, Result};
 use crate::event::Event;
-use crate::history::HistoryRecord;
-use crate::options::{CatchUp, JobConfig, JobOptions, LeaseTiming};
+use crate::history::{HistoryRecord, RunRecord, to_datetime};
+use crate::options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming, ms};
 use crate::slot::{Schedule, parse_interval};
 use crate::store::{ClaimStore, EpochMs, HistoryStore, JobName, LeaseStore, Overlap};
 
@@ -145,7 +147,7 @@ pub(crate) struct Config {
 
 pub(crate) struct JobDef {
     pub(crate) name: JobName,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: JobKind,
     pub(crate) schedule: Schedule,
     pub(crate) opts: JobOptions,
     pub(crate) handler: Handler,
@@ -158,7 +160,7 @@ pub(crate) enum Command {
     RunNow {
         job: Arc<JobDef>,
         data: Option<Data>,
-        reply: oneshot::Sender<Result<HistoryRecord>>,
+        reply: oneshot::Sender<Result<RunRecord>>,
     },
     Stop {
         timeout: Duration,
@@ -225,8 +227,8 @@ pub struct Health {
     pub running: bool,
     /// The watchdog saw the driver loop stop turning.
     pub stalled: bool,
-    /// Milliseconds since the driver loop last turned.
-    pub driver_idle_ms: u64,
+    /// Time since the driver loop last turned.
+    pub driver_idle: Duration,
     /// Leases this instance holds now.
     pub leases_held: u64,
     /// The last store error since the store last answered, if any (cleared when a store
@@ -248,10 +250,10 @@ impl Health {
 pub struct JobInfo {
     /// The name.
     pub name: JobName,
-    /// `"every"`, `"cron"` or `"at"`.
-    pub kind: &'static str,
+    /// `every`, `cron` or `at`.
+    pub kind: JobKind,
     /// The next slot after now, if any.
-    pub next_run: Option<EpochMs>,
+    pub next_run: Option<DateTime<Utc>>,
 }
 
 /// Builds a [`Scheduler`]; see [`Scheduler::leased`] and [`Scheduler::claim_only`].
@@ -263,11 +265,12 @@ pub struct SchedulerBuilder<M> {
     data: Option<DataSource>,
     store_timeout: Duration,
     stall_after: Duration,
-    skew_threshold_ms: u64,
+    skew_threshold: Duration,
     clock: Clock,
     abort_grace: Duration,
     stop_timeout: Duration,
     parent: Option<CancellationToken>,
+    error: Option<Error>,
     _mode: PhantomData<M>,
 }
 
@@ -281,11 +284,12 @@ impl<M: Mode> SchedulerBuilder<M> {
             data: None,
             store_timeout: Duration::from_secs(5),
             stall_after: Duration::from_secs(10),
-            skew_threshold_ms: 1000,
+            skew_threshold: Duration::from_secs(1),
             clock: Clock::System,
             abort_grace: Duration::from_secs(5),
             stop_timeout: Duration::from_secs(30),
             parent: None,
+            error: None,
             _mode: PhantomData,
         }
     }
@@ -295,50 +299,62 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.instance_id = Some(id.into());
         self
     }
-    /// Default `jitter_ms` for every job. [B-09]
-    pub fn jitter_ms(mut self, ms: u64) -> Self {
-        self.defaults.jitter_ms = ms;
+    /// Default jitter for every job: a random delay from zero to this after each slot before
+    /// claiming, so instances do not all hit the store at once (default 2 s, at most
+    /// `max_late`). [B-09]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.defaults.jitter = jitter;
         self
     }
-    /// Default `max_late_ms`. [B-10]
-    pub fn max_late_ms(mut self, ms: u64) -> Self {
-        self.defaults.max_late_ms = ms;
+    /// Default for how late after its slot a claim may still start a run; a later one is
+    /// skipped as `late` (default 60 s). [B-10]
+    pub fn max_late(mut self, max_late: Duration) -> Self {
+        self.defaults.max_late = max_late;
         self
     }
-    /// Default `history_size`. [B-37]
+    /// Default number of runs kept per job (default 100). [B-37]
     pub fn history_size(mut self, n: u32) -> Self {
         self.defaults.history_size = n;
         self
     }
-    /// Default `timeout_ms`. [B-21]
-    pub fn timeout_ms(mut self, ms: u64) -> Self {
-        self.defaults.timeout_ms = Some(ms);
+    /// Default timeout of a handler: its signal is cancelled and the attempt failed after
+    /// this (default none). [B-21]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.defaults.timeout = Some(timeout);
         self
     }
-    /// Default IANA timezone for cron jobs. [B-06]
-    pub fn timezone(mut self, tz: impl Into<String>) -> Self {
-        self.defaults.timezone = Some(tz.into());
+    /// Default IANA timezone for cron jobs (`"Europe/Berlin"` or a [`chrono_tz::Tz`]); an
+    /// unknown name is an error at [`SchedulerBuilder::build`]. [B-06]
+    pub fn timezone(mut self, tz: impl IntoTimezone) -> Self {
+        match tz.into_timezone() {
+            Ok(tz) => self.defaults.timezone = Some(tz),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
         self
     }
-    /// Scheduler-level data (fixed or a function). [B-31]
+    /// Scheduler-level data (fixed or a function), merged into every run's
+    /// [`JobContext::data`]. [B-31]
     pub fn data(mut self, data: impl Into<DataSource>) -> Self {
         self.data = Some(data.into());
         self
     }
-    /// Bound on every store call (default 5000). [G-04]
-    pub fn store_timeout_ms(mut self, ms: u64) -> Self {
-        self.store_timeout = Duration::from_millis(ms);
+    /// Bound on every store call (default 5 s). [G-04]
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
         self
     }
     /// The watchdog reports a driver loop that has not turned for this long (default
-    /// 10000). [G-04]
-    pub fn stall_after_ms(mut self, ms: u64) -> Self {
-        self.stall_after = Duration::from_millis(ms);
+    /// 10 s). [G-04]
+    pub fn stall_after(mut self, after: Duration) -> Self {
+        self.stall_after = after;
         self
     }
-    /// Report a clock skew above this (default 1000). [B-20]
-    pub fn clock_skew_threshold_ms(mut self, ms: u64) -> Self {
-        self.skew_threshold_ms = ms;
+    /// Report a clock skew between this instance and the store above this (default 1 s).
+    /// [B-20]
+    pub fn clock_skew_threshold(mut self, threshold: Duration) -> Self {
+        self.skew_threshold = threshold;
         self
     }
     /// Where slots read the time (tests use [`Clock::tokio`]).
@@ -379,16 +395,36 @@ impl<M: Mode> SchedulerBuilder<M> {
     }
 
     /// Validates the options and builds the scheduler.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] or [`Error::InvalidOption`] naming the first bad option,
+    /// [`Error::UnknownTimezone`].
     pub fn build(self) -> Result<Scheduler<M>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
         self.defaults.validate()?;
         if M::LEASE {
             self.timing.validate()?;
         }
-        if self.store_timeout.is_zero() {
-            return Err(Error::invalid_option(
-                "store_timeout_ms",
-                "must be positive",
-            ));
+        for (option, value) in [
+            ("store_timeout", self.store_timeout),
+            ("stall_after", self.stall_after),
+        ] {
+            if value < Duration::from_millis(1) {
+                return Err(Error::invalid_option(option, "must be at least 1 ms"));
+            }
+            if value > crate::options::MAX_DURATION {
+                return Err(Error::OutOfRange {
+                    option,
+                    value: format!("{} ms", value.as_millis()),
+                    allowed: format!(
+                        "at most {} ms (365 days)",
+                        crate::options::MAX_DURATION.as_millis()
+                    ),
+                });
+            }
         }
         let instance_id = match self.instance_id {
             Some(id) if id.is_empty() || id.len() > 200 => {
@@ -418,7 +454,7 @@ impl<M: Mode> SchedulerBuilder<M> {
                     data: self.data,
                     store_timeout: self.store_timeout,
                     stall_after: self.stall_after,
-                    skew_threshold_ms: self.skew_threshold_ms,
+                    skew_threshold_ms: ms(self.skew_threshold.min(crate::options::MAX_DURATION)),
                     clock: self.clock,
                     abort_grace: self.abort_grace,
                     default_stop_timeout: self.stop_timeout,
@@ -434,14 +470,15 @@ impl<M: Mode> SchedulerBuilder<M> {
 }
 
 impl SchedulerBuilder<Leased> {
-    /// Lease length (default 30000). [B-13]
-    pub fn lease_ms(mut self, ms: u64) -> Self {
-        self.timing.lease_ms = ms;
+    /// Lease length (default 30 s): how long a silent owner keeps its run before a backup
+    /// takes it over. [B-13]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.timing.lease = lease;
         self
     }
-    /// Heartbeat interval (default 5000); `heartbeat_ms * 2 < lease_ms`. [B-13]
-    pub fn heartbeat_ms(mut self, ms: u64) -> Self {
-        self.timing.heartbeat_ms = ms;
+    /// Heartbeat interval (default 5 s); `heartbeat * 2 < lease`. [B-13]
+    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.timing.heartbeat = heartbeat;
         self
     }
     /// Default overlap policy. [B-12]
@@ -454,9 +491,10 @@ impl SchedulerBuilder<Leased> {
         self.defaults.max_attempts = n;
         self
     }
-    /// Default catch-up window; 0 turns catch-up off. [B-19]
-    pub fn catch_up_ms(mut self, ms: u64) -> Self {
-        self.defaults.catch_up_ms = ms;
+    /// Default catch-up window: how far back missed slots are looked for on start; zero
+    /// turns catch-up off (default 5 min). [B-19]
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.defaults.catch_up_window = window;
         self
     }
     /// Default catch-up policy. [G-05]
@@ -464,9 +502,9 @@ impl SchedulerBuilder<Leased> {
         self.defaults.catch_up = policy;
         self
     }
-    /// Default history TTL. [B-37]
-    pub fn history_ttl_ms(mut self, ms: u64) -> Self {
-        self.defaults.history_ttl_ms = Some(ms);
+    /// Default history TTL: finished runs older than this are pruned. [B-37]
+    pub fn history_ttl(mut self, ttl: Duration) -> Self {
+        self.defaults.history_ttl = Some(ttl);
         self
     }
 }
@@ -494,13 +532,13 @@ fn default_instance_id() -> String {
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let scheduler = Scheduler::leased(MemoryStore::new())
-///     .lease_ms(30_000)
-///     .heartbeat_ms(5_000)
+///     .lease(Duration::from_secs(30))
+///     .heartbeat(Duration::from_secs(5))
 ///     .build()?;
-/// scheduler.every("sync", "10s").jitter_ms(500).handler(|ctx| async move {
+/// scheduler.every("sync", "10s").jitter(Duration::from_millis(500)).handler(|ctx| async move {
 ///     ctx.check_cancelled()?;
 ///     println!("slot {} attempt {}", ctx.slot, ctx.attempt);
-///     Ok::<_, anarchon_core::Error>(())
+///     Ok(())
 /// })?;
 /// scheduler.start().await?;
 /// scheduler.stop(Duration::from_secs(30)).await?;
@@ -617,6 +655,34 @@ impl IntoAt for chrono::DateTime<chrono::Utc> {
     }
 }
 
+/// A timezone for cron jobs: an IANA name (`"Europe/Berlin"`, checked once, when the
+/// builder is used) or a [`chrono_tz::Tz`].
+pub trait IntoTimezone {
+    /// The timezone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTimezone`] naming the input.
+    fn into_timezone(self) -> Result<chrono_tz::Tz>;
+}
+impl IntoTimezone for chrono_tz::Tz {
+    fn into_timezone(self) -> Result<chrono_tz::Tz> {
+        Ok(self)
+    }
+}
+impl IntoTimezone for &str {
+    fn into_timezone(self) -> Result<chrono_tz::Tz> {
+        self.parse().map_err(|_| Error::UnknownTimezone {
+            name: self.to_owned(),
+        })
+    }
+}
+impl IntoTimezone for String {
+    fn into_timezone(self) -> Result<chrono_tz::Tz> {
+        self.as_str().into_timezone()
+    }
+}
+
 enum Spec {
     Every(Duration),
     Cron(String),
@@ -624,8 +690,31 @@ enum Spec {
 }
 
 /// Registers one job: options, data, then [`JobBuilder::handler`]. Methods exist only where
-/// they apply: `overlap` not on `at` jobs, lease options only on lease stores, `offset_ms`
+/// they apply: `overlap` not on `at` jobs, lease options only on lease stores, `offset`
 /// only on `every`, `timezone` only on `cron`. [B-03, B-22, B-39]
+///
+/// Built by [`Scheduler::every`], [`Scheduler::cron`] and [`Scheduler::at`]; nothing is
+/// registered until `.handler(...)`, which reports every bad input as an error naming it.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::{memory::MemoryStore, CatchUp, Overlap, Scheduler};
+///
+/// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+/// scheduler
+///     .cron("report", "0 3 * * *")
+///     .timezone("Europe/Berlin")
+///     .timeout(Duration::from_secs(600))
+///     .overlap(Overlap::Skip)
+///     .catch_up(CatchUp::Latest)
+///     .handler(|ctx| async move {
+///         println!("report for {}", ctx.slot);
+///         Ok(())
+///     })?;
+/// let err = scheduler.every("bad", "10s").jitter(Duration::MAX).handler(|_| async { Ok(()) });
+/// assert!(err.is_err());
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
 #[must_use = "a job is registered only by `.handler(...)`"]
 pub struct JobBuilder<'s, M, K> {
     scheduler: &'s Scheduler<M>,
@@ -634,28 +723,31 @@ pub struct JobBuilder<'s, M, K> {
     opts: JobOptions,
     config: Option<JobConfig>,
     data: Option<DataSource>,
+    error: Option<Error>,
     _kind: PhantomData<K>,
 }
 
 impl<M: Mode, K> JobBuilder<'_, M, K> {
-    /// `jitter_ms` for this job. [B-09]
-    pub fn jitter_ms(mut self, ms: u64) -> Self {
-        self.opts.jitter_ms = ms;
+    /// Jitter for this job: a random delay from zero to this after each slot before
+    /// claiming (at most `max_late`). [B-09]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.opts.jitter = jitter;
         self
     }
-    /// `max_late_ms` for this job. [B-10]
-    pub fn max_late_ms(mut self, ms: u64) -> Self {
-        self.opts.max_late_ms = ms;
+    /// How late after its slot a claim may still start a run of this job. [B-10]
+    pub fn max_late(mut self, max_late: Duration) -> Self {
+        self.opts.max_late = max_late;
         self
     }
-    /// `history_size` for this job. [B-37]
+    /// Runs of this job kept in the history. [B-37]
     pub fn history_size(mut self, n: u32) -> Self {
         self.opts.history_size = n;
         self
     }
-    /// `timeout_ms` for this job. [B-21]
-    pub fn timeout_ms(mut self, ms: u64) -> Self {
-        self.opts.timeout_ms = Some(ms);
+    /// Timeout of this job's handler: its signal is cancelled and the attempt failed after
+    /// this. [B-21]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.opts.timeout = Some(timeout);
         self
     }
     /// Job-level data (fixed or a function). [B-31]
@@ -670,25 +762,36 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         self
     }
 
-    fn kind_name(&self) -> &'static str {
+    fn kind(&self) -> JobKind {
         match self.spec {
-            Ok(Spec::Every(_)) => "every",
-            Ok(Spec::Cron(_)) => "cron",
-            Ok(Spec::At(_)) | Err(_) => "at",
+            Ok(Spec::Every(_)) => JobKind::Every,
+            Ok(Spec::Cron(_)) => JobKind::Cron,
+            Ok(Spec::At(_)) | Err(_) => JobKind::At,
         }
     }
 
     /// Registers the job with its handler: an async function of a [`JobContext`] returning
-    /// `Result<(), E>`. Errors name the bad input. Jobs may be added while the scheduler runs.
-    /// [B-04, B-30]
-    pub fn handler<F, Fut, E>(self, f: F) -> Result<()>
+    /// `Result<(), HandlerError>`. Any error converts into [`HandlerError`] with `?`, so a
+    /// closure `|ctx| async move { ...; Ok(()) }` needs no type annotation. Errors name the
+    /// bad input. Jobs may be added while the scheduler runs. [B-04, B-30]
+    ///
+    /// # Errors
+    ///
+    /// The first bad input: the name, the interval, cron expression or `at` time, an option
+    /// out of range ([`Error::OutOfRange`]), one that does not apply
+    /// ([`Error::InvalidOption`]), an `at` time in the past ([`Error::AtInThePast`]), a
+    /// name already registered ([`Error::DuplicateJob`]), a stopped scheduler
+    /// ([`Error::State`]).
+    pub fn handler<F, Fut>(self, f: F) -> Result<()>
     where
         F: Fn(JobContext) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = std::result::Result<(), E>> + Send + 'static,
-        E: Into<BoxError>,
+        Fut: std::future::Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
     {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
         let name = JobName::new(&self.name)?;
-        let kind = self.kind_name();
+        let kind = self.kind();
         let mut opts = self.opts;
         if let Some(cfg) = &self.config {
             cfg.validate(M::LEASE, self.scheduler.store_kind(), kind)?;
@@ -696,8 +799,8 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         }
         opts.validate()?;
         let schedule = match self.spec? {
-            Spec::Every(interval) => Schedule::every(interval, opts.offset_ms)?,
-            Spec::Cron(expr) => Schedule::cron(&expr, opts.timezone.as_deref())?,
+            Spec::Every(interval) => Schedule::every(interval, opts.offset_ms())?,
+            Spec::Cron(expr) => Schedule::cron(&expr, opts.timezone.map(|tz| tz.name()))?,
             Spec::At(s) => s,
         };
         opts.check_schedule(
@@ -707,7 +810,7 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         )?;
         let handler: Handler = Arc::new(move |ctx| {
             let fut = f(ctx);
-            Box::pin(async move { fut.await.map_err(Into::into) })
+            Box::pin(async move { fut.await.map_err(BoxError::from) })
         });
         let def = Arc::new(JobDef {
             name: name.clone(),
@@ -722,9 +825,10 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
 }
 
 impl<M: Mode> JobBuilder<'_, M, kind::Every> {
-    /// Grid offset: slots at `k * interval + offset_ms`. [B-05]
-    pub fn offset_ms(mut self, ms: i64) -> Self {
-        self.opts.offset_ms = ms;
+    /// Grid offset: slots at `k * interval + offset` (taken modulo the interval, so an
+    /// offset of `interval - 5s` lays the grid 5 s early). [B-05]
+    pub fn offset(mut self, offset: Duration) -> Self {
+        self.opts.offset = offset;
         self
     }
 }
@@ -740,9 +844,15 @@ impl<M: Mode> JobBuilder<'_, M, kind::At> {
 }
 
 impl<M: Mode> JobBuilder<'_, M, kind::Cron> {
-    /// IANA timezone of the expression. [B-06]
-    pub fn timezone(mut self, tz: impl Into<String>) -> Self {
-        self.opts.timezone = Some(tz.into());
+    /// IANA timezone of the expression (`"Europe/Berlin"` or a [`chrono_tz::Tz`]); an
+    /// unknown name is an error at [`JobBuilder::handler`]. [B-06]
+    pub fn timezone(mut self, tz: impl IntoTimezone) -> Self {
+        match tz.into_timezone() {
+            Ok(tz) => self.opts.timezone = Some(tz),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
         self
     }
 }
@@ -753,9 +863,10 @@ impl<K> JobBuilder<'_, Leased, K> {
         self.opts.max_attempts = n;
         self
     }
-    /// Catch-up window on start; 0 turns it off. [B-19]
-    pub fn catch_up_ms(mut self, ms: u64) -> Self {
-        self.opts.catch_up_ms = ms;
+    /// Catch-up window on start: how far back missed slots are looked for; zero turns
+    /// catch-up off. [B-19]
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.opts.catch_up_window = window;
         self
     }
     /// Catch-up policy. [G-05]
@@ -763,9 +874,9 @@ impl<K> JobBuilder<'_, Leased, K> {
         self.opts.catch_up = policy;
         self
     }
-    /// History TTL. [B-37]
-    pub fn history_ttl_ms(mut self, ms: u64) -> Self {
-        self.opts.history_ttl_ms = Some(ms);
+    /// History TTL: finished runs older than this are pruned. [B-37]
+    pub fn history_ttl(mut self, ttl: Duration) -> Self {
+        self.opts.history_ttl = Some(ttl);
         self
     }
 }
@@ -795,6 +906,7 @@ impl<M: Mode> Scheduler<M> {
             opts: self.shared.cfg.defaults.clone(),
             config: None,
             data: None,
+            error: None,
             _kind: PhantomData,
         }
     }
@@ -962,10 +1074,12 @@ impl<M: Mode> Scheduler<M> {
             };
             let _ = tx.send(Command::RunNow { job, data, reply });
         }
-        done.await.map_err(|_| Error::State {
-            state: "stopping",
-            hint: "the run was abandoned by stop()",
-        })?
+        done.await
+            .map_err(|_| Error::State {
+                state: "stopping",
+                hint: "the run was abandoned by stop()",
+            })?
+            .map(HistoryRecord::from)
     }
 
     /// Stops scheduling a job on this instance; a running run of it continues. [B-35]
@@ -992,29 +1106,34 @@ impl<M: Mode> Scheduler<M> {
     /// process that registered no jobs once the store's tables exist. [B-36]
     pub async fn history(&self, name: &str, count: usize) -> Result<Vec<HistoryRecord>> {
         let name = JobName::new(name)?;
-        driver::bounded(
+        let records = driver::bounded(
             &self.shared,
             "history",
             self.shared.backend.history().history(&name, count),
         )
-        .await
+        .await?;
+        Ok(records.into_iter().map(HistoryRecord::from).collect())
     }
 
     /// The newest attempt of a job. [B-36]
     pub async fn last_run(&self, name: &str) -> Result<Option<HistoryRecord>> {
         let name = JobName::new(name)?;
-        driver::bounded(
+        let record = driver::bounded(
             &self.shared,
             "last_run",
             self.shared.backend.history().last_run(&name),
         )
-        .await
+        .await?;
+        Ok(record.map(HistoryRecord::from))
     }
 
     /// The next slot of a registered job after now. [B-36]
-    pub fn next_run(&self, name: &str) -> Result<Option<EpochMs>> {
+    pub fn next_run(&self, name: &str) -> Result<Option<DateTime<Utc>>> {
         let job = self.job(name)?;
-        Ok(job.schedule.next_after(self.shared.cfg.clock.now_ms()))
+        Ok(job
+            .schedule
+            .next_after(self.shared.cfg.clock.now_ms())
+            .map(to_datetime))
     }
 
     /// The jobs registered on this scheduler, by name. [B-36]
@@ -1028,7 +1147,7 @@ impl<M: Mode> Scheduler<M> {
             .map(|j| JobInfo {
                 name: j.name.clone(),
                 kind: j.kind,
-                next_run: j.schedule.next_after(now),
+                next_run: j.schedule.next_after(now).map(to_datetime),
             })
             .collect()
     }
@@ -1054,11 +1173,11 @@ impl<M: Mode> Scheduler<M> {
         Health {
             running,
             stalled: h.stalled.load(Ordering::Relaxed),
-            driver_idle_ms: if running {
+            driver_idle: Duration::from_millis(if running {
                 driver::mono_ms().saturating_sub(last)
             } else {
                 0
-            },
+            }),
             leases_held: h.leases_held.load(Ordering::Relaxed),
             last_error: h
                 .last_error

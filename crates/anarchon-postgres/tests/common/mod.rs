@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anarchon_core::{Prepare, Store};
+use anarchon_core::store::{Prepare, Store};
 use anarchon_postgres::{PostgresOptions, PostgresStore};
 
 /// The server URL, or `None` after a SKIP line (a failure under ANARCHON_REQUIRE_SERVERS=1).
