@@ -101,7 +101,7 @@ mod node {
     }
 
     async fn run(id: String, path: PathBuf, offset_ms: i64) -> anarchon::Result<()> {
-        let store = SqliteStore::open(&path).await?;
+        let store = SqliteStore::connect(&path).await?;
         let scheduler = Scheduler::leased(store)
             .instance_id(&id)
             .lease(Duration::from_millis(LEASE_MS))

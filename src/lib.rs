@@ -14,7 +14,7 @@
 //! use anarchon::{Scheduler, sqlite::SqliteStore};
 //!
 //! # async fn demo() -> anarchon::Result<()> {
-//! let store = SqliteStore::open("jobs.db").await?;
+//! let store = SqliteStore::connect("jobs.db").await?;
 //! let scheduler = Scheduler::leased(store).build()?;
 //! scheduler.every("sync", "10s").handler(|ctx| async move {
 //!     ctx.check_cancelled()?;

@@ -237,23 +237,24 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
     };
     match kind {
         "sqlite" => {
-            let store = anarchon::sqlite::SqliteStore::open(target).await?;
+            let store = anarchon::sqlite::SqliteStore::connect(target).await?;
             serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
         }
         #[cfg(feature = "redis")]
         "redis-lease" => {
             let (url, options) = redis_parts(target);
-            let store = anarchon::redis::RedisStore::from_url_with(url, options)?;
+            let store = anarchon::redis::RedisStore::connect_with(url, options).await?;
             serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
         }
         #[cfg(feature = "redis")]
         "redis-naive" => {
             let (url, options) = redis_parts(target);
-            let store = anarchon::redis::RedisClaimStore::from_url_with(
+            let store = anarchon::redis::RedisClaimStore::connect_with(
                 url,
                 anarchon::redis::Strategy::StreamId,
                 options,
-            )?;
+            )
+            .await?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
                 .jitter(Duration::from_millis(0))
@@ -262,7 +263,7 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
         }
         #[cfg(feature = "postgres")]
         "postgres" => {
-            let store = anarchon::postgres::PostgresStore::connect(
+            let store = anarchon::postgres::PostgresStore::connect_with(
                 target,
                 anarchon::postgres::PostgresOptions::default(),
             )
@@ -760,30 +761,35 @@ pub(crate) fn history(store: &str, job: &str, count: usize) -> Vec<HistoryRecord
         let job = JobName::new(job).expect("job name");
         let store: Box<dyn HistoryStore> = match kind {
             "sqlite" => Box::new(
-                anarchon::sqlite::SqliteStore::open(target)
+                anarchon::sqlite::SqliteStore::connect(target)
                     .await
                     .expect("open sqlite"),
             ),
             #[cfg(feature = "redis")]
             "redis-lease" => {
                 let (url, options) = redis_parts(target);
-                Box::new(anarchon::redis::RedisStore::from_url_with(url, options).expect("redis"))
+                Box::new(
+                    anarchon::redis::RedisStore::connect_with(url, options)
+                        .await
+                        .expect("redis"),
+                )
             }
             #[cfg(feature = "redis")]
             "redis-naive" => {
                 let (url, options) = redis_parts(target);
                 Box::new(
-                    anarchon::redis::RedisClaimStore::from_url_with(
+                    anarchon::redis::RedisClaimStore::connect_with(
                         url,
                         anarchon::redis::Strategy::StreamId,
                         options,
                     )
+                    .await
                     .expect("redis"),
                 )
             }
             #[cfg(feature = "postgres")]
             "postgres" => Box::new(
-                anarchon::postgres::PostgresStore::connect(
+                anarchon::postgres::PostgresStore::connect_with(
                     target,
                     anarchon::postgres::PostgresOptions::default(),
                 )

@@ -54,7 +54,9 @@ async fn ping(store: &RedisStore) {
 
 async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchConfig, json: bool) {
     let opts = options();
-    let store = RedisStore::from_url_with(url, opts.clone()).expect("store");
+    let store = RedisStore::connect_with(url, opts.clone())
+        .await
+        .expect("store");
     let server = match store.server().await {
         Ok(s) => s,
         Err(e) => {
@@ -138,7 +140,9 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
         strategies.push((Strategy::Idmp, u));
     }
     for (strategy, u) in strategies {
-        let cs = RedisClaimStore::from_url_with(u, strategy, options()).expect("store");
+        let cs = RedisClaimStore::connect_with(u, strategy, options())
+            .await
+            .expect("store");
         let j = job("bench-claim");
         if let Err(e) = cs
             .prepare(&Prepare {
@@ -168,7 +172,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
     }
 
     // Graceful handover: A releases, B's subscriber (its own connection) hears of it.
-    let b = RedisStore::from_url_with(url, opts).expect("store");
+    let b = RedisStore::connect_with(url, opts).await.expect("store");
     b.prepare(&prep).await.expect("prepare");
     let mut rx = b.subscribe_releases().unwrap();
     let hand_job = job("bench-hand");

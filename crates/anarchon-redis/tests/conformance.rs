@@ -15,14 +15,18 @@ fn options() -> RedisOptions {
 async fn lease(var: &str) -> Option<Arc<dyn LeaseStore>> {
     let url = server_url(var)?;
     Some(Arc::new(
-        RedisStore::from_url_with(&url, options()).expect("store"),
+        RedisStore::connect_with(&url, options())
+            .await
+            .expect("store"),
     ))
 }
 
 async fn claim(var: &str, strategy: Strategy) -> Option<Arc<dyn ClaimStore>> {
     let url = server_url(var)?;
     Some(Arc::new(
-        RedisClaimStore::from_url_with(&url, strategy, options()).expect("store"),
+        RedisClaimStore::connect_with(&url, strategy, options())
+            .await
+            .expect("store"),
     ))
 }
 
@@ -49,7 +53,9 @@ async fn valkey_script() -> Option<Arc<dyn ClaimStore>> {
 async fn redis86_idmp() -> Option<Arc<dyn ClaimStore>> {
     match std::env::var("ANARCHON_REDIS86_URL") {
         Ok(url) if !url.trim().is_empty() => Some(Arc::new(
-            RedisClaimStore::from_url_with(&url, Strategy::Idmp, options()).expect("store"),
+            RedisClaimStore::connect_with(&url, Strategy::Idmp, options())
+                .await
+                .expect("store"),
         )),
         _ => {
             eprintln!(

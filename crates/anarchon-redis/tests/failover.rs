@@ -47,7 +47,11 @@ async fn b29_server_restart_reconnects_without_duplicate_start() {
     let job = unique_job("restart");
     let mut stores = Vec::new();
     for i in 0..3 {
-        let s = Arc::new(RedisStore::from_url_with(&server.url(), opts.clone()).unwrap());
+        let s = Arc::new(
+            RedisStore::connect_with(&server.url(), opts.clone())
+                .await
+                .unwrap(),
+        );
         s.prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: format!("i{i}"),

@@ -28,7 +28,7 @@ pub struct TempStore {
 impl TempStore {
     pub async fn new() -> TempStore {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = SqliteStore::open(dir.path().join("anarchon.db"))
+        let store = SqliteStore::connect(dir.path().join("anarchon.db"))
             .await
             .expect("open store");
         TempStore { store, dir }
