@@ -5,7 +5,7 @@
 //! `lease`, PostgreSQL, SQLite/libSQL: claims with a lease, takeover, handover) or
 //! [`ClaimStore`] (RabbitMQ, NATS, the naive Redis strategies: one winner per slot, no lease).
 //! [`crate::memory::MemoryStore`] is the reference implementation of both, and
-//! [`crate::testkit`] (feature `testkit`) is the conformance suite a store runs against
+//! `anarchon_core::testkit` (feature `testkit`) is the conformance suite a store runs against
 //! itself. [B-44]
 //!
 //! All traits are object safe: the scheduler holds an `Arc<dyn LeaseStore>` or
@@ -50,8 +50,8 @@ pub struct Prepare {
 /// - [`Store::prepare`] checks the connection and the server version, then creates the
 ///   tables/keys it needs. Many instances may call it at the same moment: it must be safe
 ///   (advisory lock, `IF NOT EXISTS`). An older schema is migrated; a newer one is refused
-///   with [`Error::SchemaTooNew`](crate::Error::SchemaTooNew) and nothing is changed. Failures map to
-///   [`Error::Unavailable`](crate::Error::Unavailable), [`Error::ServerTooOld`](crate::Error::ServerTooOld), [`Error::Corrupt`](crate::Error::Corrupt).
+///   with [`Error::SchemaTooNew`] and nothing is changed. Failures map to
+///   [`Error::Unavailable`], [`Error::ServerTooOld`], [`Error::Corrupt`].
 /// - [`Store::now`] is the store's clock in epoch ms (Redis `TIME`, the database clock; the
 ///   host clock for SQLite). Lease deadlines are judged on this clock. [B-20]
 /// - [`Store::close`] closes the connections the store opened itself; connections, pools and

@@ -257,6 +257,38 @@ pub struct JobInfo {
 }
 
 /// Builds a [`Scheduler`]; see [`Scheduler::leased`] and [`Scheduler::claim_only`].
+///
+/// Every option has a default; the job options set here are the defaults of every job, which
+/// each [`JobBuilder`] may override. Lengths are `std::time::Duration`. Lease-only options
+/// (`lease`, `heartbeat`, `overlap`, `max_attempts`, `catch_up*`, `history_ttl`) exist only
+/// on the builder of a lease store. Nothing is checked before [`SchedulerBuilder::build`].
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::{memory::MemoryStore, CatchUp, Scheduler};
+///
+/// let scheduler = Scheduler::leased(MemoryStore::new())
+///     .instance_id("worker-1")
+///     .lease(Duration::from_secs(30))
+///     .heartbeat(Duration::from_secs(5))
+///     .jitter(Duration::from_millis(500))
+///     .max_late(Duration::from_secs(30))
+///     .timeout(Duration::from_secs(600))
+///     .timezone("Europe/Berlin")
+///     .catch_up(CatchUp::Latest)
+///     .store_timeout(Duration::from_secs(3))
+///     .build()?;
+/// assert_eq!(scheduler.instance_id(), "worker-1");
+///
+/// // A heartbeat too slow for its lease is refused, naming the option.
+/// let err = Scheduler::leased(MemoryStore::new())
+///     .lease(Duration::from_secs(10))
+///     .heartbeat(Duration::from_secs(5))
+///     .build()
+///     .unwrap_err();
+/// assert!(err.to_string().contains("heartbeat"), "{err}");
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
 pub struct SchedulerBuilder<M> {
     backend: Backend,
     instance_id: Option<String>,
@@ -973,7 +1005,9 @@ impl<M: Mode> Scheduler<M> {
         &self.shared.cfg.instance_id
     }
 
-    /// Subscribes to events. [B-38]
+    /// Subscribes to the events of this instance (a `tokio::sync::broadcast` receiver: a
+    /// receiver that falls more than 1024 events behind loses the oldest). See [`Event`] for
+    /// an example. [B-38]
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.events.subscribe()
     }
@@ -1061,6 +1095,29 @@ impl<M: Mode> Scheduler<M> {
 
     /// Runs a job on this instance now: no deduplication, no retry, recorded as `manual`.
     /// Returns the finished run's record. [B-35]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownJob`], [`Error::State`] before `start()` or after `stop()`, a store
+    /// error writing the record.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Data, Reason, RunStatus, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("report", "1h").handler(|ctx| async move {
+    ///     println!("requested by {:?}", ctx.value("by"));
+    ///     Ok(())
+    /// })?;
+    /// scheduler.start().await?;
+    /// let run = scheduler.run_now("report", Some(Data::new().with_key("by", "ops"))).await?;
+    /// assert_eq!((run.status, run.reason, run.manual), (RunStatus::Succeeded, Reason::Manual, true));
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn run_now(&self, name: &str, data: Option<Data>) -> Result<HistoryRecord> {
         let job = self.job(name)?;
         let (reply, done) = oneshot::channel();
@@ -1082,7 +1139,23 @@ impl<M: Mode> Scheduler<M> {
             .map(HistoryRecord::from)
     }
 
-    /// Stops scheduling a job on this instance; a running run of it continues. [B-35]
+    /// Stops scheduling a job on this instance; a running run of it continues. Other
+    /// instances that registered the job keep running it. [B-35]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownJob`] when no job of that name is registered here.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Error, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler.remove("sync")?;
+    /// assert!(scheduler.jobs().is_empty());
+    /// assert!(matches!(scheduler.remove("sync"), Err(Error::UnknownJob { .. })));
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn remove(&self, name: &str) -> Result<()> {
         let name = JobName::new(name)?;
         let removed = self
@@ -1104,6 +1177,27 @@ impl<M: Mode> Scheduler<M> {
 
     /// The latest `count` attempts of a job from all instances, newest first. Works in a
     /// process that registered no jobs once the store's tables exist. [B-36]
+    ///
+    /// # Errors
+    ///
+    /// An invalid job name, a store error or timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, RunStatus, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "1h").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler.start().await?;
+    /// scheduler.run_now("sync", None).await?;
+    /// let runs = scheduler.history("sync", 10).await?;
+    /// assert_eq!(runs[0].status, RunStatus::Succeeded);
+    /// println!("{} attempt {} took {:?}", runs[0].slot, runs[0].attempt, runs[0].duration());
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn history(&self, name: &str, count: usize) -> Result<Vec<HistoryRecord>> {
         let name = JobName::new(name)?;
         let records = driver::bounded(
@@ -1115,7 +1209,11 @@ impl<M: Mode> Scheduler<M> {
         Ok(records.into_iter().map(HistoryRecord::from).collect())
     }
 
-    /// The newest attempt of a job. [B-36]
+    /// The newest attempt of a job, as [`Scheduler::history`] with a count of 1. [B-36]
+    ///
+    /// # Errors
+    ///
+    /// An invalid job name, a store error or timeout.
     pub async fn last_run(&self, name: &str) -> Result<Option<HistoryRecord>> {
         let name = JobName::new(name)?;
         let record = driver::bounded(
@@ -1127,7 +1225,22 @@ impl<M: Mode> Scheduler<M> {
         Ok(record.map(HistoryRecord::from))
     }
 
-    /// The next slot of a registered job after now. [B-36]
+    /// The next slot of a registered job after now; `None` for an `at` job whose time has
+    /// passed. [B-36]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownJob`].
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// let next = scheduler.next_run("sync")?.expect("an every job always has a next slot");
+    /// assert_eq!(next.timestamp_millis() % 10_000, 0);
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn next_run(&self, name: &str) -> Result<Option<DateTime<Utc>>> {
         let job = self.job(name)?;
         Ok(job
@@ -1164,7 +1277,23 @@ impl<M: Mode> Scheduler<M> {
         }
     }
 
-    /// A snapshot of the scheduler's health.
+    /// A snapshot of the scheduler's health, for a health check endpoint.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// assert!(!scheduler.health().is_healthy(), "not started yet");
+    /// scheduler.start().await?;
+    /// let health = scheduler.health();
+    /// assert!(health.is_healthy(), "{health:?}");
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// assert!(!scheduler.health().running);
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn health(&self) -> Health {
         let h = &self.shared.health;
         let running =

@@ -152,7 +152,8 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
     }))
 }
 
-/// [`anarchon_core::LeaseStore::heartbeat`]: one statement per [`BATCH`] leases. [B-13]
+/// [`anarchon_core::LeaseStore::heartbeat`]: one statement per 200 leases (4 bound parameters
+/// each, far below SQLite's limit). [B-13]
 pub async fn heartbeat<E: Exec>(
     e: &mut E,
     sql: &Sql,
