@@ -455,3 +455,49 @@ async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
     }
     assert!(interrupted);
 }
+
+/// Configuration takes lengths as text or milliseconds, reads the older `...Ms` keys, and
+/// names the key of a value it cannot read.
+#[test]
+fn job_config_reads_humane_lengths_and_names_bad_keys() {
+    let cfg: JobConfig = serde_json::from_str(
+        r#"{"jitter": "1s", "maxLate": 90000, "timeout": "1h30m", "catchUpWindow": "0s", "offset": "250ms"}"#,
+    )
+    .unwrap();
+    assert_eq!(cfg.jitter, Some(Duration::from_secs(1)));
+    assert_eq!(cfg.max_late, Some(Duration::from_secs(90)));
+    assert_eq!(cfg.timeout, Some(Duration::from_secs(5400)));
+    assert_eq!(cfg.catch_up_window, Some(Duration::ZERO));
+    assert_eq!(cfg.offset, Some(Duration::from_millis(250)));
+    let old: JobConfig = serde_json::from_str(r#"{"jitterMs": 10, "catchUpMs": 0}"#).unwrap();
+    assert_eq!(old.jitter, Some(Duration::from_millis(10)));
+    assert_eq!(old.catch_up_window, Some(Duration::ZERO));
+    for (text, key) in [
+        (r#"{"maxLate": "soon"}"#, "`maxLate`"),
+        (r#"{"jitter": -5}"#, "`jitter`"),
+        (r#"{"timeout": true}"#, "`timeout`"),
+        (r#"{"historyTtl": "1.5h"}"#, "`historyTtl`"),
+        (r#"{"timezone": "Europe/Atlantis"}"#, "Europe/Atlantis"),
+    ] {
+        let err = serde_json::from_str::<JobConfig>(text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}
+
+/// Kinds and causes are enums with their names as text.
+#[test]
+fn kinds_and_causes_are_enums() {
+    let s = sched();
+    s.every("e", "1s").handler(ok()).unwrap();
+    s.cron("c", "* * * * *").handler(ok()).unwrap();
+    let kinds: Vec<_> = s.jobs().iter().map(|j| j.kind).collect();
+    assert!(kinds.contains(&anarchon_core::JobKind::Every));
+    assert!(kinds.contains(&anarchon_core::JobKind::Cron));
+    assert_eq!(anarchon_core::JobKind::Every.to_string(), "every");
+    assert_eq!(
+        anarchon_core::InterruptCause::HandedOver.to_string(),
+        "handed over"
+    );
+}

@@ -943,17 +943,61 @@ impl<M: Mode> Scheduler<M> {
         }
     }
 
-    /// Registers a job on the epoch grid: `every("sync", "10s")`. [B-01, B-05]
+    /// Registers a job on the epoch grid: `every("sync", "10s")`. The interval is text
+    /// (`"250ms"`, `"10s"`, `"1h30m"`), a `Duration` or milliseconds. [B-01, B-05]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler
+    ///     .every("poll", Duration::from_millis(1500))
+    ///     .offset(Duration::from_millis(500)) // slots at ...00.5, ...02.0, ...03.5
+    ///     .handler(|_ctx| async { Ok(()) })?;
+    /// assert!(scheduler.every("bad", "10").handler(|_ctx| async { Ok(()) }).is_err());
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn every(&self, name: &str, interval: impl IntoInterval) -> JobBuilder<'_, M, kind::Every> {
         self.builder(name, interval.into_interval().map(Spec::Every))
     }
 
-    /// Registers a cron job: `cron("report", "0 3 * * *")`. [B-02, B-06]
+    /// Registers a cron job: `cron("report", "0 3 * * *")`: five fields, or six with
+    /// seconds first, in the job's timezone (default the scheduler's, else UTC). [B-02, B-06]
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Error, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler
+    ///     .cron("report", "0 3 * * 1-5")
+    ///     .timezone("America/New_York")
+    ///     .handler(|_ctx| async { Ok(()) })?;
+    /// let err = scheduler.cron("bad", "61 * * * *").handler(|_ctx| async { Ok(()) }).unwrap_err();
+    /// assert!(matches!(err, Error::InvalidCron { .. }), "{err}");
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn cron(&self, name: &str, expression: &str) -> JobBuilder<'_, M, kind::Cron> {
         self.builder(name, Ok(Spec::Cron(expression.to_owned())))
     }
 
-    /// Registers a job that runs once: `at("migrate", "2026-12-01T09:00:00Z")`. [B-03]
+    /// Registers a job that runs once: `at("migrate", "2026-12-01T09:00:00Z")`. The time is
+    /// RFC 3339 text, a `chrono::DateTime<Utc>`, a `SystemTime` or epoch milliseconds; one
+    /// too far in the past is refused unless [`JobBuilder::allow_past`]. [B-03]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{chrono::Utc, memory::MemoryStore, Error, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler
+    ///     .at("migrate", Utc::now() + Duration::from_secs(60))
+    ///     .handler(|_ctx| async { Ok(()) })?;
+    /// let err = scheduler.at("old", "2001-01-01T00:00:00Z").handler(|_ctx| async { Ok(()) });
+    /// assert!(matches!(err, Err(Error::AtInThePast { .. })));
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn at(&self, name: &str, when: impl IntoAt) -> JobBuilder<'_, M, kind::At> {
         self.builder(name, when.into_at().map(Spec::At))
     }
