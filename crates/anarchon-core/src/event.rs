@@ -179,8 +179,8 @@ pub enum Event {
     /// This instance's clock differs from the store's by more than the threshold. Slots
     /// follow the instance clock and leases the store's, so keep clocks in sync. [B-20]
     ClockSkew {
-        /// Instance clock minus store clock, ms.
-        skew_ms: i64,
+        /// Instance clock minus store clock (negative when the instance is behind).
+        skew: chrono::TimeDelta,
     },
 }
 
@@ -265,9 +265,10 @@ impl fmt::Display for Event {
                 "{name}: the scheduler's loop has not turned for {} ms",
                 idle.as_millis()
             ),
-            Event::ClockSkew { skew_ms } => write!(
+            Event::ClockSkew { skew } => write!(
                 f,
-                "{name}: this instance's clock is {skew_ms} ms off the store's"
+                "{name}: this instance's clock is {} ms off the store's",
+                skew.num_milliseconds()
             ),
         }
     }

@@ -109,7 +109,9 @@ fn check_skew(shared: &Shared, store_now: EpochMs, allowance: i64) {
             "this instance's clock differs from the store's by {skew} ms: slots follow the \
              instance clock and leases the store's, keep clocks NTP-synced"
         );
-        let _ = shared.events.send(Event::ClockSkew { skew_ms: skew });
+        let _ = shared.events.send(Event::ClockSkew {
+            skew: chrono::TimeDelta::try_milliseconds(skew).unwrap_or(chrono::TimeDelta::MIN),
+        });
     }
 }
 
