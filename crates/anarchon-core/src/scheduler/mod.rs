@@ -606,7 +606,16 @@ impl<M> std::fmt::Debug for Scheduler<M> {
 }
 
 impl Scheduler<Leased> {
-    /// A scheduler on a lease store (SQLite, PostgreSQL, Redis `lease`, the memory store).
+    /// A scheduler on a lease store (SQLite, libSQL, PostgreSQL, Redis `lease`, the memory
+    /// store): takeover by a backup, handover on stop, overlap check, catch-up.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// # let _ = scheduler;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn leased<S: LeaseStore>(store: S) -> SchedulerBuilder<Leased> {
         SchedulerBuilder::new(Backend::Lease(Arc::new(store)))
     }
@@ -618,7 +627,16 @@ impl Scheduler<Leased> {
 }
 
 impl Scheduler<ClaimOnly> {
-    /// A scheduler on a claim-only store (RabbitMQ, NATS, Redis naive strategies).
+    /// A scheduler on a claim-only store (RabbitMQ, NATS, Redis naive strategies): one
+    /// winner per slot and nothing more; the lease-only options do not exist on its builder.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::claim_only(MemoryStore::new()).build()?;
+    /// scheduler.every("ping", "30s").handler(|_ctx| async { Ok(()) })?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn claim_only<S: ClaimStore>(store: S) -> SchedulerBuilder<ClaimOnly> {
         SchedulerBuilder::new(Backend::Claim(Arc::new(store)))
     }
@@ -1058,6 +1076,27 @@ impl<M: Mode> Scheduler<M> {
 
     /// Checks the store (connection, version, schema), then schedules the jobs and, in the
     /// background, handles orphans and catch-up. [B-19, B-33]
+    ///
+    /// # Errors
+    ///
+    /// The store's error (unreachable, too old, a schema written by a newer anarchon) and
+    /// [`Error::State`] when called twice or after `stop()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Error, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler.start().await?;
+    /// assert!(matches!(scheduler.start().await, Err(Error::State { .. })));
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// // A stopped scheduler takes no new job.
+    /// assert!(scheduler.every("late", "10s").handler(|_ctx| async { Ok(()) }).is_err());
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn start(&self) -> Result<()> {
         {
             let d = self.driver();
@@ -1113,6 +1152,19 @@ impl<M: Mode> Scheduler<M> {
     /// returns, and result writes in flight are waited for within `timeout`. It returns an
     /// error only if the scheduler's driver task panicked (a bug).
     /// [B-17, B-34]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::State`] if the driver task panicked.
+    ///
+    /// ```no_run
+    /// # async fn demo(scheduler: anarchon_core::Scheduler) -> anarchon_core::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// tokio::signal::ctrl_c().await.ok();
+    /// scheduler.stop(Duration::from_secs(30)).await?; // running lease runs are handed over
+    /// # Ok(()) }
+    /// ```
     pub async fn stop(&self, timeout: Duration) -> Result<()> {
         let prev = std::mem::replace(&mut *self.driver(), DriverState::Stopped);
         match prev {
@@ -1294,6 +1346,17 @@ impl<M: Mode> Scheduler<M> {
     }
 
     /// The jobs registered on this scheduler, by name. [B-36]
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, JobKind, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.cron("report", "0 3 * * *").handler(|_ctx| async { Ok(()) })?;
+    /// let jobs = scheduler.jobs();
+    /// assert_eq!((jobs[0].name.as_str(), jobs[0].kind), ("report", JobKind::Cron));
+    /// assert!(jobs[0].next_run.is_some());
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn jobs(&self) -> Vec<JobInfo> {
         let now = self.shared.cfg.clock.now_ms();
         self.shared
