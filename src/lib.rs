@@ -36,7 +36,11 @@
 //! | `redis` | Redis ≥ 5, Valkey | `anarchon-redis` |
 //! | `all-stores` | all of the above | |
 //!
-//! Everything else is re-exported from [`anarchon_core`].
+//! Everything else is re-exported from [`anarchon_core`]: at the root what a user of the
+//! scheduler needs (times are `chrono::DateTime<Utc>`, lengths `std::time::Duration`,
+//! handlers return `Result<(), HandlerError>`), and under [`store`] what a store author
+//! needs. Next steps — events, history, `run_now`, `remove`, other stores, production
+//! settings — are in the repository's `docs/guide.md` and `examples/newcomer.rs`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use anarchon_core::*;
