@@ -8,17 +8,14 @@
 #[path = "common/jobs.rs"]
 mod jobs;
 
-use anarchon::{
-    Scheduler,
-    postgres::{PostgresOptions, PostgresStore},
-};
+use anarchon::{Scheduler, postgres::PostgresStore};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter("warn").init();
     let url =
         std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://localhost/postgres".into());
-    let store = PostgresStore::connect(&url, PostgresOptions::default()).await?;
+    let store = PostgresStore::connect(&url).await?;
     let scheduler = Scheduler::leased(store).build()?;
     jobs::run(scheduler).await?;
     Ok(())

@@ -101,17 +101,19 @@ mod node {
     }
 
     async fn run(id: String, path: PathBuf, offset_ms: i64) -> anarchon::Result<()> {
-        let store = SqliteStore::open(&path).await?;
+        let store = SqliteStore::connect(&path).await?;
         let scheduler = Scheduler::leased(store)
             .instance_id(&id)
-            .lease_ms(LEASE_MS)
-            .heartbeat_ms(HEARTBEAT_MS)
-            .jitter_ms(0)
-            .catch_up_ms(0)
+            .lease(Duration::from_millis(LEASE_MS))
+            .heartbeat(Duration::from_millis(HEARTBEAT_MS))
+            .jitter(Duration::from_millis(0))
+            .catch_up_window(Duration::from_millis(0))
             .build()?;
         scheduler
             .every("demo", Duration::from_millis(INTERVAL_MS))
-            .offset_ms(offset_ms)
+            .offset(Duration::from_millis(
+                offset_ms.rem_euclid(INTERVAL_MS as i64) as u64,
+            ))
             .handler(|ctx| async move {
                 // The work: 4 s, cut short when the signal is cancelled (stop, lost lease).
                 tokio::select! {
@@ -120,7 +122,7 @@ mod node {
                 }
                 // An error after cancellation hands the run over to a backup; Ok would
                 // record it as succeeded.
-                ctx.check_cancelled()
+                Ok(ctx.check_cancelled()?)
             })?;
 
         let mut events = scheduler.events();
@@ -156,27 +158,34 @@ mod node {
         let line = match event {
             Event::Start(run) | Event::Lost(run) | Event::Fenced(run) => format!(
                 "slot={} attempt={} reason={}",
-                run.slot, run.attempt, run.reason
+                run.slot_ms(),
+                run.attempt,
+                run.reason
             ),
-            Event::Success { run, duration_ms } => format!(
-                "slot={} attempt={} reason={} ms={duration_ms}",
-                run.slot, run.attempt, run.reason
+            Event::Success { run, duration } => format!(
+                "slot={} attempt={} reason={} ms={}",
+                run.slot_ms(),
+                run.attempt,
+                run.reason,
+                duration.as_millis()
             ),
             Event::Failure { run, error } => format!(
                 "slot={} attempt={} reason={} cause={}",
-                run.slot,
+                run.slot_ms(),
                 run.attempt,
                 run.reason,
                 error.replace(' ', "_")
             ),
             Event::Interrupted { run, cause } => format!(
                 "slot={} attempt={} reason={} cause={}",
-                run.slot,
+                run.slot_ms(),
                 run.attempt,
                 run.reason,
-                cause.replace(' ', "_")
+                cause.as_str().replace(' ', "_")
             ),
-            Event::Skip { slot, reason, .. } => format!("slot={slot} skip={}", reason.as_str()),
+            Event::Skip { slot, reason, .. } => {
+                format!("slot={} skip={}", slot.timestamp_millis(), reason.as_str())
+            }
             Event::Error {
                 operation, message, ..
             } => format!("op={operation} cause={}", message.replace(' ', "_")),

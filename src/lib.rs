@@ -14,12 +14,12 @@
 //! use anarchon::{Scheduler, sqlite::SqliteStore};
 //!
 //! # async fn demo() -> anarchon::Result<()> {
-//! let store = SqliteStore::open("jobs.db").await?;
+//! let store = SqliteStore::connect("jobs.db").await?;
 //! let scheduler = Scheduler::leased(store).build()?;
 //! scheduler.every("sync", "10s").handler(|ctx| async move {
 //!     ctx.check_cancelled()?;
 //!     println!("slot {} attempt {}", ctx.slot, ctx.attempt);
-//!     Ok::<_, anarchon::Error>(())
+//!     Ok(())
 //! })?;
 //! scheduler.start().await?;
 //! tokio::signal::ctrl_c().await.ok();
@@ -38,7 +38,11 @@
 //! | `nats` | NATS JetStream, nats-server ≥ 2.9 (claim-only) | `anarchon-nats` |
 //! | `all-stores` | all of the above | |
 //!
-//! Everything else is re-exported from [`anarchon_core`].
+//! Everything else is re-exported from [`anarchon_core`]: at the root what a user of the
+//! scheduler needs (times are `chrono::DateTime<Utc>`, lengths `std::time::Duration`,
+//! handlers return `Result<(), HandlerError>`), and under [`store`] what a store author
+//! needs. Next steps — events, history, `run_now`, `remove`, other stores, production
+//! settings — are in the repository's `docs/guide.md` and `examples/newcomer.rs`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use anarchon_core::*;
@@ -72,3 +76,13 @@ pub use anarchon_amqp as amqp;
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub use anarchon_nats as nats;
+
+/// The README's code, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+/// docs/guide.md's snippets, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+struct GuideDoctests;

@@ -337,7 +337,7 @@ fn s11_chaos_with_real_signals_keeps_every_guarantee() {
         }
     }
     // Fences strictly increasing per slot; the handler saw the recorded fence.
-    let mut by_slot: BTreeMap<i64, Vec<&anarchon::HistoryRecord>> = BTreeMap::new();
+    let mut by_slot: BTreeMap<i64, Vec<&anarchon::store::RunRecord>> = BTreeMap::new();
     for r in history.iter().filter(|r| !r.manual) {
         by_slot.entry(r.slot).or_default().push(r);
     }

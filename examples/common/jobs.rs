@@ -15,7 +15,7 @@ pub(crate) fn register(scheduler: &Scheduler<Leased>) -> anarchon::Result<()> {
             ctx.slot, ctx.instance_id, ctx.attempt
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
-        Ok::<_, anarchon::Error>(())
+        Ok(())
     })?;
     scheduler.every("report", "30s").handler(|ctx| async move {
         println!(
@@ -33,7 +33,7 @@ pub(crate) fn register(scheduler: &Scheduler<Leased>) -> anarchon::Result<()> {
                 println!("  report: {step}/20");
             }
         }
-        Ok::<_, anarchon::Error>(())
+        Ok(())
     })?;
     Ok(())
 }
@@ -48,8 +48,13 @@ pub(crate) fn narrate(scheduler: &Scheduler<Leased>) {
                     "start   {} slot {} attempt {} ({})",
                     run.job, run.slot, run.attempt, run.reason
                 ),
-                Event::Success { run, duration_ms } => {
-                    println!("success {} slot {} in {duration_ms} ms", run.job, run.slot)
+                Event::Success { run, duration } => {
+                    println!(
+                        "success {} slot {} in {} ms",
+                        run.job,
+                        run.slot,
+                        duration.as_millis()
+                    )
                 }
                 Event::Failure { run, error } => {
                     println!("failure {} slot {}: {error}", run.job, run.slot)

@@ -19,7 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anarchon::{Event, HistoryRecord, HistoryStore, JobName, Leased, Mode, Scheduler};
+use anarchon::store::{HistoryStore, RunRecord as HistoryRecord};
+use anarchon::{Event, JobName, Leased, Mode, Scheduler};
 
 /// The environment variable that carries a child node's configuration.
 pub(crate) const NODE_ENV: &str = "ANARCHON_TEST_NODE";
@@ -249,27 +250,28 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
     };
     match kind {
         "sqlite" => {
-            let store = anarchon::sqlite::SqliteStore::open(target).await?;
+            let store = anarchon::sqlite::SqliteStore::connect(target).await?;
             serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
         }
         #[cfg(feature = "redis")]
         "redis-lease" => {
             let (url, options) = redis_parts(target);
-            let store = anarchon::redis::RedisStore::from_url_with(url, options)?;
+            let store = anarchon::redis::RedisStore::connect_with(url, options).await?;
             serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
         }
         #[cfg(feature = "redis")]
         "redis-naive" => {
             let (url, options) = redis_parts(target);
-            let store = anarchon::redis::RedisClaimStore::from_url_with(
+            let store = anarchon::redis::RedisClaimStore::connect_with(
                 url,
                 anarchon::redis::Strategy::StreamId,
                 options,
-            )?;
+            )
+            .await?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
                 .clock(node_clock(id, &cfg))
-                .jitter_ms(0)
+                .jitter(Duration::from_millis(0))
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
         }
@@ -278,7 +280,7 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
             let store = anarchon::amqp::AmqpStore::connect(target).await?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
-                .jitter_ms(0)
+                .jitter(Duration::from_millis(0))
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
         }
@@ -287,13 +289,13 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
             let store = anarchon::nats::NatsStore::connect(target).await?;
             let scheduler = Scheduler::claim_only(store)
                 .instance_id(id)
-                .jitter_ms(0)
+                .jitter(Duration::from_millis(0))
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
         }
         #[cfg(feature = "postgres")]
         "postgres" => {
-            let store = anarchon::postgres::PostgresStore::connect(
+            let store = anarchon::postgres::PostgresStore::connect_with(
                 target,
                 anarchon::postgres::PostgresOptions::default(),
             )
@@ -323,11 +325,11 @@ fn leased(
     builder
         .instance_id(id)
         .clock(node_clock(id, cfg))
-        .lease_ms(cfg.lease_ms)
-        .heartbeat_ms(cfg.heartbeat_ms)
-        .catch_up_ms(cfg.catch_up_ms)
+        .lease(Duration::from_millis(cfg.lease_ms))
+        .heartbeat(Duration::from_millis(cfg.heartbeat_ms))
+        .catch_up_window(Duration::from_millis(cfg.catch_up_ms))
         .max_attempts(cfg.max_attempts)
-        .jitter_ms(0)
+        .jitter(Duration::from_millis(0))
         .build()
 }
 
@@ -340,14 +342,16 @@ async fn serve<M: Mode>(
     let work = Duration::from_millis(cfg.work_ms);
     let job = scheduler
         .every(&cfg.job, Duration::from_millis(cfg.interval_ms))
-        .offset_ms(cfg.offset_ms);
+        .offset(Duration::from_millis(
+            cfg.offset_ms.rem_euclid(cfg.interval_ms.max(1) as i64) as u64,
+        ));
     if cfg.handler_log.is_empty() {
         job.handler(move |ctx| async move {
             tokio::select! {
                 _ = ctx.signal.cancelled() => {}
                 _ = tokio::time::sleep(work) => {}
             }
-            ctx.check_cancelled()
+            Ok(ctx.check_cancelled()?)
         })?;
     } else {
         let log = std::sync::Arc::new(
@@ -367,7 +371,7 @@ async fn serve<M: Mode>(
                     // never interleave.
                     let text = format!(
                         "H {what} {node} {} {} {} {}\n",
-                        ctx.slot,
+                        ctx.slot_ms(),
                         ctx.attempt,
                         ctx.fence,
                         now_ms()
@@ -385,7 +389,7 @@ async fn serve<M: Mode>(
                     if let Err(e) = ctx.check_cancelled() {
                         line("STEP-ERR");
                         line("END");
-                        return Err(e);
+                        return Err(e.into());
                     }
                     line("STEP-OK");
                 }
@@ -426,7 +430,10 @@ fn event_line(id: &str, event: &Event) -> String {
     let run = |r: &anarchon::RunInfo| {
         format!(
             "slot={} attempt={} reason={} fence={}",
-            r.slot, r.attempt, r.reason, r.fence
+            r.slot_ms(),
+            r.attempt,
+            r.reason,
+            r.fence
         )
     };
     let rest = match event {
@@ -434,9 +441,11 @@ fn event_line(id: &str, event: &Event) -> String {
         Event::Success { run: r, .. } => run(r),
         Event::Failure { run: r, error } => format!("{} cause={}", run(r), error.replace(' ', "_")),
         Event::Interrupted { run: r, cause } => {
-            format!("{} cause={}", run(r), cause.replace(' ', "_"))
+            format!("{} cause={}", run(r), cause.as_str().replace(' ', "_"))
         }
-        Event::Skip { slot, reason, .. } => format!("slot={slot} skip={}", reason.as_str()),
+        Event::Skip { slot, reason, .. } => {
+            format!("slot={} skip={}", slot.timestamp_millis(), reason.as_str())
+        }
         Event::Error {
             operation, message, ..
         } => format!("op={operation} cause={}", message.replace(' ', "_")),
@@ -796,24 +805,29 @@ pub(crate) fn history(store: &str, job: &str, count: usize) -> Vec<HistoryRecord
         let job = JobName::new(job).expect("job name");
         let store: Box<dyn HistoryStore> = match kind {
             "sqlite" => Box::new(
-                anarchon::sqlite::SqliteStore::open(target)
+                anarchon::sqlite::SqliteStore::connect(target)
                     .await
                     .expect("open sqlite"),
             ),
             #[cfg(feature = "redis")]
             "redis-lease" => {
                 let (url, options) = redis_parts(target);
-                Box::new(anarchon::redis::RedisStore::from_url_with(url, options).expect("redis"))
+                Box::new(
+                    anarchon::redis::RedisStore::connect_with(url, options)
+                        .await
+                        .expect("redis"),
+                )
             }
             #[cfg(feature = "redis")]
             "redis-naive" => {
                 let (url, options) = redis_parts(target);
                 Box::new(
-                    anarchon::redis::RedisClaimStore::from_url_with(
+                    anarchon::redis::RedisClaimStore::connect_with(
                         url,
                         anarchon::redis::Strategy::StreamId,
                         options,
                     )
+                    .await
                     .expect("redis"),
                 )
             }
@@ -831,7 +845,7 @@ pub(crate) fn history(store: &str, job: &str, count: usize) -> Vec<HistoryRecord
             ),
             #[cfg(feature = "postgres")]
             "postgres" => Box::new(
-                anarchon::postgres::PostgresStore::connect(
+                anarchon::postgres::PostgresStore::connect_with(
                     target,
                     anarchon::postgres::PostgresOptions::default(),
                 )

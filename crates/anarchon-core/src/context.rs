@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -272,10 +273,11 @@ impl RunControl {
 pub struct JobContext {
     /// The job's name.
     pub name: JobName,
-    /// The slot (epoch ms); for a manual run, when it was started.
-    pub slot: EpochMs,
-    /// When the slot was due (epoch ms).
-    pub scheduled_at: EpochMs,
+    /// The slot; for a manual run, when it was started. [`JobContext::slot_ms`] gives it in
+    /// milliseconds since the epoch (the form the stores key runs by).
+    pub slot: DateTime<Utc>,
+    /// When the slot was due.
+    pub scheduled_at: DateTime<Utc>,
     /// This instance's id.
     pub instance_id: Arc<str>,
     /// Started by `run_now`.
@@ -316,14 +318,22 @@ impl JobContext {
         if self.control.check() {
             Err(Error::Cancelled {
                 job: self.name.to_string(),
-                cause: self
-                    .control
-                    .cause()
-                    .map_or("cancelled", CancelCause::as_str),
+                cause: self.control.cause(),
             })
         } else {
             Ok(())
         }
+    }
+
+    /// The slot in milliseconds since the epoch.
+    ///
+    /// ```
+    /// # fn demo(ctx: anarchon_core::JobContext) {
+    /// assert_eq!(ctx.slot_ms(), ctx.slot.timestamp_millis());
+    /// # }
+    /// ```
+    pub fn slot_ms(&self) -> EpochMs {
+        self.slot.timestamp_millis()
     }
 
     /// Why the signal was cancelled, if it was.
@@ -356,8 +366,8 @@ mod tests {
     fn ctx(control: Arc<RunControl>) -> JobContext {
         JobContext {
             name: JobName::new("job").unwrap(),
-            slot: 0,
-            scheduled_at: 0,
+            slot: DateTime::UNIX_EPOCH,
+            scheduled_at: DateTime::UNIX_EPOCH,
             instance_id: Arc::from("me"),
             manual: false,
             attempt: 1,
@@ -389,7 +399,7 @@ mod tests {
         assert!(matches!(
             err,
             Error::Cancelled {
-                cause: "lease deadline passed",
+                cause: Some(CancelCause::LeaseDeadlinePassed),
                 ..
             }
         ));

@@ -176,12 +176,12 @@ pub enum Error {
     /// The run's signal was cancelled (stop, timeout, lost lease); returned by
     /// [`crate::JobContext::check_cancelled`], so a handler can stop before its next side
     /// effect. [B-30]
-    #[error("run of job {job:?} was cancelled ({cause})")]
+    #[error("run of job {job:?} was cancelled ({})", cause.map_or("cancelled", crate::context::CancelCause::as_str))]
     Cancelled {
         /// The job.
         job: String,
-        /// Why (`"stopping"`, `"timed out"`, `"lease lost"`).
-        cause: &'static str,
+        /// Why; `None` when the signal was cancelled from outside the scheduler.
+        cause: Option<crate::context::CancelCause>,
     },
     /// A data function failed. [B-31]
     #[error("data function failed for job {job:?}: {source}")]
@@ -463,4 +463,69 @@ fn value_end(text: &str, start: usize) -> usize {
         }
     }
     text.len()
+}
+
+/// The error a job handler returns: any error type converts into it with `?`, so a handler
+/// needs no type annotation.
+///
+/// Like `anyhow::Error`, it converts from every `std::error::Error + Send + Sync + 'static`
+/// and for that reason does not implement `std::error::Error` itself. Text becomes an error
+/// with [`HandlerError::msg`]; an error already boxed with [`HandlerError::from_boxed`]. The
+/// run's history record keeps its message, and [`HandlerError::into_inner`] gives the
+/// original error back.
+///
+/// ```
+/// use anarchon_core::{HandlerError, JobContext};
+///
+/// async fn handler(ctx: JobContext) -> Result<(), HandlerError> {
+///     ctx.check_cancelled()?; // anarchon's own error
+///     let n: u32 = "42".parse()?; // any std error
+///     if n != 42 {
+///         return Err(HandlerError::msg(format!("unexpected {n}")));
+///     }
+///     Ok(())
+/// }
+/// # let _ = handler;
+/// ```
+pub struct HandlerError(BoxError);
+
+impl HandlerError {
+    /// An error carrying only a message.
+    pub fn msg(message: impl std::fmt::Display) -> Self {
+        HandlerError(message.to_string().into())
+    }
+
+    /// An error that is already boxed (a [`BoxError`]).
+    pub fn from_boxed(error: BoxError) -> Self {
+        HandlerError(error)
+    }
+
+    /// The error inside.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(error: E) -> Self {
+        HandlerError(Box::new(error))
+    }
+}
+
+impl std::fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl From<HandlerError> for BoxError {
+    fn from(error: HandlerError) -> Self {
+        error.0
+    }
 }

@@ -3,6 +3,11 @@
 //! Events go to a `tokio::sync::broadcast` channel ([`crate::Scheduler::events`]) and to
 //! `tracing`. An `error` event nobody listens to is logged at `error` level.
 
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
 use crate::history::Reason;
 use crate::ids::{EpochMs, JobName};
 
@@ -11,8 +16,9 @@ use crate::ids::{EpochMs, JobName};
 pub struct RunInfo {
     /// The job.
     pub job: JobName,
-    /// The slot (epoch ms).
-    pub slot: EpochMs,
+    /// The slot (for a manual run, when it was started); [`RunInfo::slot_ms`] gives it in
+    /// milliseconds since the epoch.
+    pub slot: DateTime<Utc>,
     /// The attempt (1, 2 ...).
     pub attempt: u32,
     /// The fencing token (0 for manual runs and claim-only stores).
@@ -23,6 +29,46 @@ pub struct RunInfo {
     pub manual: bool,
     /// This instance.
     pub instance_id: String,
+}
+
+impl RunInfo {
+    /// The slot in milliseconds since the epoch, as the stores key it.
+    pub fn slot_ms(&self) -> EpochMs {
+        self.slot.timestamp_millis()
+    }
+}
+
+/// Why a run ended without a result ([`Event::Interrupted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InterruptCause {
+    /// Released to a backup on stop or after self-fencing.
+    HandedOver,
+    /// A run without a lease stopped by `stop()`.
+    Stopped,
+    /// Still running when stop's timeout passed.
+    StopTimeout,
+    /// Seen by a backup: the lease had ended and the job's next slot was due.
+    ReplacedByNextSlot,
+}
+
+impl InterruptCause {
+    /// `"handed over"`, `"stopped"`, `"stop timeout"` or `"replaced by the next slot"`, as
+    /// the history's `error` field keeps it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptCause::HandedOver => "handed over",
+            InterruptCause::Stopped => "stopped",
+            InterruptCause::StopTimeout => "stop timeout",
+            InterruptCause::ReplacedByNextSlot => "replaced by the next slot",
+        }
+    }
+}
+
+impl fmt::Display for InterruptCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Why a slot was not started here. [B-11, B-10, B-12, B-29]
@@ -51,6 +97,27 @@ impl SkipReason {
 }
 
 /// Something that happened on this instance. [B-38]
+///
+/// Subscribe with [`crate::Scheduler::events`]; `Display` writes one line per event.
+///
+/// ```
+/// use anarchon_core::{Event, memory::MemoryStore, Scheduler};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+/// let mut events = scheduler.events();
+/// tokio::spawn(async move {
+///     while let Ok(event) = events.recv().await {
+///         match &event {
+///             Event::Failure { run, error } => eprintln!("{} failed: {error}", run.job),
+///             Event::Error { .. } => eprintln!("store trouble: {event}"),
+///             _ => println!("{event}"),
+///         }
+///     }
+/// });
+/// # Ok::<_, anarchon_core::Error>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
@@ -61,7 +128,7 @@ pub enum Event {
         /// The run.
         run: RunInfo,
         /// How long it took.
-        duration_ms: u64,
+        duration: Duration,
     },
     /// A run failed: handler error, timeout, data function error, or crash budget used up.
     Failure {
@@ -75,15 +142,15 @@ pub enum Event {
     Interrupted {
         /// The run.
         run: RunInfo,
-        /// Why (`"handed over"`, `"stop timeout"`, `"replaced by the next slot"`).
-        cause: String,
+        /// Why.
+        cause: InterruptCause,
     },
     /// A slot was not started here.
     Skip {
         /// The job.
         job: JobName,
         /// The slot.
-        slot: EpochMs,
+        slot: DateTime<Utc>,
         /// Why.
         reason: SkipReason,
     },
@@ -95,7 +162,9 @@ pub enum Event {
     Fenced(RunInfo),
     /// A store problem.
     Error {
-        /// The operation (`"claim"`, `"heartbeat"` ...).
+        /// The store operation (`"claim"`, `"heartbeat"`, `"finish"` ...): the name of the
+        /// store trait method that failed, kept as text so a new store call needs no new
+        /// variant.
         operation: &'static str,
         /// The job, when there is one.
         job: Option<JobName>,
@@ -104,14 +173,14 @@ pub enum Event {
     },
     /// The driver loop has not turned for this long (hung runtime or a bug). [G-04]
     Stalled {
-        /// Milliseconds since the driver last turned.
-        for_ms: u64,
+        /// Time since the driver last turned.
+        idle: Duration,
     },
     /// This instance's clock differs from the store's by more than the threshold. Slots
     /// follow the instance clock and leases the store's, so keep clocks in sync. [B-20]
     ClockSkew {
-        /// Instance clock minus store clock, ms.
-        skew_ms: i64,
+        /// Instance clock minus store clock (negative when the instance is behind).
+        skew: chrono::TimeDelta,
     },
 }
 
@@ -129,6 +198,78 @@ impl Event {
             Event::Error { .. } => "error",
             Event::Stalled { .. } => "stalled",
             Event::ClockSkew { .. } => "clock-skew",
+        }
+    }
+}
+
+impl fmt::Display for RunInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "job {} slot {} attempt {} fence {} ({}) on {}",
+            self.job,
+            self.slot
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            self.attempt,
+            self.fence,
+            self.reason,
+            self.instance_id
+        )
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One line: the event's name, then what it is about.
+///
+/// ```
+/// use anarchon_core::{Event, JobName, SkipReason, history::to_datetime};
+///
+/// let skip = Event::Skip {
+///     job: JobName::new("report")?,
+///     slot: to_datetime(1_767_225_600_000),
+///     reason: SkipReason::Taken,
+/// };
+/// assert_eq!(skip.to_string(), "skip: job report slot 2026-01-01T00:00:00.000Z (taken)");
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.name();
+        match self {
+            Event::Start(run) | Event::Lost(run) | Event::Fenced(run) => write!(f, "{name}: {run}"),
+            Event::Success { run, duration } => {
+                write!(f, "{name}: {run} in {} ms", duration.as_millis())
+            }
+            Event::Failure { run, error } => write!(f, "{name}: {run}: {error}"),
+            Event::Interrupted { run, cause } => write!(f, "{name}: {run}: {cause}"),
+            Event::Skip { job, slot, reason } => write!(
+                f,
+                "{name}: job {job} slot {} ({reason})",
+                slot.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            ),
+            Event::Error {
+                operation,
+                job,
+                message,
+            } => match job {
+                Some(job) => write!(f, "{name}: {operation} for job {job}: {message}"),
+                None => write!(f, "{name}: {operation}: {message}"),
+            },
+            Event::Stalled { idle } => write!(
+                f,
+                "{name}: the scheduler's loop has not turned for {} ms",
+                idle.as_millis()
+            ),
+            Event::ClockSkew { skew } => write!(
+                f,
+                "{name}: this instance's clock is {} ms off the store's",
+                skew.num_milliseconds()
+            ),
         }
     }
 }

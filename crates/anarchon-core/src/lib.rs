@@ -15,7 +15,7 @@
 //! let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
 //! scheduler.cron("report", "0 3 * * *").timezone("Europe/Berlin").handler(|ctx| async move {
 //!     println!("report for slot {} (fence {})", ctx.slot, ctx.fence);
-//!     Ok::<_, anarchon_core::Error>(())
+//!     Ok(())
 //! })?;
 //! scheduler.start().await?;
 //! scheduler.stop(Duration::from_secs(5)).await?;
@@ -24,16 +24,21 @@
 //! ```
 //!
 //! # Where things live
+//! - The crate root: what a user of the scheduler needs — [`Scheduler`] and its builders,
+//!   [`JobContext`], [`HandlerError`], [`Event`], [`HistoryRecord`], the option types and
+//!   [`Error`]. Times are [`chrono::DateTime<Utc>`](chrono::DateTime) (re-exported as
+//!   [`chrono`]), durations `std::time::Duration`.
+//! - [`store`]: what a store author needs — the [`LeaseStore`] / [`ClaimStore`] traits,
+//!   their contract and argument types ([`store::LeaseClaim`], [`store::Renewal`],
+//!   [`store::RunRecord`] ...), all in epoch milliseconds.
 //! - [`slot`]: pure slot math (interval grid, cron in IANA timezones, `at`, jitter).
 //! - [`options`]: job options, scheduler defaults, validation.
-//! - [`store`]: the [`LeaseStore`] / [`ClaimStore`] traits and their contract.
-//! - [`Scheduler`] (module `scheduler`): the tokio runtime that drives it all.
 //! - [`event`], [`history`], [`context`]: what the runtime reports, keeps and hands to handlers.
-//! - [`memory`]: the in-memory reference store; `testkit` (feature `testkit`): the
-//!   conformance suite every store runs.
+//! - [`memory`]: the in-memory reference store, for tests of your own jobs.
 //!
 //! # Feature flags
-//! - `testkit`: the conformance kit and the bench frame, for store crates' tests.
+//! - `testkit` (off by default): the store conformance kit and the bench frame, for store
+//!   crates' tests.
 //!
 //! # MSRV
 //! Rust 1.88 (edition 2024); raised only in a minor release.
@@ -57,19 +62,22 @@ pub mod store;
 pub mod testkit;
 
 pub use context::{CancelCause, Data, DataFn, DataSource, JobContext};
-pub use error::{BoxError, Error, Result, redact_url};
-pub use event::{Event, RunInfo, SkipReason};
-pub use history::{HistoryRecord, Reason, Retention, RunStatus};
-pub use options::{CatchUp, JobConfig, JobOptions, LeaseTiming};
+pub use error::{BoxError, Error, HandlerError, Result, redact_url};
+pub use event::{Event, InterruptCause, RunInfo, SkipReason};
+pub use history::{HistoryRecord, Reason, RunStatus};
+pub use ids::{EpochMs, JobName};
+pub use options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming};
 pub use scheduler::{
-    ClaimOnly, Clock, Health, IntoAt, IntoInterval, JobBuilder, JobInfo, Leased, Mode, Scheduler,
-    SchedulerBuilder, kind,
+    ClaimOnly, Clock, Health, IntoAt, IntoInterval, IntoTimezone, JobBuilder, JobInfo, Leased,
+    Mode, Scheduler, SchedulerBuilder, kind,
 };
-pub use store::{
-    ClaimOutcome, ClaimStore, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, RunKey, RunView, SlotClaim, SlotOutcome,
-    Store, Takeover, TakeoverOutcome,
-};
+pub use store::{ClaimStore, LeaseStore, Overlap};
 
+/// Re-exported: the times in contexts, events and history are `chrono::DateTime<Utc>`.
+pub use chrono;
+/// Re-exported: timezones of cron jobs.
+pub use chrono_tz;
+/// Re-exported: [`Data`] holds a `serde_json::Value`.
+pub use serde_json;
 /// Re-exported so users and store crates name one version.
 pub use tokio_util::sync::CancellationToken;

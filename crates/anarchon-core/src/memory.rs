@@ -9,7 +9,7 @@
 //! ```
 //! # tokio_test_block_on(async {
 //! use anarchon_core::memory::MemoryStore;
-//! use anarchon_core::Store;
+//! use anarchon_core::store::Store;
 //! let store = MemoryStore::new();
 //! assert!(store.now().await.unwrap() > 1_600_000_000_000);
 //! # });
@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
-use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+use crate::history::{Reason, Retention, RunRecord, RunStatus};
 use crate::store::{
     ClaimOutcome, ClaimStore, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
     LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, RunKey, RunView, SlotClaim, SlotOutcome,
@@ -62,7 +62,7 @@ struct Run {
 struct State {
     runs: BTreeMap<RunKey, Run>,
     /// Per job, every attempt record (lease and claim-only runs, manual runs).
-    history: HashMap<JobName, Vec<HistoryRecord>>,
+    history: HashMap<JobName, Vec<RunRecord>>,
     fences: HashMap<JobName, u64>,
     jobs: BTreeSet<JobName>,
     /// Claim-only: the run keys claimed.
@@ -165,7 +165,7 @@ impl State {
         *f
     }
 
-    fn history_row(&mut self, run: &RunKey, attempt: u32) -> Option<&mut HistoryRecord> {
+    fn history_row(&mut self, run: &RunKey, attempt: u32) -> Option<&mut RunRecord> {
         self.history
             .get_mut(&run.job)?
             .iter_mut()
@@ -210,7 +210,7 @@ impl State {
             .collect();
         let ttl_cut = retention.ttl_ms.map(|t| now - t as EpochMs);
         let expired =
-            |r: &HistoryRecord| ttl_cut.is_some_and(|cut| r.finished_at.is_some_and(|f| f < cut));
+            |r: &RunRecord| ttl_cut.is_some_and(|cut| r.finished_at.is_some_and(|f| f < cut));
         let mut dropped = BTreeSet::new();
         rows.retain(|r| {
             let keep_it = running.contains(&r.slot) && !r.manual
@@ -254,7 +254,7 @@ impl Store for MemoryStore {
 
 #[async_trait]
 impl HistoryStore for MemoryStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.gate().await?;
         let st = self.lock();
         let mut rows = st.history.get(job).cloned().unwrap_or_default();
@@ -265,7 +265,7 @@ impl HistoryStore for MemoryStore {
         Ok(rows)
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.gate().await?;
         let now = self.clock_ms();
         let mut st = self.lock();
@@ -352,23 +352,20 @@ impl LeaseStore for MemoryStore {
                 expires_at,
             },
         );
-        st.history
-            .entry(job.clone())
-            .or_default()
-            .push(HistoryRecord {
-                job: job.clone(),
-                slot: claim.run.slot,
-                scheduled_at: claim.scheduled_at,
-                instance_id: claim.instance_id.clone(),
-                manual: false,
-                attempt: 1,
-                reason: claim.reason,
-                status: RunStatus::Running,
-                fence,
-                started_at: now,
-                finished_at: None,
-                error: None,
-            });
+        st.history.entry(job.clone()).or_default().push(RunRecord {
+            job: job.clone(),
+            slot: claim.run.slot,
+            scheduled_at: claim.scheduled_at,
+            instance_id: claim.instance_id.clone(),
+            manual: false,
+            attempt: 1,
+            reason: claim.reason,
+            status: RunStatus::Running,
+            fence,
+            started_at: now,
+            finished_at: None,
+            error: None,
+        });
         st.prune(job, claim.retention, now);
         Ok(ClaimOutcome::Won(Lease {
             run: claim.run.clone(),
@@ -524,7 +521,7 @@ impl LeaseStore for MemoryStore {
         st.history
             .entry(t.run.job.clone())
             .or_default()
-            .push(HistoryRecord {
+            .push(RunRecord {
                 job: t.run.job.clone(),
                 slot: t.run.slot,
                 scheduled_at: first,
@@ -604,7 +601,7 @@ impl ClaimStore for MemoryStore {
         })
     }
 
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.gate().await?;
         let now = self.clock_ms();
         let mut st = self.lock();

@@ -14,12 +14,12 @@ use crate::history::Retention;
 use crate::slot::{MAX_INTERVAL, Schedule};
 use crate::store::{EpochMs, Overlap};
 
-/// The longest value of a duration option (`jitter_ms`, `max_late_ms`, `timeout_ms`,
-/// `catch_up_ms`, `lease_ms`, `heartbeat_ms`): one year. Longer values cannot make sense for a
+/// The longest value of a duration option (`jitter`, `max_late`, `timeout`,
+/// `catch_up_window`, `lease`, `heartbeat`): one year. Longer values cannot make sense for a
 /// scheduler and would come close to overflowing the slot arithmetic.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
-/// The longest `history_ttl_ms` and the largest `offset_ms` (either sign): ten years, the
+/// The longest `history_ttl` and the largest `offset`: ten years, the
 /// same as [`MAX_INTERVAL`].
 pub const MAX_LONG_DURATION: Duration = MAX_INTERVAL;
 
@@ -36,12 +36,12 @@ pub const MAX_CATCH_UP_RUNS: usize = 1_000;
 /// can write); the earliest is the epoch.
 pub const MAX_AT_MS: EpochMs = 253_402_300_799_999;
 
-/// Refuses `value` ms above `limit`, naming both.
-fn at_most(option: &'static str, value: u64, limit: Duration) -> Result<()> {
-    if u128::from(value) > limit.as_millis() {
+/// Refuses a duration above `limit`, naming both.
+fn at_most(option: &'static str, value: Duration, limit: Duration) -> Result<()> {
+    if value > limit {
         return Err(Error::OutOfRange {
             option,
-            value: value.to_string(),
+            value: show(value),
             allowed: format!(
                 "at most {} ms ({})",
                 limit.as_millis(),
@@ -50,6 +50,17 @@ fn at_most(option: &'static str, value: u64, limit: Duration) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A duration for messages, in whole ms (`"18446744073709551615 ms"`) rather than
+/// `Debug`'s fractions of seconds.
+fn show(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+/// Milliseconds of a duration, saturating at `u64::MAX` (bounded durations never get there).
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Refuses a count outside `1..=limit`, naming both.
@@ -90,7 +101,7 @@ fn instant(ms: EpochMs) -> String {
 pub enum CatchUp {
     /// The most recent missed slot only (the default). [B-19]
     Latest,
-    /// Every missed slot inside `catch_up_ms`, oldest first, at most `max` of them (the
+    /// Every missed slot inside `catch_up_window`, oldest first, at most `max` of them (the
     /// newest `max`), one after another.
     All {
         /// The cap, so a long outage cannot start a storm.
@@ -101,30 +112,34 @@ pub enum CatchUp {
 }
 
 /// Every job option, resolved (scheduler defaults overridden by the job's). [B-39]
+///
+/// Users set these through the builders ([`crate::SchedulerBuilder`], [`crate::JobBuilder`])
+/// or by name through [`JobConfig`]; the struct is public so configuration code can build
+/// and [validate](JobOptions::validate) a set of options ahead of time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobOptions {
-    /// Random delay 0..=jitter after the slot before claiming. Default 2000. [B-09]
-    pub jitter_ms: u64,
-    /// A claim later than this after its slot is skipped as `late`. Default 60000. [B-10]
-    pub max_late_ms: u64,
+    /// Random delay from zero to this after the slot before claiming. Default 2 s. [B-09]
+    pub jitter: Duration,
+    /// A claim later than this after its slot is skipped as `late`. Default 60 s. [B-10]
+    pub max_late: Duration,
     /// Runs kept per job. Default 100. [B-37]
     pub history_size: u32,
     /// Finished runs older than this are pruned (lease stores). Default none.
-    pub history_ttl_ms: Option<u64>,
+    pub history_ttl: Option<Duration>,
     /// The handler's signal is cancelled and the attempt failed after this. Default none. [B-21]
-    pub timeout_ms: Option<u64>,
+    pub timeout: Option<Duration>,
     /// Overlap policy (lease stores). Default skip. [B-12]
     pub overlap: Overlap,
     /// Crash starts of a run (lease stores). Default 3. [B-14]
     pub max_attempts: u32,
-    /// How far back catch-up looks on start (lease stores); 0 turns it off. Default 300000.
-    pub catch_up_ms: u64,
+    /// How far back catch-up looks on start (lease stores); zero turns it off. Default 5 min.
+    pub catch_up_window: Duration,
     /// Which missed slots are caught up. Default latest.
     pub catch_up: CatchUp,
-    /// Grid offset for `every` jobs. Default 0. [B-05]
-    pub offset_ms: i64,
+    /// Grid offset for `every` jobs: slots at `k * interval + offset`. Default zero. [B-05]
+    pub offset: Duration,
     /// IANA timezone for `cron` jobs. Default the scheduler's, else UTC. [B-06]
-    pub timezone: Option<String>,
+    pub timezone: Option<chrono_tz::Tz>,
     /// `at` jobs only: register an `at` time that lies too far in the past to run, instead
     /// of refusing it. Default false. [B-03]
     pub allow_past: bool,
@@ -133,16 +148,16 @@ pub struct JobOptions {
 impl Default for JobOptions {
     fn default() -> Self {
         JobOptions {
-            jitter_ms: 2000,
-            max_late_ms: 60_000,
+            jitter: Duration::from_secs(2),
+            max_late: Duration::from_secs(60),
             history_size: 100,
-            history_ttl_ms: None,
-            timeout_ms: None,
+            history_ttl: None,
+            timeout: None,
             overlap: Overlap::Skip,
             max_attempts: 3,
-            catch_up_ms: 300_000,
+            catch_up_window: Duration::from_secs(300),
             catch_up: CatchUp::Latest,
-            offset_ms: 0,
+            offset: Duration::ZERO,
             timezone: None,
             allow_past: false,
         }
@@ -154,59 +169,67 @@ impl JobOptions {
     pub fn retention(&self) -> Retention {
         Retention {
             size: self.history_size,
-            ttl_ms: self.history_ttl_ms,
+            ttl_ms: self.history_ttl.map(ms),
         }
     }
 
+    pub(crate) fn jitter_ms(&self) -> u64 {
+        ms(self.jitter)
+    }
+    pub(crate) fn max_late_ms(&self) -> u64 {
+        ms(self.max_late)
+    }
+    pub(crate) fn catch_up_ms(&self) -> u64 {
+        ms(self.catch_up_window)
+    }
+    pub(crate) fn offset_ms(&self) -> i64 {
+        i64::try_from(ms(self.offset)).unwrap_or(i64::MAX)
+    }
+
     /// Checks values that are wrong on their own or together: each duration within
-    /// [`MAX_DURATION`] (`history_ttl_ms` and `offset_ms` within [`MAX_LONG_DURATION`]),
-    /// counts within their limits, `jitter_ms` not above `max_late_ms`, a known timezone.
+    /// [`MAX_DURATION`] (`history_ttl` and `offset` within [`MAX_LONG_DURATION`]), counts
+    /// within their limits, `jitter` not above `max_late`.
     ///
     /// # Errors
     ///
     /// [`Error::OutOfRange`] naming the option, the value and the limit;
-    /// [`Error::InvalidOption`] for values that contradict each other or mean nothing;
-    /// [`Error::UnknownTimezone`].
+    /// [`Error::InvalidOption`] for values that contradict each other or mean nothing.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use anarchon_core::{Error, options::JobOptions};
     ///
-    /// let opts = JobOptions { max_late_ms: u64::MAX, ..JobOptions::default() };
+    /// let opts = JobOptions { max_late: Duration::MAX, ..JobOptions::default() };
     /// let err = opts.validate().unwrap_err();
-    /// assert!(matches!(err, Error::OutOfRange { option: "max_late_ms", .. }), "{err}");
+    /// assert!(matches!(err, Error::OutOfRange { option: "max_late", .. }), "{err}");
     /// ```
     pub fn validate(&self) -> Result<()> {
-        at_most("jitter_ms", self.jitter_ms, MAX_DURATION)?;
-        at_most("max_late_ms", self.max_late_ms, MAX_DURATION)?;
-        at_most("catch_up_ms", self.catch_up_ms, MAX_DURATION)?;
-        if self.timeout_ms == Some(0) {
-            return Err(Error::invalid_option(
-                "timeout_ms",
-                "must be positive; leave it unset for no timeout",
-            ));
+        at_most("jitter", self.jitter, MAX_DURATION)?;
+        at_most("max_late", self.max_late, MAX_DURATION)?;
+        at_most("catch_up_window", self.catch_up_window, MAX_DURATION)?;
+        if let Some(timeout) = self.timeout {
+            if timeout < Duration::from_millis(1) {
+                return Err(Error::invalid_option(
+                    "timeout",
+                    "must be at least 1 ms; leave it unset for no timeout",
+                ));
+            }
+            at_most("timeout", timeout, MAX_DURATION)?;
         }
-        if let Some(timeout) = self.timeout_ms {
-            at_most("timeout_ms", timeout, MAX_DURATION)?;
+        if let Some(ttl) = self.history_ttl {
+            if ttl < Duration::from_millis(1) {
+                return Err(Error::invalid_option(
+                    "history_ttl",
+                    "must be at least 1 ms; leave it unset to keep by count only",
+                ));
+            }
+            at_most("history_ttl", ttl, MAX_LONG_DURATION)?;
         }
-        if self.history_ttl_ms == Some(0) {
-            return Err(Error::invalid_option(
-                "history_ttl_ms",
-                "must be positive; leave it unset to keep by count only",
-            ));
-        }
-        if let Some(ttl) = self.history_ttl_ms {
-            at_most("history_ttl_ms", ttl, MAX_LONG_DURATION)?;
-        }
-        at_most(
-            "offset_ms",
-            self.offset_ms.unsigned_abs(),
-            MAX_LONG_DURATION,
-        )
-        .map_err(|_| Error::OutOfRange {
-            option: "offset_ms",
-            value: self.offset_ms.to_string(),
+        at_most("offset", self.offset, MAX_LONG_DURATION).map_err(|_| Error::OutOfRange {
+            option: "offset",
+            value: show(self.offset),
             allowed: format!(
-                "from -{0} to {0} ms (10 years; it is taken modulo the interval)",
+                "at most {} ms (10 years; it is taken modulo the interval)",
                 MAX_LONG_DURATION.as_millis()
             ),
         })?;
@@ -233,20 +256,16 @@ impl JobOptions {
                 MAX_CATCH_UP_RUNS as u64,
             )?;
         }
-        if self.jitter_ms > self.max_late_ms {
+        if self.jitter > self.max_late {
             return Err(Error::invalid_option(
-                "jitter_ms",
+                "jitter",
                 format!(
-                    "jitter_ms ({}) must not exceed max_late_ms ({}): a claim that waits longer \
-                     than max_late_ms after its slot is skipped as late",
-                    self.jitter_ms, self.max_late_ms
+                    "jitter ({}) must not exceed max_late ({}): a claim that waits longer \
+                     than max_late after its slot is skipped as late",
+                    human(self.jitter.as_millis()),
+                    human(self.max_late.as_millis())
                 ),
             ));
-        }
-        if let Some(tz) = &self.timezone
-            && tz.parse::<chrono_tz::Tz>().is_err()
-        {
-            return Err(Error::UnknownTimezone { name: tz.clone() });
         }
         Ok(())
     }
@@ -256,7 +275,7 @@ impl JobOptions {
     ///
     /// An `at` time must lie between the epoch and [`MAX_AT_MS`], and, unless
     /// [`JobOptions::allow_past`] is set, not so far in the past that no run could start: more
-    /// than `max_late_ms` (or, on a lease store with catch-up on, `catch_up_ms` if longer)
+    /// than `max_late` (or, on a lease store with catch-up on, `catch_up_window` if longer)
     /// before `now`. A cron job must still have a slot after `now`.
     ///
     /// # Errors
@@ -267,7 +286,7 @@ impl JobOptions {
     /// ```
     /// use anarchon_core::{Error, options::JobOptions, slot::Schedule};
     ///
-    /// let now = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+    /// let now = 1_767_225_600_000; // 2026-01-01T00:00:00Z in epoch ms
     /// let last_year = Schedule::at_str("2025-06-01T00:00:00Z")?;
     /// let opts = JobOptions::default();
     /// assert!(matches!(
@@ -288,11 +307,12 @@ impl JobOptions {
                         allowed: format!("from {} to {}", instant(0), instant(MAX_AT_MS)),
                     });
                 }
-                let catch_up_on = lease && self.catch_up != CatchUp::None && self.catch_up_ms > 0;
+                let catch_up_on =
+                    lease && self.catch_up != CatchUp::None && !self.catch_up_window.is_zero();
                 let grace = if catch_up_on {
-                    self.max_late_ms.max(self.catch_up_ms)
+                    self.max_late_ms().max(self.catch_up_ms())
                 } else {
-                    self.max_late_ms
+                    self.max_late_ms()
                 };
                 let too_old = i128::from(now) - i128::from(*at_ms) > i128::from(grace);
                 if too_old && !self.allow_past {
@@ -320,40 +340,60 @@ impl JobOptions {
 /// The lease timing of a scheduler: one heartbeat renews every lease it holds. [B-13]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTiming {
-    /// Lease length. Default 30000.
-    pub lease_ms: u64,
-    /// Renewal interval; also the backups' polling interval. Default 5000.
-    pub heartbeat_ms: u64,
+    /// Lease length. Default 30 s.
+    pub lease: Duration,
+    /// Renewal interval; also the backups' polling interval. Default 5 s.
+    pub heartbeat: Duration,
 }
 
 impl Default for LeaseTiming {
     fn default() -> Self {
         LeaseTiming {
-            lease_ms: 30_000,
-            heartbeat_ms: 5_000,
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(5),
         }
     }
 }
 
 impl LeaseTiming {
-    /// Checks `heartbeat_ms * 2 < lease_ms`, and `lease_ms` within [`MAX_DURATION`]. [B-13]
+    /// The lease in ms (what the store traits take).
+    pub(crate) fn lease_ms(&self) -> u64 {
+        ms(self.lease)
+    }
+    /// The heartbeat in ms.
+    pub(crate) fn heartbeat_ms(&self) -> u64 {
+        ms(self.heartbeat)
+    }
+
+    /// Checks `heartbeat * 2 < lease`, a heartbeat of at least 1 ms, and `lease` within
+    /// [`MAX_DURATION`]. [B-13]
     ///
     /// # Errors
     ///
     /// [`Error::OutOfRange`] for a lease longer than a year, [`Error::InvalidOption`] for a
-    /// heartbeat of 0 or one too slow for the lease.
+    /// heartbeat under 1 ms or one too slow for the lease.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::options::LeaseTiming;
+    ///
+    /// let slow = LeaseTiming { lease: Duration::from_secs(10), heartbeat: Duration::from_secs(5) };
+    /// assert!(slow.validate().is_err(), "a lease must survive one missed renewal");
+    /// assert!(LeaseTiming::default().validate().is_ok());
+    /// ```
     pub fn validate(&self) -> Result<()> {
-        if self.heartbeat_ms == 0 {
-            return Err(Error::invalid_option("heartbeat_ms", "must be positive"));
+        if self.heartbeat < Duration::from_millis(1) {
+            return Err(Error::invalid_option("heartbeat", "must be at least 1 ms"));
         }
-        at_most("lease_ms", self.lease_ms, MAX_DURATION)?;
-        at_most("heartbeat_ms", self.heartbeat_ms, MAX_DURATION)?;
-        if self.heartbeat_ms.saturating_mul(2) >= self.lease_ms {
+        at_most("lease", self.lease, MAX_DURATION)?;
+        at_most("heartbeat", self.heartbeat, MAX_DURATION)?;
+        if self.heartbeat.saturating_mul(2) >= self.lease {
             return Err(Error::invalid_option(
-                "heartbeat_ms",
+                "heartbeat",
                 format!(
-                    "heartbeat_ms ({}) * 2 must be less than lease_ms ({}), so a lease survives one missed renewal",
-                    self.heartbeat_ms, self.lease_ms
+                    "heartbeat ({}) * 2 must be less than lease ({}), so a lease survives one missed renewal",
+                    human(self.heartbeat.as_millis()),
+                    human(self.lease.as_millis())
                 ),
             ));
         }
@@ -361,54 +401,168 @@ impl LeaseTiming {
     }
 }
 
+/// A duration as configuration gives it: a number of milliseconds or text like `"30s"`.
+fn config_duration(key: &str, value: &serde_json::Value) -> std::result::Result<Duration, String> {
+    match value {
+        serde_json::Value::Number(n) => n.as_u64().map(Duration::from_millis).ok_or_else(|| {
+            format!("`{key}` = {n}: give a whole, non-negative number of milliseconds or text like \"30s\"")
+        }),
+        serde_json::Value::String(text) => {
+            let trimmed = text.trim();
+            if !trimmed.is_empty() && trimmed.trim_end_matches(['m', 's', 'h', 'd']).chars().all(|c| c == '0') {
+                // "0", "0s", "0ms": zero is a valid length for some options (jitter).
+                return Ok(Duration::ZERO);
+            }
+            crate::slot::parse_interval(text).map_err(|e| format!("`{key}`: {e}"))
+        }
+        other => Err(format!(
+            "`{key}` = {other}: give a number of milliseconds or text like \"30s\", \"5m\", \"1h30m\""
+        )),
+    }
+}
+
 /// Job options by name, as read from configuration (serde). Every field is optional; unset
 /// fields keep the scheduler's defaults. Lease-only options are refused by
 /// [`JobConfig::validate`] for a claim-only store. [B-22]
+///
+/// Keys are camelCase. Durations take text (`"30s"`, `"5m"`, `"1h30m"`, `"250ms"`) or a
+/// number of milliseconds; the older `…Ms` keys (`jitterMs`) are accepted too. A value that
+/// cannot be read is an error naming its key; the timezone is checked here, once.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::JobConfig;
+///
+/// let cfg: JobConfig = serde_json::from_str(r#"{"jitter": "500ms", "maxLate": 30000, "timezone": "Europe/Berlin"}"#)?;
+/// assert_eq!(cfg.jitter, Some(Duration::from_millis(500)));
+/// assert_eq!(cfg.max_late, Some(Duration::from_secs(30)));
+/// assert_eq!(cfg.timezone, Some(chrono_tz::Europe::Berlin));
+///
+/// let err = serde_json::from_str::<JobConfig>(r#"{"timeout": "ten seconds"}"#).unwrap_err();
+/// assert!(err.to_string().contains("`timeout`"), "{err}");
+/// let err = serde_json::from_str::<JobConfig>(r#"{"timezone": "Mars/Olympus"}"#).unwrap_err();
+/// assert!(err.to_string().contains("Mars/Olympus"), "{err}");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(try_from = "RawJobConfig")]
 pub struct JobConfig {
-    /// See [`JobOptions::jitter_ms`].
-    pub jitter_ms: Option<u64>,
-    /// See [`JobOptions::max_late_ms`].
-    pub max_late_ms: Option<u64>,
+    /// See [`JobOptions::jitter`].
+    pub jitter: Option<Duration>,
+    /// See [`JobOptions::max_late`].
+    pub max_late: Option<Duration>,
     /// See [`JobOptions::history_size`].
     pub history_size: Option<u32>,
-    /// See [`JobOptions::history_ttl_ms`] (lease stores only).
-    pub history_ttl_ms: Option<u64>,
-    /// See [`JobOptions::timeout_ms`].
-    pub timeout_ms: Option<u64>,
+    /// See [`JobOptions::history_ttl`] (lease stores only).
+    pub history_ttl: Option<Duration>,
+    /// See [`JobOptions::timeout`].
+    pub timeout: Option<Duration>,
     /// See [`JobOptions::overlap`] (lease stores only).
     pub overlap: Option<Overlap>,
     /// See [`JobOptions::max_attempts`] (lease stores only).
     pub max_attempts: Option<u32>,
-    /// See [`JobOptions::catch_up_ms`] (lease stores only).
-    pub catch_up_ms: Option<u64>,
+    /// See [`JobOptions::catch_up_window`] (lease stores only).
+    pub catch_up_window: Option<Duration>,
     /// See [`JobOptions::catch_up`] (lease stores only).
     pub catch_up: Option<CatchUp>,
-    /// See [`JobOptions::offset_ms`] (`every` only).
-    pub offset_ms: Option<i64>,
+    /// See [`JobOptions::offset`] (`every` only).
+    pub offset: Option<Duration>,
     /// See [`JobOptions::timezone`] (`cron` only).
-    pub timezone: Option<String>,
+    pub timezone: Option<chrono_tz::Tz>,
     /// See [`JobOptions::allow_past`] (`at` only).
     pub allow_past: Option<bool>,
-    /// Lease length (lease stores only; scheduler level).
-    pub lease_ms: Option<u64>,
-    /// Heartbeat interval (lease stores only; scheduler level).
-    pub heartbeat_ms: Option<u64>,
+    /// Lease length (lease stores only; scheduler level: refused on a job).
+    pub lease: Option<Duration>,
+    /// Heartbeat interval (lease stores only; scheduler level: refused on a job).
+    pub heartbeat: Option<Duration>,
+}
+
+/// What serde reads before the durations and the timezone are checked with their keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawJobConfig {
+    #[serde(alias = "jitterMs")]
+    jitter: Option<serde_json::Value>,
+    #[serde(alias = "maxLateMs")]
+    max_late: Option<serde_json::Value>,
+    history_size: Option<u32>,
+    #[serde(alias = "historyTtlMs")]
+    history_ttl: Option<serde_json::Value>,
+    #[serde(alias = "timeoutMs")]
+    timeout: Option<serde_json::Value>,
+    overlap: Option<Overlap>,
+    max_attempts: Option<u32>,
+    #[serde(alias = "catchUpMs")]
+    catch_up_window: Option<serde_json::Value>,
+    catch_up: Option<CatchUp>,
+    #[serde(alias = "offsetMs")]
+    offset: Option<serde_json::Value>,
+    timezone: Option<String>,
+    allow_past: Option<bool>,
+    #[serde(alias = "leaseMs")]
+    lease: Option<serde_json::Value>,
+    #[serde(alias = "heartbeatMs")]
+    heartbeat: Option<serde_json::Value>,
+}
+
+impl TryFrom<RawJobConfig> for JobConfig {
+    type Error = String;
+
+    fn try_from(raw: RawJobConfig) -> std::result::Result<Self, String> {
+        let d = |key: &str, v: Option<serde_json::Value>| {
+            v.map(|v| config_duration(key, &v)).transpose()
+        };
+        let timezone = raw
+            .timezone
+            .map(|name| {
+                name.parse::<chrono_tz::Tz>()
+                    .map_err(|_| format!("`timezone`: {}", Error::UnknownTimezone { name }))
+            })
+            .transpose()?;
+        Ok(JobConfig {
+            jitter: d("jitter", raw.jitter)?,
+            max_late: d("maxLate", raw.max_late)?,
+            history_size: raw.history_size,
+            history_ttl: d("historyTtl", raw.history_ttl)?,
+            timeout: d("timeout", raw.timeout)?,
+            overlap: raw.overlap,
+            max_attempts: raw.max_attempts,
+            catch_up_window: d("catchUpWindow", raw.catch_up_window)?,
+            catch_up: raw.catch_up,
+            offset: d("offset", raw.offset)?,
+            timezone,
+            allow_past: raw.allow_past,
+            lease: d("lease", raw.lease)?,
+            heartbeat: d("heartbeat", raw.heartbeat)?,
+        })
+    }
 }
 
 impl JobConfig {
     /// Refuses options that do not apply to the store kind (`lease` false = claim-only) or
-    /// to the job kind (`"every"`, `"cron"`, `"at"`), naming the option. [B-03, B-22, B-28]
-    pub fn validate(&self, lease: bool, store: &str, job_kind: &str) -> Result<()> {
+    /// to the job kind, naming the option. [B-03, B-22, B-28]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming the first option that does not apply.
+    ///
+    /// ```
+    /// use anarchon_core::{JobConfig, JobKind};
+    ///
+    /// let cfg: JobConfig = serde_json::from_str(r#"{"overlap": "allow"}"#).unwrap();
+    /// assert!(cfg.validate(true, "sqlite", JobKind::Every).is_ok());
+    /// assert!(cfg.validate(false, "redis-naive", JobKind::Every).is_err());
+    /// assert!(cfg.validate(true, "sqlite", JobKind::At).is_err());
+    /// ```
+    pub fn validate(&self, lease: bool, store: &str, job_kind: JobKind) -> Result<()> {
         let lease_only: [(&'static str, bool); 7] = [
             ("overlap", self.overlap.is_some()),
             ("max_attempts", self.max_attempts.is_some()),
-            ("catch_up_ms", self.catch_up_ms.is_some()),
+            ("catch_up_window", self.catch_up_window.is_some()),
             ("catch_up", self.catch_up.is_some()),
-            ("lease_ms", self.lease_ms.is_some()),
-            ("heartbeat_ms", self.heartbeat_ms.is_some()),
-            ("history_ttl_ms", self.history_ttl_ms.is_some()),
+            ("lease", self.lease.is_some()),
+            ("heartbeat", self.heartbeat.is_some()),
+            ("history_ttl", self.history_ttl.is_some()),
         ];
         if !lease && let Some((name, _)) = lease_only.iter().find(|(_, set)| *set) {
             return Err(Error::invalid_option(
@@ -419,36 +573,36 @@ impl JobConfig {
                 ),
             ));
         }
-        if self.lease_ms.is_some() || self.heartbeat_ms.is_some() {
-            let name = if self.lease_ms.is_some() {
-                "lease_ms"
+        if self.lease.is_some() || self.heartbeat.is_some() {
+            let name = if self.lease.is_some() {
+                "lease"
             } else {
-                "heartbeat_ms"
+                "heartbeat"
             };
             return Err(Error::invalid_option(
                 name,
                 "is a scheduler option (one heartbeat renews every lease): set it on the scheduler",
             ));
         }
-        if job_kind == "at" && self.overlap.is_some() {
+        if job_kind == JobKind::At && self.overlap.is_some() {
             return Err(Error::invalid_option(
                 "overlap",
                 "an `at` job runs once, so it cannot overlap",
             ));
         }
-        if job_kind != "every" && self.offset_ms.is_some() {
+        if job_kind != JobKind::Every && self.offset.is_some() {
             return Err(Error::invalid_option(
-                "offset_ms",
+                "offset",
                 "applies to `every` jobs only",
             ));
         }
-        if job_kind != "at" && self.allow_past.is_some() {
+        if job_kind != JobKind::At && self.allow_past.is_some() {
             return Err(Error::invalid_option(
                 "allow_past",
                 "applies to `at` jobs only",
             ));
         }
-        if job_kind != "cron" && self.timezone.is_some() {
+        if job_kind != JobKind::Cron && self.timezone.is_some() {
             return Err(Error::invalid_option(
                 "timezone",
                 "applies to `cron` jobs only",
@@ -463,24 +617,53 @@ impl JobConfig {
             ($($f:ident),*) => { $( if let Some(v) = self.$f.clone() { opts.$f = v; } )* };
         }
         set!(
-            jitter_ms,
-            max_late_ms,
+            jitter,
+            max_late,
             history_size,
             overlap,
             max_attempts,
-            catch_up_ms,
+            catch_up_window,
             catch_up,
-            offset_ms,
+            offset,
             allow_past
         );
-        if self.history_ttl_ms.is_some() {
-            opts.history_ttl_ms = self.history_ttl_ms;
+        if self.history_ttl.is_some() {
+            opts.history_ttl = self.history_ttl;
         }
-        if self.timeout_ms.is_some() {
-            opts.timeout_ms = self.timeout_ms;
+        if self.timeout.is_some() {
+            opts.timeout = self.timeout;
         }
         if self.timezone.is_some() {
-            opts.timezone = self.timezone.clone();
+            opts.timezone = self.timezone;
         }
+    }
+}
+
+/// The kind of a job: how its slots are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobKind {
+    /// `every`: a fixed interval on the epoch grid.
+    Every,
+    /// `cron`: a cron expression in a timezone.
+    Cron,
+    /// `at`: once, at an instant.
+    At,
+}
+
+impl JobKind {
+    /// `"every"`, `"cron"` or `"at"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Every => "every",
+            JobKind::Cron => "cron",
+            JobKind::At => "at",
+        }
+    }
+}
+
+impl std::fmt::Display for JobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -5,7 +5,7 @@
 //! `lease`, PostgreSQL, SQLite/libSQL: claims with a lease, takeover, handover) or
 //! [`ClaimStore`] (RabbitMQ, NATS, the naive Redis strategies: one winner per slot, no lease).
 //! [`crate::memory::MemoryStore`] is the reference implementation of both, and
-//! [`crate::testkit`] (feature `testkit`) is the conformance suite a store runs against
+//! `anarchon_core::testkit` (feature `testkit`) is the conformance suite a store runs against
 //! itself. [B-44]
 //!
 //! All traits are object safe: the scheduler holds an `Arc<dyn LeaseStore>` or
@@ -15,8 +15,8 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
-use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+pub use crate::error::{BoxError, Error, Result, redact_url};
+pub use crate::history::{Reason, Retention, RunRecord, RunStatus};
 pub use crate::ids::{EpochMs, JobName, RunKey};
 
 /// Whether a slot may start while an earlier run of the same job holds a live lease. [B-12]
@@ -50,8 +50,8 @@ pub struct Prepare {
 /// - [`Store::prepare`] checks the connection and the server version, then creates the
 ///   tables/keys it needs. Many instances may call it at the same moment: it must be safe
 ///   (advisory lock, `IF NOT EXISTS`). An older schema is migrated; a newer one is refused
-///   with [`Error::SchemaTooNew`](crate::Error::SchemaTooNew) and nothing is changed. Failures map to
-///   [`Error::Unavailable`](crate::Error::Unavailable), [`Error::ServerTooOld`](crate::Error::ServerTooOld), [`Error::Corrupt`](crate::Error::Corrupt).
+///   with [`Error::SchemaTooNew`] and nothing is changed. Failures map to
+///   [`Error::Unavailable`], [`Error::ServerTooOld`], [`Error::Corrupt`].
 /// - [`Store::now`] is the store's clock in epoch ms (Redis `TIME`, the database clock; the
 ///   host clock for SQLite). Lease deadlines are judged on this clock. [B-20]
 /// - [`Store::close`] closes the connections the store opened itself; connections, pools and
@@ -83,15 +83,15 @@ pub trait Store: Send + Sync + 'static {
 #[async_trait]
 pub trait HistoryStore: Store {
     /// The latest `count` attempts of `job`, newest first.
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>>;
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>>;
 
     /// The newest attempt of `job`.
-    async fn last_run(&self, job: &JobName) -> Result<Option<HistoryRecord>> {
+    async fn last_run(&self, job: &JobName) -> Result<Option<RunRecord>> {
         Ok(self.history(job, 1).await?.into_iter().next())
     }
 
     /// Records a manual run (start and finish), keyed by (job, slot, instance).
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()>;
 
     /// The names of all jobs known to the store, sorted.
     async fn known_jobs(&self) -> Result<Vec<JobName>>;
@@ -390,7 +390,7 @@ pub trait ClaimStore: HistoryStore {
     /// Claims a slot.
     async fn claim_slot(&self, claim: &SlotClaim) -> Result<SlotOutcome>;
     /// Records an attempt (at start and at finish).
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()>;
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()>;
     /// How long a claimed key stays claimed, where the store bounds it. See the contract.
     fn claim_window(&self) -> Option<std::time::Duration> {
         None

@@ -13,7 +13,9 @@ use anarchon_core::slot::MAX_INTERVAL;
 use anarchon_core::{Error, JobContext, Scheduler};
 use proptest::prelude::*;
 
-fn handler() -> impl Fn(JobContext) -> futures::future::Ready<Result<(), Error>> + Send + Sync {
+fn handler()
+-> impl Fn(JobContext) -> futures::future::Ready<Result<(), anarchon_core::HandlerError>> + Send + Sync
+{
     |_ctx| futures::future::ready(Ok(()))
 }
 
@@ -38,10 +40,15 @@ fn b39_a_duration_option_beyond_a_year_names_the_value_and_the_limit() {
         )
             -> anarchon_core::JobBuilder<'_, anarchon_core::Leased, anarchon_core::kind::Cron>;
     let cases: [(&str, Set); 4] = [
-        ("max_late_ms", |b| b.max_late_ms(u64::MAX)),
-        ("jitter_ms", |b| b.jitter_ms(u64::MAX).max_late_ms(YEAR_MS)),
-        ("catch_up_ms", |b| b.catch_up_ms(u64::MAX)),
-        ("timeout_ms", |b| b.timeout_ms(u64::MAX)),
+        ("max_late", |b| b.max_late(Duration::from_millis(u64::MAX))),
+        ("jitter", |b| {
+            b.jitter(Duration::from_millis(u64::MAX))
+                .max_late(Duration::from_millis(YEAR_MS))
+        }),
+        ("catch_up_window", |b| {
+            b.catch_up_window(Duration::from_millis(u64::MAX))
+        }),
+        ("timeout", |b| b.timeout(Duration::from_millis(u64::MAX))),
     ];
     for (name, set) in cases {
         let err = set(s.cron("c", "*/5 * * * *"))
@@ -50,7 +57,7 @@ fn b39_a_duration_option_beyond_a_year_names_the_value_and_the_limit() {
         match &err {
             Error::OutOfRange { option, value, .. } => {
                 assert_eq!(*option, name);
-                assert_eq!(value, &u64::MAX.to_string());
+                assert_eq!(value, &format!("{} ms", u64::MAX));
             }
             other => panic!("{name}: {other:?}"),
         }
@@ -65,10 +72,10 @@ fn b39_a_duration_option_beyond_a_year_names_the_value_and_the_limit() {
     }
     // Exactly a year is still accepted.
     s.cron("c", "*/5 * * * *")
-        .max_late_ms(YEAR_MS)
-        .jitter_ms(YEAR_MS)
-        .catch_up_ms(YEAR_MS)
-        .timeout_ms(YEAR_MS)
+        .max_late(Duration::from_millis(YEAR_MS))
+        .jitter(Duration::from_millis(YEAR_MS))
+        .catch_up_window(Duration::from_millis(YEAR_MS))
+        .timeout(Duration::from_millis(YEAR_MS))
         .handler(handler())
         .unwrap();
 }
@@ -78,44 +85,44 @@ fn b09_jitter_longer_than_max_late_is_refused() {
     let s = Scheduler::leased(MemoryStore::new()).build().unwrap();
     let err = s
         .cron("c", "0 * * * *")
-        .jitter_ms(120_000)
+        .jitter(Duration::from_secs(120))
         .handler(handler())
         .unwrap_err();
     assert!(
         matches!(
             err,
             Error::InvalidOption {
-                option: "jitter_ms",
+                option: "jitter",
                 ..
             }
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("max_late_ms (60000)"), "{err}");
+    assert!(err.to_string().contains("max_late (1m)"), "{err}");
 }
 
 #[test]
 fn b13_lease_timing_beyond_a_year_is_refused() {
     let err = Scheduler::leased(MemoryStore::new())
-        .lease_ms(u64::MAX)
-        .heartbeat_ms(5_000)
+        .lease(Duration::from_millis(u64::MAX))
+        .heartbeat(Duration::from_secs(5))
         .build()
         .unwrap_err();
     assert!(
         matches!(
             err,
             Error::OutOfRange {
-                option: "lease_ms",
+                option: "lease",
                 ..
             }
         ),
         "{err}"
     );
     let err = Scheduler::leased(MemoryStore::new())
-        .heartbeat_ms(u64::MAX)
+        .heartbeat(Duration::from_millis(u64::MAX))
         .build()
         .unwrap_err();
-    assert!(err.to_string().contains("heartbeat_ms"), "{err}");
+    assert!(err.to_string().contains("heartbeat"), "{err}");
 }
 
 #[test]
@@ -293,14 +300,14 @@ fn b37_history_and_attempt_counts_are_bounded() {
     );
     let err = s
         .every("e", "1s")
-        .history_ttl_ms(u64::MAX)
+        .history_ttl(Duration::from_millis(u64::MAX))
         .handler(handler())
         .unwrap_err();
     assert!(
         matches!(
             err,
             Error::OutOfRange {
-                option: "history_ttl_ms",
+                option: "history_ttl",
                 ..
             }
         ),
@@ -308,17 +315,17 @@ fn b37_history_and_attempt_counts_are_bounded() {
     );
     let err = s
         .every("e", "1s")
-        .offset_ms(i64::MIN)
+        .offset(Duration::MAX)
         .handler(handler())
         .unwrap_err();
     assert!(
         matches!(
             err,
             Error::OutOfRange {
-                option: "offset_ms",
+                option: "offset",
                 ..
             }
-        ) && text_has(&err, &i64::MIN.to_string()),
+        ) && text_has(&err, &Duration::MAX.as_millis().to_string()),
         "{err}"
     );
 }
@@ -521,38 +528,38 @@ fn at_ms(kind: &Kind) -> Option<i64> {
 fn register(job: &Job) -> Result<Scheduler, Error> {
     let mut builder = Scheduler::leased(MemoryStore::new());
     if let Some(ms) = job.lease {
-        builder = builder.lease_ms(ms);
+        builder = builder.lease(Duration::from_millis(ms));
     }
     if let Some(ms) = job.heartbeat {
-        builder = builder.heartbeat_ms(ms);
+        builder = builder.heartbeat(Duration::from_millis(ms));
     }
     let s = builder.build()?;
     macro_rules! options {
         ($b:expr) => {{
             let mut b = $b;
             if let Some(v) = job.jitter {
-                b = b.jitter_ms(v);
+                b = b.jitter(Duration::from_millis(v));
             }
             if let Some(v) = job.max_late {
-                b = b.max_late_ms(v);
+                b = b.max_late(Duration::from_millis(v));
             }
             if let Some(v) = job.history_size {
                 b = b.history_size(v);
             }
             if let Some(v) = job.timeout {
-                b = b.timeout_ms(v);
+                b = b.timeout(Duration::from_millis(v));
             }
             if let Some(v) = job.max_attempts {
                 b = b.max_attempts(v);
             }
             if let Some(v) = job.catch_up_ms {
-                b = b.catch_up_ms(v);
+                b = b.catch_up_window(Duration::from_millis(v));
             }
             if let Some(max) = job.catch_up_all {
                 b = b.catch_up(CatchUp::All { max });
             }
             if let Some(v) = job.history_ttl {
-                b = b.history_ttl_ms(v);
+                b = b.history_ttl(Duration::from_millis(v));
             }
             b
         }};
@@ -561,7 +568,7 @@ fn register(job: &Job) -> Result<Scheduler, Error> {
         Kind::EveryMs(ms) => {
             let b = options!(s.every("j", *ms));
             let b = match job.offset {
-                Some(o) => b.offset_ms(o),
+                Some(o) => b.offset(Duration::from_millis(o.unsigned_abs())),
                 None => b,
             };
             b.handler(handler())?
@@ -569,7 +576,7 @@ fn register(job: &Job) -> Result<Scheduler, Error> {
         Kind::EveryText(text) => {
             let b = options!(s.every("j", text.as_str()));
             let b = match job.offset {
-                Some(o) => b.offset_ms(o),
+                Some(o) => b.offset(Duration::from_millis(o.unsigned_abs())),
                 None => b,
             };
             b.handler(handler())?
@@ -611,7 +618,7 @@ proptest! {
                 let just_missed = at_ms(&job.kind)
                     .is_some_and(|at| at <= before && (before - at) as u64 <= YEAR_MS);
                 prop_assert!(
-                    next.is_some_and(|t| t > before) || just_missed,
+                    next.is_some_and(|t| t.timestamp_millis() > before) || just_missed,
                     "{:?} registered but its next slot is {:?} (now {})", job, next, before
                 );
             }
@@ -635,12 +642,12 @@ proptest! {
         heartbeat in extreme_u64(),
     ) {
         let opts = JobOptions {
-            jitter_ms: jitter,
-            max_late_ms: max_late,
-            catch_up_ms: catch_up,
-            timeout_ms: timeout,
-            history_ttl_ms: ttl,
-            offset_ms: offset,
+            jitter: Duration::from_millis(jitter),
+            max_late: Duration::from_millis(max_late),
+            catch_up_window: Duration::from_millis(catch_up),
+            timeout: timeout.map(Duration::from_millis),
+            history_ttl: ttl.map(Duration::from_millis),
+            offset: Duration::from_millis(offset.unsigned_abs()),
             history_size,
             max_attempts,
             ..JobOptions::default()
@@ -657,7 +664,10 @@ proptest! {
             let widest = jitter + max_late + catch_up + timeout.unwrap_or(0);
             prop_assert!(MAX_AT_MS.checked_add(widest as i64).is_some());
         }
-        let timing = LeaseTiming { lease_ms: lease, heartbeat_ms: heartbeat };
+        let timing = LeaseTiming {
+            lease: Duration::from_millis(lease),
+            heartbeat: Duration::from_millis(heartbeat),
+        };
         if timing.validate().is_ok() {
             prop_assert!(heartbeat >= 1 && heartbeat * 2 < lease);
             prop_assert!(u128::from(lease) <= MAX_DURATION.as_millis());

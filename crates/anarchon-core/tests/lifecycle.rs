@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anarchon_core::memory::MemoryStore;
 use anarchon_core::testkit::runtime::{Instance, node, wait_for};
-use anarchon_core::{CancellationToken, Clock, Error, LeaseStore, Reason, RunStatus, Scheduler};
+use anarchon_core::{CancellationToken, Clock, LeaseStore, Reason, RunStatus, Scheduler};
 
 /// Sets its flag when dropped: tells whether a handler's task was aborted.
 struct DropFlag(Arc<AtomicBool>);
@@ -23,14 +23,12 @@ impl Drop for DropFlag {
 async fn s11_an_at_far_in_the_future_never_fires_and_breaks_nothing() {
     let s = Scheduler::leased(MemoryStore::new())
         .clock(Clock::tokio())
-        .jitter_ms(0)
+        .jitter(Duration::from_millis(0))
         .build()
         .unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     // Either refused with a typed error or accepted and simply never due.
-    let far = s
-        .at("far", i64::MAX)
-        .handler(|_ctx| async { Ok::<_, Error>(()) });
+    let far = s.at("far", i64::MAX).handler(|_ctx| async { Ok(()) });
     if let Err(e) = &far {
         assert!(!e.to_string().is_empty());
     }
@@ -38,7 +36,7 @@ async fn s11_an_at_far_in_the_future_never_fires_and_breaks_nothing() {
     s.every("tick", "1s")
         .handler(move |_ctx| {
             r.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, Error>(()) }
+            async { Ok(()) }
         })
         .unwrap();
     s.start().await.unwrap();
@@ -53,8 +51,8 @@ async fn b21_a_handler_past_its_timeout_is_aborted_after_the_grace() {
     let store = MemoryStore::new();
     let s = Scheduler::leased(store.clone())
         .clock(Clock::tokio())
-        .jitter_ms(0)
-        .catch_up_ms(0)
+        .jitter(Duration::from_millis(0))
+        .catch_up_window(Duration::from_millis(0))
         .abort_grace(Duration::from_millis(1_000))
         .build()
         .unwrap();
@@ -62,7 +60,7 @@ async fn b21_a_handler_past_its_timeout_is_aborted_after_the_grace() {
     let started = Arc::new(AtomicBool::new(false));
     let (d, st) = (dropped.clone(), started.clone());
     s.every("stuck", "1h")
-        .timeout_ms(500)
+        .timeout(Duration::from_millis(500))
         .handler(move |_ctx| {
             let flag = DropFlag(d.clone());
             st.store(true, Ordering::SeqCst);
@@ -70,7 +68,7 @@ async fn b21_a_handler_past_its_timeout_is_aborted_after_the_grace() {
                 // Ignores its signal and never returns.
                 let _flag = flag;
                 std::future::pending::<()>().await;
-                Ok::<_, Error>(())
+                Ok(())
             }
         })
         .unwrap();
@@ -115,7 +113,7 @@ async fn runner_and_backup(
                 .push((id.clone(), ctx.attempt, ctx.reason));
             async move {
                 ctx.signal.cancelled().await;
-                Err::<(), _>(ctx.check_cancelled().unwrap_err())
+                Err(ctx.check_cancelled().unwrap_err().into())
             }
         }
     };
@@ -125,7 +123,7 @@ async fn runner_and_backup(
     a.every("long", "2s").handler(mk("a")).unwrap();
     let b = node(&Instance::new(store.clone()), "b")
         .clock(clock)
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every("long", "2s").handler(mk("b")).unwrap();
@@ -189,15 +187,15 @@ async fn s11_health_reports_an_outage_and_the_recovery_catches_up_the_missed_slo
     let clock = Clock::tokio();
     let s = node(&inst, "a")
         .clock(clock)
-        .catch_up_ms(10_000)
+        .catch_up_window(Duration::from_secs(10))
         .build()
         .unwrap();
     let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let st = starts.clone();
     s.every("job", "4s")
         .handler(move |ctx| {
-            st.lock().unwrap().push((ctx.slot, ctx.reason));
-            async { Ok::<_, Error>(()) }
+            st.lock().unwrap().push((ctx.slot_ms(), ctx.reason));
+            async { Ok(()) }
         })
         .unwrap();
     s.start().await.unwrap();

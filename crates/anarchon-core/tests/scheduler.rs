@@ -18,7 +18,8 @@ fn sched() -> Scheduler {
         .unwrap()
 }
 
-fn ok() -> impl Fn(anarchon_core::JobContext) -> futures::future::Ready<Result<(), Error>>
+fn ok()
+-> impl Fn(anarchon_core::JobContext) -> futures::future::Ready<Result<(), anarchon_core::HandlerError>>
 + Send
 + Sync
 + 'static {
@@ -91,15 +92,15 @@ async fn b03_bad_at_is_refused_and_b04_names_are_checked() {
 #[tokio::test]
 async fn b13_heartbeat_must_be_under_half_the_lease() {
     let err = Scheduler::leased(MemoryStore::new())
-        .lease_ms(1000)
-        .heartbeat_ms(500)
+        .lease(Duration::from_secs(1))
+        .heartbeat(Duration::from_millis(500))
         .build()
         .unwrap_err();
     assert!(
         matches!(
             err,
             Error::InvalidOption {
-                option: "heartbeat_ms",
+                option: "heartbeat",
                 ..
             }
         ),
@@ -107,8 +108,8 @@ async fn b13_heartbeat_must_be_under_half_the_lease() {
     );
     assert!(
         Scheduler::leased(MemoryStore::new())
-            .lease_ms(1000)
-            .heartbeat_ms(499)
+            .lease(Duration::from_secs(1))
+            .heartbeat(Duration::from_millis(499))
             .build()
             .is_ok()
     );
@@ -172,16 +173,16 @@ async fn b11_claim_only_store_runs_each_slot_once_with_no_takeover() {
     for i in 0..3 {
         let s = Scheduler::claim_only(store.clone())
             .instance_id(format!("c{i}"))
-            .jitter_ms(50)
+            .jitter(Duration::from_millis(50))
             .clock(Clock::tokio())
             .build()
             .unwrap();
         let runs = runs.clone();
         s.every("tick", "1s")
             .handler(move |ctx| {
-                runs.lock().unwrap().push(ctx.slot);
+                runs.lock().unwrap().push(ctx.slot_ms());
                 assert_eq!((ctx.attempt, ctx.fence), (1, 0));
-                async { Ok::<_, Error>(()) }
+                async { Ok(()) }
             })
             .unwrap();
         s.start().await.unwrap();
@@ -211,14 +212,14 @@ async fn b04_jobs_can_be_added_and_removed_while_running() {
     s.start().await.unwrap();
     let c = count.clone();
     s.every("late", "1s")
-        .jitter_ms(0)
+        .jitter(Duration::from_millis(0))
         .handler(move |_| {
             c.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, Error>(()) }
+            async { Ok(()) }
         })
         .unwrap();
     assert_eq!(s.jobs().len(), 1);
-    assert!(s.next_run("late").unwrap().unwrap() % 1000 == 0);
+    assert!(s.next_run("late").unwrap().unwrap().timestamp_millis() % 1000 == 0);
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let seen = count.load(Ordering::SeqCst);
     assert!(seen >= 2, "{seen}");
@@ -238,9 +239,9 @@ async fn b04_jobs_can_be_added_and_removed_while_running() {
 async fn s11_hung_store_calls_time_out_and_are_reported() {
     let store = MemoryStore::new();
     let s = Scheduler::leased(store.clone())
-        .store_timeout_ms(500)
-        .jitter_ms(0)
-        .catch_up_ms(0)
+        .store_timeout(Duration::from_millis(500))
+        .jitter(Duration::from_millis(0))
+        .catch_up_window(Duration::from_millis(0))
         .clock(Clock::tokio())
         .build()
         .unwrap();
@@ -298,7 +299,7 @@ fn s11_watchdog_reports_a_blocked_runtime() {
         .unwrap();
     rt.block_on(async {
         let s = Scheduler::leased(MemoryStore::new())
-            .stall_after_ms(200)
+            .stall_after(Duration::from_millis(200))
             .build()
             .unwrap();
         let mut rx = s.events();
@@ -310,7 +311,7 @@ fn s11_watchdog_reports_a_blocked_runtime() {
         assert!(s.health().stalled, "{:?}", s.health());
         let mut stalled = false;
         while let Ok(e) = rx.try_recv() {
-            stalled |= matches!(e, Event::Stalled { for_ms } if for_ms >= 200);
+            stalled |= matches!(e, Event::Stalled { idle } if idle >= Duration::from_millis(200));
         }
         assert!(stalled, "no stalled event");
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -328,7 +329,7 @@ async fn b20_clock_skew_beyond_the_threshold_is_reported() {
     s.start().await.unwrap();
     let e = rx.try_recv().expect("an event");
     assert!(
-        matches!(e, Event::ClockSkew { skew_ms } if (-5_100..=-4_900).contains(&skew_ms)),
+        matches!(e, Event::ClockSkew { skew } if (-5_100..=-4_900).contains(&skew.num_milliseconds())),
         "{e:?}"
     );
     s.stop(Duration::from_secs(1)).await.unwrap();
@@ -343,7 +344,10 @@ async fn b20_clock_skew_beyond_the_threshold_is_reported() {
 async fn b03_at_job_runs_once_and_b06_cron_with_seconds_fires_each_second() {
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
     let inst = Instance::new(store.clone());
-    let s = node(&inst, "n").catch_up_ms(0).build().unwrap();
+    let s = node(&inst, "n")
+        .catch_up_window(Duration::from_millis(0))
+        .build()
+        .unwrap();
     let events = record_events(&s);
     let at = Clock::tokio().now_ms() + 1_500;
     s.at("once", at).handler(ok()).unwrap();
@@ -369,7 +373,7 @@ async fn b03_at_job_runs_once_and_b06_cron_with_seconds_fires_each_second() {
     )));
     let h = s.history("once", 5).await.unwrap();
     assert_eq!(
-        (h.len(), h[0].slot, h[0].reason),
+        (h.len(), h[0].slot_ms(), h[0].reason),
         (1, at, Reason::Scheduled)
     );
 }
@@ -396,8 +400,8 @@ async fn b38_an_error_nobody_listens_to_is_logged() {
     let _guard = tracing::subscriber::set_default(subscriber);
     let store = MemoryStore::new();
     let s = Scheduler::leased(store.clone())
-        .jitter_ms(0)
-        .catch_up_ms(0)
+        .jitter(Duration::from_millis(0))
+        .catch_up_window(Duration::from_millis(0))
         .clock(Clock::tokio())
         .build()
         .unwrap();
@@ -421,7 +425,7 @@ async fn b38_an_error_nobody_listens_to_is_logged() {
 async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
     let store = MemoryStore::new();
     let s = Scheduler::claim_only(store.clone())
-        .jitter_ms(0)
+        .jitter(Duration::from_millis(0))
         .clock(Clock::tokio())
         .build()
         .unwrap();
@@ -429,7 +433,7 @@ async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
     s.every("wait", "1s")
         .handler(|ctx| async move {
             ctx.signal.cancelled().await;
-            ctx.check_cancelled()
+            Ok(ctx.check_cancelled()?)
         })
         .unwrap();
     s.start().await.unwrap();
@@ -447,7 +451,53 @@ async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
     }
     let mut interrupted = false;
     while let Ok(e) = rx.try_recv() {
-        interrupted |= matches!(e, Event::Interrupted { ref cause, .. } if cause == "stopped");
+        interrupted |= matches!(e, Event::Interrupted { ref cause, .. } if *cause == anarchon_core::InterruptCause::Stopped);
     }
     assert!(interrupted);
+}
+
+/// Configuration takes lengths as text or milliseconds, reads the older `...Ms` keys, and
+/// names the key of a value it cannot read.
+#[test]
+fn job_config_reads_humane_lengths_and_names_bad_keys() {
+    let cfg: JobConfig = serde_json::from_str(
+        r#"{"jitter": "1s", "maxLate": 90000, "timeout": "1h30m", "catchUpWindow": "0s", "offset": "250ms"}"#,
+    )
+    .unwrap();
+    assert_eq!(cfg.jitter, Some(Duration::from_secs(1)));
+    assert_eq!(cfg.max_late, Some(Duration::from_secs(90)));
+    assert_eq!(cfg.timeout, Some(Duration::from_secs(5400)));
+    assert_eq!(cfg.catch_up_window, Some(Duration::ZERO));
+    assert_eq!(cfg.offset, Some(Duration::from_millis(250)));
+    let old: JobConfig = serde_json::from_str(r#"{"jitterMs": 10, "catchUpMs": 0}"#).unwrap();
+    assert_eq!(old.jitter, Some(Duration::from_millis(10)));
+    assert_eq!(old.catch_up_window, Some(Duration::ZERO));
+    for (text, key) in [
+        (r#"{"maxLate": "soon"}"#, "`maxLate`"),
+        (r#"{"jitter": -5}"#, "`jitter`"),
+        (r#"{"timeout": true}"#, "`timeout`"),
+        (r#"{"historyTtl": "1.5h"}"#, "`historyTtl`"),
+        (r#"{"timezone": "Europe/Atlantis"}"#, "Europe/Atlantis"),
+    ] {
+        let err = serde_json::from_str::<JobConfig>(text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}
+
+/// Kinds and causes are enums with their names as text.
+#[test]
+fn kinds_and_causes_are_enums() {
+    let s = sched();
+    s.every("e", "1s").handler(ok()).unwrap();
+    s.cron("c", "* * * * *").handler(ok()).unwrap();
+    let kinds: Vec<_> = s.jobs().iter().map(|j| j.kind).collect();
+    assert!(kinds.contains(&anarchon_core::JobKind::Every));
+    assert!(kinds.contains(&anarchon_core::JobKind::Cron));
+    assert_eq!(anarchon_core::JobKind::Every.to_string(), "every");
+    assert_eq!(
+        anarchon_core::InterruptCause::HandedOver.to_string(),
+        "handed over"
+    );
 }

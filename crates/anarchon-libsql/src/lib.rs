@@ -3,15 +3,22 @@
 //!
 //! ```no_run
 //! # async fn f() -> anarchon_core::Result<()> {
-//! use std::sync::Arc;
-//! use anarchon_core::LeaseStore;
-//! use anarchon_libsql::LibsqlStore;
+//! use anarchon_core::Scheduler;
+//! use anarchon_libsql::{LibsqlOptions, LibsqlStore};
 //!
 //! let token = std::env::var("LIBSQL_AUTH_TOKEN").unwrap_or_default();
-//! let store: Arc<dyn LeaseStore> =
-//!     Arc::new(LibsqlStore::open("libsql://my-db.example.turso.io", token).await?);
-//! # Ok(()) }
+//! let options = LibsqlOptions::default().auth_token(token);
+//! let store = LibsqlStore::connect_with("libsql://my-db.example.turso.io", options).await?;
+//! let scheduler = Scheduler::leased(store).build()?;
+//! # let _ = scheduler; Ok(()) }
 //! ```
+//!
+//! # Building a store
+//! The same three ways as in every anarchon store crate, each async and ready (tables
+//! created or checked) when it returns: [`LibsqlStore::connect`]`(url)`,
+//! [`LibsqlStore::connect_with`]`(url, `[`LibsqlOptions`]`)`, and
+//! [`LibsqlStore::from_database`]`(database, options)` on your own remote
+//! [`libsql::Database`].
 //!
 //! The statements, the schema (with its version and migrations) and the row mapping are
 //! `anarchon_sqlite::sql`, the very code the local SQLite store runs; this crate only
@@ -34,9 +41,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
     TakeoverOutcome, redact_url,
 };
 use anarchon_sqlite::releases;
@@ -88,7 +95,76 @@ impl From<LibsqlError> for Error {
     }
 }
 
-/// Options for opening a [`LibsqlStore`]; see [`LibsqlStore::builder`].
+/// Options of a [`LibsqlStore`], for [`LibsqlStore::connect_with`] and
+/// [`LibsqlStore::from_database`]. `Debug` hides the auth token.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_libsql::LibsqlOptions;
+///
+/// let options = LibsqlOptions::default()
+///     .auth_token("secret-token")
+///     .table("myapp_runs")
+///     .call_timeout(Duration::from_secs(5));
+/// assert!(!format!("{options:?}").contains("secret-token"));
+/// ```
+#[derive(Clone)]
+pub struct LibsqlOptions {
+    auth_token: String,
+    table: String,
+    call_timeout: Duration,
+}
+
+impl Default for LibsqlOptions {
+    fn default() -> Self {
+        LibsqlOptions {
+            auth_token: String::new(),
+            table: sql::DEFAULT_PREFIX.to_owned(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+}
+
+impl std::fmt::Debug for LibsqlOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LibsqlOptions")
+            .field(
+                "auth_token",
+                &if self.auth_token.is_empty() {
+                    ""
+                } else {
+                    "***"
+                },
+            )
+            .field("table", &self.table)
+            .field("call_timeout", &self.call_timeout)
+            .finish()
+    }
+}
+
+impl LibsqlOptions {
+    /// The server's auth token (default none, for a server without authentication).
+    /// Ignored by [`LibsqlStore::from_database`]: the database carries its own.
+    pub fn auth_token(mut self, token: impl Into<String>) -> Self {
+        self.auth_token = token.into();
+        self
+    }
+
+    /// The table prefix (default `anarchon_runs`), as for the SQLite store. [B-42]
+    pub fn table(mut self, prefix: impl Into<String>) -> Self {
+        self.table = prefix.into();
+        self
+    }
+
+    /// The longest any call may take (default 10 s); past it the call fails with
+    /// [`Error::Timeout`].
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+}
+
+/// Options for opening a [`LibsqlStore`] (the older form of [`LibsqlOptions`]).
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `open` is called"]
 pub struct LibsqlStoreBuilder {
@@ -123,51 +199,20 @@ impl LibsqlStoreBuilder {
     }
 
     /// Connects and creates, checks or migrates the tables (the first network use).
+    ///
+    /// # Errors
+    ///
+    /// As [`LibsqlStore::connect_with`].
     pub async fn open(self) -> Result<LibsqlStore> {
-        let shown = redact_url(&self.url);
-        let scheme = self
-            .url
-            .split("://")
-            .next()
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        if !self.url.contains("://") || !matches!(scheme.as_str(), "libsql" | "https" | "http") {
-            return Err(LibsqlError::InvalidUrl {
-                url: shown,
-                reason: "it is not a remote URL",
-            }
-            .into());
-        }
-        let tables = Tables::new(&self.table).map_err(|reason| LibsqlError::InvalidTable {
-            table: self.table.clone(),
-            reason,
-        })?;
-        let db = libsql::Builder::new_remote(self.url.clone(), self.auth_token)
-            .build()
-            .await
-            .map_err(|e| Error::Unavailable {
-                store: KIND,
-                target: shown.clone(),
-                source: Box::new(e),
-            })?;
-        let sql = Sql::new(KIND, shown.clone(), tables);
-        let releases = releases::channel(&format!("libsql:{shown}#{}", sql.tables.runs));
-        let store = LibsqlStore {
-            inner: Arc::new(Inner {
-                db,
-                sql,
+        LibsqlStore::connect_with(
+            self.url,
+            LibsqlOptions {
+                auth_token: self.auth_token,
+                table: self.table,
                 call_timeout: self.call_timeout,
-                caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
-                releases,
-                closed: AtomicBool::new(false),
-            }),
-        };
-        store
-            .run("open", |mut e, sql| async move {
-                schema::ensure(&mut e, sql).await.map(drop)
-            })
-            .await?;
-        Ok(store)
+            },
+        )
+        .await
     }
 }
 
@@ -207,12 +252,144 @@ impl std::fmt::Debug for LibsqlStore {
 }
 
 impl LibsqlStore {
+    /// Connects to the remote database at `url` (`libsql://`, `https://`, `http://`) with
+    /// the default options (no auth token) and creates, checks or migrates the tables.
+    ///
+    /// # Errors
+    ///
+    /// As [`LibsqlStore::connect_with`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::Scheduler;
+    /// use anarchon_libsql::LibsqlStore;
+    ///
+    /// let store = LibsqlStore::connect("http://127.0.0.1:8080").await?;
+    /// let scheduler = Scheduler::leased(store).build()?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub async fn connect(url: impl Into<String>) -> Result<Self> {
+        Self::connect_with(url, LibsqlOptions::default()).await
+    }
+
+    /// [`LibsqlStore::connect`] with these options (the auth token among them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a URL that is not remote or a bad table prefix (the URL
+    /// shown without its password), [`Error::Unavailable`] when the server cannot be
+    /// reached or refuses the token, [`Error::Timeout`], [`Error::SchemaTooNew`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_libsql::{LibsqlOptions, LibsqlStore};
+    ///
+    /// let options = LibsqlOptions::default().auth_token(std::env::var("LIBSQL_AUTH_TOKEN").unwrap_or_default());
+    /// let store = LibsqlStore::connect_with("libsql://my-db.example.turso.io", options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: impl Into<String>, options: LibsqlOptions) -> Result<Self> {
+        let url = url.into();
+        let shown = redact_url(&url);
+        let scheme = url.split("://").next().unwrap_or("").to_ascii_lowercase();
+        if !url.contains("://") || !matches!(scheme.as_str(), "libsql" | "https" | "http") {
+            return Err(LibsqlError::InvalidUrl {
+                url: shown,
+                reason: "it is not a remote URL",
+            }
+            .into());
+        }
+        let tables = Self::tables_for(&options)?;
+        let db = libsql::Builder::new_remote(url, options.auth_token)
+            .build()
+            .await
+            .map_err(|e| Error::Unavailable {
+                store: KIND,
+                target: shown.clone(),
+                source: Box::new(e),
+            })?;
+        Self::ready(db, shown, tables, options.call_timeout).await
+    }
+
+    /// A store on the user's own `libsql::Database` (a remote one, built with
+    /// `libsql::Builder::new_remote`), creating, checking or migrating the tables. The
+    /// options' auth token is not used: the database carries its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`LibsqlStore::connect_with`], but for the URL.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_libsql::{LibsqlOptions, LibsqlStore};
+    ///
+    /// let db = libsql::Builder::new_remote("http://127.0.0.1:8080".into(), String::new())
+    ///     .build()
+    ///     .await
+    ///     .expect("database");
+    /// let store = LibsqlStore::from_database(db, LibsqlOptions::default()).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn from_database(db: libsql::Database, options: LibsqlOptions) -> Result<Self> {
+        let tables = Self::tables_for(&options)?;
+        Self::ready(
+            db,
+            "the database given to LibsqlStore".into(),
+            tables,
+            options.call_timeout,
+        )
+        .await
+    }
+
+    fn tables_for(options: &LibsqlOptions) -> Result<Tables> {
+        Ok(
+            Tables::new(&options.table).map_err(|reason| LibsqlError::InvalidTable {
+                table: options.table.clone(),
+                reason,
+            })?,
+        )
+    }
+
+    async fn ready(
+        db: libsql::Database,
+        shown: String,
+        tables: Tables,
+        call_timeout: Duration,
+    ) -> Result<Self> {
+        let sql = Sql::new(KIND, shown.clone(), tables);
+        let releases = releases::channel(&format!("libsql:{shown}#{}", sql.tables.runs));
+        let store = LibsqlStore {
+            inner: Arc::new(Inner {
+                db,
+                sql,
+                call_timeout,
+                caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
+                releases,
+                closed: AtomicBool::new(false),
+            }),
+        };
+        store
+            .run("open", |mut e, sql| async move {
+                schema::ensure(&mut e, sql).await.map(drop)
+            })
+            .await?;
+        Ok(store)
+    }
+
     /// Opens the remote database with the default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`LibsqlStore::connect_with`].
+    #[deprecated(
+        note = "use `LibsqlStore::connect_with(url, LibsqlOptions::default().auth_token(token)).await`"
+    )]
     pub async fn open(url: impl Into<String>, auth_token: impl Into<String>) -> Result<Self> {
-        Self::builder(url, auth_token).open().await
+        Self::connect_with(url, LibsqlOptions::default().auth_token(auth_token)).await
     }
 
     /// Options for the remote database at `url` (`libsql://`, `https://`, `http://`).
+    #[deprecated(note = "use `LibsqlStore::connect_with(url, LibsqlOptions::default()...)`")]
     pub fn builder(url: impl Into<String>, auth_token: impl Into<String>) -> LibsqlStoreBuilder {
         LibsqlStoreBuilder {
             url: url.into(),
@@ -491,14 +668,14 @@ impl Store for LibsqlStore {
 
 #[async_trait]
 impl HistoryStore for LibsqlStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.run("history", |mut e, sql| async move {
             ops::history(&mut e, sql, job, count).await
         })
         .await
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.run("record_manual", |mut e, sql| async move {
             ops::record_manual(&mut e, sql, record, retention).await
         })
@@ -597,7 +774,7 @@ mod tests {
             "postgres://x/y",
             "redis://h",
         ] {
-            let err = LibsqlStore::open(url, "").await.unwrap_err();
+            let err = LibsqlStore::connect(url).await.unwrap_err();
             assert!(
                 matches!(err, Error::InvalidOption { option: "url", .. }),
                 "{url}: {err}"
@@ -608,11 +785,12 @@ mod tests {
 
     #[tokio::test]
     async fn b42_invalid_table_prefix_is_refused_before_connecting() {
-        let err = LibsqlStore::builder("http://127.0.0.1:9", "")
-            .table("a-b")
-            .open()
-            .await
-            .unwrap_err();
+        let err = LibsqlStore::connect_with(
+            "http://127.0.0.1:9",
+            crate::LibsqlOptions::default().table("a-b"),
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -628,11 +806,14 @@ mod tests {
     #[tokio::test]
     async fn b43_an_unreachable_server_is_unavailable_and_names_the_url_without_secrets() {
         // Port 9 (discard) on loopback: nothing listens there on these machines.
-        let err = LibsqlStore::builder("http://user:hunter2@127.0.0.1:9", "token")
-            .call_timeout(Duration::from_secs(5))
-            .open()
-            .await
-            .unwrap_err();
+        let err = LibsqlStore::connect_with(
+            "http://user:hunter2@127.0.0.1:9",
+            crate::LibsqlOptions::default()
+                .auth_token("token")
+                .call_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap_err();
         let msg = err.to_string();
         assert!(
             matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }),

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use anarchon_core::{Error, LeaseStore, Store};
+use anarchon_core::store::{Error, LeaseStore, Store};
 use anarchon_libsql::LibsqlStore;
 use anarchon_sqlite::SqliteStore;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn b43_libsql_remote_links_and_runs_beside_bundled_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let local = SqliteStore::open(dir.path().join("local.db"))
+    let local = SqliteStore::connect(dir.path().join("local.db"))
         .await
         .unwrap();
     assert_eq!(
@@ -19,11 +19,12 @@ async fn b43_libsql_remote_links_and_runs_beside_bundled_sqlite() {
     );
     assert!(local.subscribe_releases().is_some());
     // The remote client is built and used in the same process; nothing listens on port 9.
-    let err = LibsqlStore::builder("http://127.0.0.1:9", "")
-        .call_timeout(Duration::from_secs(5))
-        .open()
-        .await
-        .unwrap_err();
+    let err = LibsqlStore::connect_with(
+        "http://127.0.0.1:9",
+        anarchon_libsql::LibsqlOptions::default().call_timeout(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }),
         "{err:?}"

@@ -61,11 +61,14 @@ fn double_url() -> Option<String> {
 
 async fn open(url: String, token: String) -> Arc<dyn LeaseStore> {
     let prefix = format!("kit_{:016x}", rand::random::<u64>());
-    let store = LibsqlStore::builder(url, token)
-        .table(prefix)
-        .open()
-        .await
-        .expect("open libSQL store");
+    let store = LibsqlStore::connect_with(
+        url,
+        anarchon_libsql::LibsqlOptions::default()
+            .auth_token(token)
+            .table(prefix),
+    )
+    .await
+    .expect("open libSQL store");
     Arc::new(store)
 }
 
@@ -112,4 +115,29 @@ anarchon_core::lease_store_contract!(fresh);
 mod runtime {
     use super::*;
     anarchon_core::lease_runtime_suite!(fresh_real);
+}
+
+/// A store on the user's own `libsql::Database` works like one built from a URL: the tables
+/// are created and the store answers.
+#[tokio::test]
+async fn from_database_takes_the_users_database() {
+    let (url, token) = match real_server() {
+        Some(server) => server,
+        None => match tokio::task::spawn_blocking(double_url).await.ok().flatten() {
+            Some(url) => (url, String::new()),
+            None => return,
+        },
+    };
+    let db = libsql::Builder::new_remote(url, token)
+        .build()
+        .await
+        .expect("database");
+    let prefix = format!("own_{:016x}", rand::random::<u64>());
+    let store =
+        LibsqlStore::from_database(db, anarchon_libsql::LibsqlOptions::default().table(prefix))
+            .await
+            .expect("store on the user's database");
+    assert!(store.schema_version().await.unwrap().is_some());
+    assert!(anarchon_core::store::Store::now(&store).await.unwrap() > 1_600_000_000_000);
+    assert!(!format!("{store:?}").contains("http://"), "{store:?}");
 }

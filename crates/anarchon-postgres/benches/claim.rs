@@ -13,7 +13,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
     Retention, RunKey, RunStatus, Store, Takeover, TakeoverOutcome,
 };
@@ -118,11 +118,17 @@ async fn drop_schema(url: &str, schema: &str) {
 async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     let schema = format!("anarchon_bench_{:08x}", rand::random::<u32>());
     let options = PostgresOptions::default().schema(&schema);
-    let a = PostgresStore::new(url, options.clone()).expect("store");
-    let b = PostgresStore::new(url, options.clone()).expect("store");
+    let a = PostgresStore::connect_with(url, options.clone())
+        .await
+        .expect("store");
+    let b = PostgresStore::connect_with(url, options.clone())
+        .await
+        .expect("store");
     // Bench only: a store whose connections do not wait for the WAL flush at commit. Never
     // the default (a claim lost in a database crash could start its slot twice).
-    let nosync = PostgresStore::new(url, options.synchronous_commit(false)).expect("store");
+    let nosync = PostgresStore::connect_with(url, options.synchronous_commit(false))
+        .await
+        .expect("store");
     let jobs = [
         job("claim"),
         job("taken"),

@@ -6,7 +6,7 @@
 //! use anarchon_postgres::{PostgresOptions, PostgresStore};
 //!
 //! // Checks the connection and the server version at once (bounded by `connect_timeout`).
-//! let store = PostgresStore::connect(
+//! let store = PostgresStore::connect_with(
 //!     "postgres://app:secret@db.internal:5432/app",
 //!     PostgresOptions::default().table("anarchon_runs").schema("public"),
 //! )
@@ -14,7 +14,9 @@
 //! # let _ = store; Ok(()) }
 //! ```
 //!
-//! Or hand it your own [`deadpool_postgres::Pool`] with [`PostgresStore::with_pool`]; the
+//! The same three ways to build a store as in every anarchon store crate:
+//! [`PostgresStore::connect`]`(url)`, [`PostgresStore::connect_with`]`(url, options)`, and
+//! [`PostgresStore::from_pool`]`(pool, options)` on your own [`deadpool_postgres::Pool`]; the
 //! store then leaves the pool open on `close`, and listens for releases only when given a
 //! URL for that one extra connection ([`PostgresOptions::listen_url`]).
 //!
@@ -46,7 +48,7 @@
 //! # async fn demo() -> anarchon_core::Result<()> {
 //! use anarchon_postgres::{PostgresOptions, PostgresStore};
 //!
-//! let store = PostgresStore::connect(
+//! let store = PostgresStore::connect_with(
 //!     "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.crt",
 //!     PostgresOptions::default(),
 //! )
@@ -70,7 +72,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anarchon_core::{Error, Result, RunKey};
+use anarchon_core::store::{Error, Result, RunKey};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
@@ -277,12 +279,19 @@ fn parse_url(
 impl PostgresStore {
     /// Builds a store and its connection pool from a URL (`postgres://user:pw@host/db` or
     /// `host=... user=...`). Nothing is sent yet: the first connection is opened by
-    /// [`anarchon_core::Store::prepare`] or [`PostgresStore::connect`].
+    /// [`anarchon_core::store::Store::prepare`] or [`PostgresStore::connect`].
     ///
     /// The store's connections get `statement_timeout` = `options.timeout` (and
     /// `synchronous_commit = off` if [`PostgresOptions::synchronous_commit`] asked for it),
     /// `application_name` = `anarchon` (unless the URL sets one) and `connect_timeout` =
     /// `options.connect_timeout` (unless the URL sets one).
+    ///
+    /// # Errors
+    ///
+    /// [`PostgresError`] for a URL, table or schema that cannot be used.
+    #[deprecated(
+        note = "use `PostgresStore::connect_with(url, options).await`, which connects and checks the server at once"
+    )]
     pub fn new(url: &str, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
         let (mut config, connector) = parse_url(url)?;
         if config.get_connect_timeout().is_none() {
@@ -337,7 +346,18 @@ impl PostgresStore {
     /// `connect_timeout + timeout`. Errors: [`Error::InvalidOption`] (URL, table, schema),
     /// [`Error::Unavailable`] (refused, unknown host, bad credentials, unknown database),
     /// [`Error::Timeout`], [`Error::ServerTooOld`].
-    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use std::time::Duration;
+    /// use anarchon_postgres::{PostgresOptions, PostgresStore};
+    ///
+    /// let options = PostgresOptions::default().schema("jobs").timeout(Duration::from_secs(3));
+    /// let store = PostgresStore::connect_with("postgres://app@db/app", options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        #[allow(deprecated)]
         let store = Self::new(url, options)?;
         store.inner.check_server().await?;
         Ok(store)
@@ -346,6 +366,13 @@ impl PostgresStore {
     /// Uses the caller's pool. `close` leaves it open. The pool's connections keep their own
     /// settings: give them a `statement_timeout` (the client-side `options.timeout` bounds
     /// every call in any case). Fast handover needs [`PostgresOptions::listen_url`].
+    ///
+    /// # Errors
+    ///
+    /// [`PostgresError`] for a table, schema or listen URL that cannot be used.
+    #[deprecated(
+        note = "use `PostgresStore::from_pool(pool, options).await`, which checks the server at once"
+    )]
     pub fn with_pool(
         pool: Pool,
         options: PostgresOptions,
@@ -373,6 +400,50 @@ impl PostgresStore {
             connect_timeout,
             options,
         )
+    }
+
+    /// Connects to `url` (`postgres://user:pw@host/db` or `host=... user=...`) with default
+    /// options and checks that the server answers and is new enough.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::connect_with`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::Scheduler;
+    /// use anarchon_postgres::PostgresStore;
+    ///
+    /// let store = PostgresStore::connect("postgres://app:secret@db.internal:5432/app").await?;
+    /// let scheduler = Scheduler::leased(store).build()?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Uses the caller's pool and checks at once that the server answers and is new
+    /// enough. `close` leaves the pool open. The pool's connections keep their own
+    /// settings: give them a `statement_timeout` (the client-side `options.timeout` bounds
+    /// every call in any case). Fast handover needs [`PostgresOptions::listen_url`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] (table, schema, listen URL), [`Error::Unavailable`],
+    /// [`Error::Timeout`], [`Error::ServerTooOld`].
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: deadpool_postgres::Pool) -> anarchon_core::Result<()> {
+    /// use anarchon_postgres::{PostgresOptions, PostgresStore};
+    ///
+    /// let store = PostgresStore::from_pool(pool.clone(), PostgresOptions::default()).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn from_pool(pool: Pool, options: PostgresOptions) -> Result<Self> {
+        #[allow(deprecated)]
+        let store = Self::with_pool(pool, options)?;
+        store.inner.check_server().await?;
+        Ok(store)
     }
 
     fn build(

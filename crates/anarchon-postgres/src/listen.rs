@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use anarchon_core::{JobName, RunKey};
+use anarchon_core::store::{JobName, RunKey};
 use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 use tokio_postgres::AsyncMessage;

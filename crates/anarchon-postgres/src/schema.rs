@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anarchon_core::{Error, JobName, Result};
+use anarchon_core::store::{Error, JobName, Result};
 use deadpool_postgres::Object;
 
 use crate::Inner;

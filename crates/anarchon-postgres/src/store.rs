@@ -3,10 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, Overlap, OwnerWrite, Prepare, Reason, Renewal, Result, Retention, RunKey,
-    RunStatus, RunView, Store, Takeover, TakeoverOutcome,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    Overlap, OwnerWrite, Prepare, Reason, Renewal, Result, Retention, RunKey, RunRecord, RunStatus,
+    RunView, Store, Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
 use tokio::sync::broadcast;
@@ -124,7 +124,7 @@ impl Store for PostgresStore {
 
 #[async_trait]
 impl HistoryStore for PostgresStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
         let rows = self
             .inner
@@ -138,7 +138,7 @@ impl HistoryStore for PostgresStore {
         rows.iter()
             .map(|r| {
                 let reason: &str = r.get(6);
-                Ok(HistoryRecord {
+                Ok(RunRecord {
                     job: job_name(r.get(0))?,
                     slot: r.get(1),
                     scheduled_at: r.get(2),
@@ -156,7 +156,7 @@ impl HistoryStore for PostgresStore {
             .collect()
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         let inner = &self.inner;
         inner
             .query(

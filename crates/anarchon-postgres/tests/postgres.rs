@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
     OwnerWrite, Prepare, Reason, Renewal, Retention, RunKey, RunStatus, Store, Takeover,
     TakeoverOutcome,
@@ -643,18 +643,23 @@ async fn synchronous_commit_is_on_unless_turned_off() {
             .unwrap();
         row.get::<_, String>(0)
     };
-    let default = PostgresStore::new(&url, PostgresOptions::default()).unwrap();
+    let default = PostgresStore::connect_with(&url, PostgresOptions::default())
+        .await
+        .unwrap();
     assert_eq!(setting(default).await, "on");
     let off =
-        PostgresStore::new(&url, PostgresOptions::default().synchronous_commit(false)).unwrap();
+        PostgresStore::connect_with(&url, PostgresOptions::default().synchronous_commit(false))
+            .await
+            .unwrap();
     assert_eq!(setting(off).await, "off");
     // Beside options the URL sets itself.
     let sep = if url.contains('?') { '&' } else { '?' };
     let with_options = format!("{url}{sep}options=-c%20work_mem%3D8MB");
-    let off = PostgresStore::new(
+    let off = PostgresStore::connect_with(
         &with_options,
         PostgresOptions::default().synchronous_commit(false),
     )
+    .await
     .unwrap();
     assert_eq!(setting(off.clone()).await, "off");
     let client = off.pool().get().await.unwrap();
@@ -702,6 +707,7 @@ async fn b42_table_of_another_shape_is_refused() {
 }
 
 #[tokio::test]
+#[allow(deprecated)]
 async fn bad_input_is_refused_at_construction() {
     let err = PostgresStore::new("redis://nope", PostgresOptions::default()).unwrap_err();
     assert!(matches!(err, PostgresError::InvalidUrl { .. }), "{err:?}");
@@ -740,7 +746,7 @@ async fn bad_input_is_refused_at_construction() {
 async fn refused_connection_fails_fast_and_redacts_the_password() {
     // Port 1 on localhost: nothing listens there.
     let started = Instant::now();
-    let err = PostgresStore::connect(
+    let err = PostgresStore::connect_with(
         "postgres://app:hunter2@127.0.0.1:1/db",
         PostgresOptions::default().connect_timeout(Duration::from_secs(2)),
     )
@@ -763,7 +769,7 @@ async fn refused_connection_fails_fast_and_redacts_the_password() {
 async fn unroutable_host_fails_within_the_connect_timeout() {
     // TEST-NET-1 (RFC 5737): packets go nowhere, so only the timeout ends the attempt.
     let started = Instant::now();
-    let err = PostgresStore::connect(
+    let err = PostgresStore::connect_with(
         "postgres://app@192.0.2.1:5432/db",
         PostgresOptions::default().connect_timeout(Duration::from_millis(500)),
     )
@@ -791,14 +797,14 @@ async fn unknown_role_and_database_are_unavailable() {
     };
     let port = cfg.get_ports().first().copied().unwrap_or(5432);
     let bad_role = format!("postgres://no_such_role_anarchon:pw@{host}:{port}/postgres");
-    let err = PostgresStore::connect(&bad_role, PostgresOptions::default())
+    let err = PostgresStore::connect_with(&bad_role, PostgresOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(!err.to_string().contains(":pw@"), "{err}");
     let user = cfg.get_user().unwrap_or("postgres");
     let bad_db = format!("postgres://{user}@{host}:{port}/no_such_db_anarchon");
-    let err = PostgresStore::connect(&bad_db, PostgresOptions::default())
+    let err = PostgresStore::connect_with(&bad_db, PostgresOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
@@ -814,8 +820,9 @@ async fn a_users_pool_stays_open_after_close() {
         .build()
         .unwrap();
     let schema = common::fresh_schema();
-    let store =
-        PostgresStore::with_pool(pool.clone(), PostgresOptions::default().schema(&schema)).unwrap();
+    let store = PostgresStore::from_pool(pool.clone(), PostgresOptions::default().schema(&schema))
+        .await
+        .unwrap();
     store.prepare(&prep(&[])).await.unwrap();
     // Without a listen URL a user's pool gives no release stream: backups poll.
     assert!(store.subscribe_releases().is_none());
@@ -835,12 +842,13 @@ async fn statements_are_bounded_by_the_timeout() {
     let Some(url) = common::url() else { return };
     let store = common::fresh_store(&url).await;
     let schema = store.schema().to_owned();
-    let slow = PostgresStore::new(
+    let slow = PostgresStore::connect_with(
         &url,
         PostgresOptions::default()
             .schema(&schema)
             .timeout(Duration::from_millis(300)),
     )
+    .await
     .unwrap();
     // Hold the jobs table's lock so a claim has to wait for it.
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -881,7 +889,7 @@ async fn b35_racing_start_and_finish_records_of_a_manual_run_end_finished() {
     let j = job("manualrace");
     let now = store.now().await.unwrap();
     for i in 0..40 {
-        let start = anarchon_core::HistoryRecord {
+        let start = anarchon_core::store::RunRecord {
             job: j.clone(),
             slot: now + i,
             scheduled_at: now + i,
@@ -918,10 +926,11 @@ async fn lost_connections_are_replaced_and_the_listener_reconnects() {
     // own backends are touched (the server is shared).
     let Some(url) = common::url() else { return };
     let schema = common::fresh_schema();
-    let store = PostgresStore::new(
+    let store = PostgresStore::connect_with(
         &url,
         PostgresOptions::default().schema(&schema).pool_size(1),
     )
+    .await
     .unwrap();
     let j = job("restart");
     store.prepare(&prep(&[&j])).await.unwrap();

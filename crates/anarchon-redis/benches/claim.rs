@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, ClaimStore, Finish, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
     Retention, RunKey, RunStatus, SlotClaim, Store,
 };
@@ -54,7 +54,9 @@ async fn ping(store: &RedisStore) {
 
 async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchConfig, json: bool) {
     let opts = options();
-    let store = RedisStore::from_url_with(url, opts.clone()).expect("store");
+    let store = RedisStore::connect_with(url, opts.clone())
+        .await
+        .expect("store");
     let server = match store.server().await {
         Ok(s) => s,
         Err(e) => {
@@ -138,7 +140,9 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
         strategies.push((Strategy::Idmp, u));
     }
     for (strategy, u) in strategies {
-        let cs = RedisClaimStore::from_url_with(u, strategy, options()).expect("store");
+        let cs = RedisClaimStore::connect_with(u, strategy, options())
+            .await
+            .expect("store");
         let j = job("bench-claim");
         if let Err(e) = cs
             .prepare(&Prepare {
@@ -168,7 +172,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
     }
 
     // Graceful handover: A releases, B's subscriber (its own connection) hears of it.
-    let b = RedisStore::from_url_with(url, opts).expect("store");
+    let b = RedisStore::connect_with(url, opts).await.expect("store");
     b.prepare(&prep).await.expect("prepare");
     let mut rx = b.subscribe_releases().unwrap();
     let hand_job = job("bench-hand");
@@ -202,7 +206,7 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
         }
         // Ends the released run, so the next claim is not held back by it.
         let _ = store
-            .take_over(&anarchon_core::Takeover {
+            .take_over(&anarchon_core::store::Takeover {
                 run: l.run.clone(),
                 seen_attempt: l.attempt,
                 instance_id: "b".into(),

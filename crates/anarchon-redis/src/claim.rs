@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use anarchon_core::{
-    ClaimStore, EpochMs, Error, HistoryRecord, HistoryStore, JobName, Prepare, Result, Retention,
+use anarchon_core::store::{
+    ClaimStore, EpochMs, Error, HistoryStore, JobName, Prepare, Result, Retention, RunRecord,
     SlotClaim, SlotOutcome, Store,
 };
 use async_trait::async_trait;
@@ -91,31 +91,111 @@ impl std::fmt::Debug for RedisClaimStore {
 }
 
 impl RedisClaimStore {
-    /// A store on its own connection to `url`. Nothing is sent until the first call.
+    /// Connects to `url` with default options and checks that the server supports the
+    /// strategy.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a URL that cannot be read, [`Error::Unavailable`] when
+    /// the server cannot be reached, [`Error::ServerTooOld`] when it lacks what the strategy
+    /// needs.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::Scheduler;
+    /// use anarchon_redis::{RedisClaimStore, Strategy};
+    ///
+    /// let store = RedisClaimStore::connect("redis://127.0.0.1:6379", Strategy::StreamId).await?;
+    /// let scheduler = Scheduler::claim_only(store).build()?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, strategy: Strategy) -> Result<Self> {
+        Self::connect_with(url, strategy, RedisOptions::default()).await
+    }
+
+    /// [`RedisClaimStore::connect`] with these options.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisClaimStore::connect`], and [`Error::InvalidOption`] for a bad prefix.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_redis::{RedisClaimStore, RedisOptions, Strategy};
+    ///
+    /// let options = RedisOptions::default().prefix("myapp:");
+    /// let store =
+    ///     RedisClaimStore::connect_with("redis://127.0.0.1:6379", Strategy::Script, options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(
+        url: &str,
+        strategy: Strategy,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        #[allow(deprecated)]
+        let store = Self::from_url_with(url, strategy, options)?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// A store on the user's own `fred` client, checking that the server supports the
+    /// strategy ([`Store::close`] leaves the client open).
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisClaimStore::connect_with`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: anarchon_redis::fred::clients::Client) -> anarchon_core::Result<()> {
+    /// use anarchon_redis::{RedisClaimStore, RedisOptions, Strategy};
+    ///
+    /// let store =
+    ///     RedisClaimStore::from_client(client, Strategy::StreamId, RedisOptions::default()).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn from_client(
+        client: Client,
+        strategy: Strategy,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        let conn = Conn::from_client(client, options, scripts::claim_scripts().to_vec())?;
+        let store = RedisClaimStore {
+            conn: Arc::new(conn),
+            strategy,
+        };
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// A store on its own connection to `url` that connects at its first call.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError`] for a URL that cannot be read.
+    #[deprecated(
+        note = "use `RedisClaimStore::connect(url, strategy).await`, which connects and checks the server at once"
+    )]
     pub fn from_url(url: &str, strategy: Strategy) -> std::result::Result<Self, RedisError> {
+        #[allow(deprecated)]
         Self::from_url_with(url, strategy, RedisOptions::default())
     }
 
-    /// A store on its own connection to `url` with these options.
+    /// A store on its own connection to `url` with these options, that connects at its
+    /// first call.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError`] for a URL or a prefix that cannot be used.
+    #[deprecated(
+        note = "use `RedisClaimStore::connect_with(url, strategy, options).await`, which connects and checks the server at once"
+    )]
     pub fn from_url_with(
         url: &str,
         strategy: Strategy,
         options: RedisOptions,
     ) -> std::result::Result<Self, RedisError> {
         let conn = Conn::from_url(url, options, scripts::claim_scripts().to_vec())?;
-        Ok(RedisClaimStore {
-            conn: Arc::new(conn),
-            strategy,
-        })
-    }
-
-    /// A store on the user's own, already connected client ([`Store::close`] leaves it open).
-    pub fn from_client(
-        client: Client,
-        strategy: Strategy,
-        options: RedisOptions,
-    ) -> std::result::Result<Self, RedisError> {
-        let conn = Conn::from_client(client, options, scripts::claim_scripts().to_vec())?;
         Ok(RedisClaimStore {
             conn: Arc::new(conn),
             strategy,
@@ -321,11 +401,11 @@ impl Store for RedisClaimStore {
 
 #[async_trait]
 impl HistoryStore for RedisClaimStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.conn.history(job, count).await
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.conn
             .note_jobs(std::slice::from_ref(&record.job))
             .await?;
@@ -366,7 +446,7 @@ impl ClaimStore for RedisClaimStore {
         }
     }
 
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         // `c:` (claim-only) and `m:` (manual) runs keep their rows in hashes of their own;
         // `l:` is the lease store's, whose rows live in the run hash.
         let kind = if record.manual { "m" } else { "c" };

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anarchon_core::{
-    EpochMs, Error, HistoryRecord, JobName, Reason, Result, Retention, RunStatus, redact_url,
+use anarchon_core::store::{
+    EpochMs, Error, JobName, Reason, Result, Retention, RunRecord, RunStatus, redact_url,
 };
 use fred::interfaces::*;
 use fred::prelude::{Builder, Client, Config, ErrorKind, FromValue, ReconnectPolicy, Value};
@@ -529,7 +529,7 @@ impl Conn {
         Ok(jobs)
     }
 
-    pub(crate) async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    pub(crate) async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         if count == 0 {
             return Ok(Vec::new());
         }
@@ -568,7 +568,7 @@ impl Conn {
     /// Inserts or replaces a history row keyed by `id` (the row belongs to run `member`).
     pub(crate) async fn put_row(
         &self,
-        record: &HistoryRecord,
+        record: &RunRecord,
         id: String,
         member: String,
         retention: Retention,
@@ -708,7 +708,7 @@ fn wrongtype_key(e: Error, key: &str, want: &str) -> Error {
 }
 
 /// The fields of a history row hash.
-pub(crate) fn row_fields(r: &HistoryRecord) -> Vec<String> {
+pub(crate) fn row_fields(r: &RunRecord) -> Vec<String> {
     let mut f = vec![
         "slot".into(),
         r.slot.to_string(),
@@ -738,9 +738,9 @@ pub(crate) fn row_fields(r: &HistoryRecord) -> Vec<String> {
     f
 }
 
-pub(crate) fn parse_row(job: &JobName, m: &BTreeMap<String, String>) -> Option<HistoryRecord> {
+pub(crate) fn parse_row(job: &JobName, m: &BTreeMap<String, String>) -> Option<RunRecord> {
     let num = |k: &str| m.get(k).and_then(|v| v.parse::<i64>().ok());
-    Some(HistoryRecord {
+    Some(RunRecord {
         job: job.clone(),
         slot: num("slot")?,
         scheduled_at: num("sched")?,

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunStatus,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunStatus,
     RunView, Store, Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
@@ -30,8 +30,8 @@ use crate::scripts;
 ///
 /// ```no_run
 /// # async fn demo() -> anarchon_core::Result<()> {
-/// use anarchon_core::Store;
-/// let store = anarchon_redis::RedisStore::from_url("redis://127.0.0.1:6379")?;
+/// use anarchon_core::store::Store;
+/// let store = anarchon_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
 /// println!("server clock: {}", store.now().await?);
 /// # Ok(()) }
 /// ```
@@ -55,13 +55,102 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// A store on its own connection to `url` (`redis://`, `rediss://`), default options.
-    /// Nothing is sent until the first call (or [`Store::prepare`]).
+    /// Connects to `url` (`redis://`, `rediss://`) with default options and checks the
+    /// server version, so a wrong URL, password or server fails here.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] for a URL that cannot be read, [`Error::Unavailable`] when
+    /// the server cannot be reached or refuses the login, [`Error::ServerTooOld`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::Scheduler;
+    /// use anarchon_redis::RedisStore;
+    ///
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let scheduler = Scheduler::leased(store).build()?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// [`RedisStore::connect`] with these options.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStore::connect`], and [`Error::InvalidOption`] for a bad prefix.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use std::time::Duration;
+    /// use anarchon_redis::{RedisOptions, RedisStore};
+    ///
+    /// let options = RedisOptions::default()
+    ///     .prefix("myapp:")
+    ///     .command_timeout(Duration::from_secs(2));
+    /// let store = RedisStore::connect_with("redis://127.0.0.1:6379", options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        #[allow(deprecated)]
+        let store = Self::from_url_with(url, options)?;
+        store.inner.conn.ensure().await?;
+        Ok(store)
+    }
+
+    /// A store on the user's own `fred` client (connected or not: it is connected here if
+    /// needed) with these options, checking the server version. [`Store::close`] leaves
+    /// the client open; the store opens one extra connection of its own for release
+    /// notifications.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStore::connect_with`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_redis::fred::prelude::*;
+    /// use anarchon_redis::{RedisOptions, RedisStore};
+    ///
+    /// let config = Config::from_url("redis://127.0.0.1:6379").expect("url");
+    /// let client = Builder::from_config(config).build().expect("client");
+    /// client.init().await.expect("connect");
+    /// let store = RedisStore::from_client(client.clone(), RedisOptions::default()).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn from_client(client: Client, options: RedisOptions) -> Result<Self> {
+        let prefix = options.prefix.clone();
+        let conn = Conn::from_client(client, options, scripts::lease_scripts().to_vec())?;
+        let store = Self::with_conn(conn, &prefix);
+        store.inner.conn.ensure().await?;
+        Ok(store)
+    }
+
+    /// A store on its own connection to `url`, default options, that connects at its first
+    /// call.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError`] for a URL that cannot be read.
+    #[deprecated(
+        note = "use `RedisStore::connect(url).await`, which connects and checks the server at once"
+    )]
     pub fn from_url(url: &str) -> std::result::Result<Self, RedisError> {
+        #[allow(deprecated)]
         Self::from_url_with(url, RedisOptions::default())
     }
 
-    /// A store on its own connection to `url` with these options.
+    /// A store on its own connection to `url` with these options, that connects at its
+    /// first call.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError`] for a URL or a prefix that cannot be used.
+    #[deprecated(
+        note = "use `RedisStore::connect_with(url, options).await`, which connects and checks the server at once"
+    )]
     pub fn from_url_with(
         url: &str,
         options: RedisOptions,
@@ -69,24 +158,6 @@ impl RedisStore {
         let prefix = options.prefix.clone();
         let conn = Conn::from_url(url, options, scripts::lease_scripts().to_vec())?;
         Ok(Self::with_conn(conn, &prefix))
-    }
-
-    /// A store on the user's own, already connected client. [`Store::close`] leaves it
-    /// open; the store opens one extra connection of its own for release notifications.
-    pub fn from_client(
-        client: Client,
-        options: RedisOptions,
-    ) -> std::result::Result<Self, RedisError> {
-        let prefix = options.prefix.clone();
-        let conn = Conn::from_client(client, options, scripts::lease_scripts().to_vec())?;
-        Ok(Self::with_conn(conn, &prefix))
-    }
-
-    /// Builds the store and connects at once, checking the server version.
-    pub async fn connect(url: &str) -> Result<Self> {
-        let store = Self::from_url(url)?;
-        store.inner.conn.ensure().await?;
-        Ok(store)
     }
 
     fn with_conn(conn: Conn, prefix: &str) -> Self {
@@ -165,11 +236,11 @@ impl Store for RedisStore {
 
 #[async_trait]
 impl HistoryStore for RedisStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.conn().history(job, count).await
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.conn()
             .note_jobs(std::slice::from_ref(&record.job))
             .await?;

@@ -3,16 +3,25 @@
 //!
 //! ```no_run
 //! # async fn demo() -> anarchon_core::Result<()> {
-//! use std::sync::Arc;
-//! use anarchon_core::LeaseStore;
+//! use anarchon_core::Scheduler;
 //! use anarchon_redis::{RedisOptions, RedisStore};
 //!
-//! let store: Arc<dyn LeaseStore> = Arc::new(RedisStore::from_url_with(
+//! let store = RedisStore::connect_with(
 //!     "redis://127.0.0.1:6379",
 //!     RedisOptions::default().prefix("myapp:"),
-//! )?);
-//! # Ok(()) }
+//! )
+//! .await?;
+//! let scheduler = Scheduler::leased(store).build()?;
+//! # let _ = scheduler; Ok(()) }
 //! ```
+//!
+//! # Building a store
+//! The same three ways in every anarchon store crate:
+//! - [`RedisStore::connect`]`(url)`: connects at once and checks the server;
+//! - [`RedisStore::connect_with`]`(url, options)`: the same with [`RedisOptions`];
+//! - [`RedisStore::from_client`]`(client, options)`: on your own `fred` client.
+//!
+//! [`RedisClaimStore`] has the same three, each with a [`Strategy`].
 //!
 //! # Servers
 //! `lease`, `stream-id` and `script` need Redis 5.0 or newer, or any Valkey; `idmp` needs

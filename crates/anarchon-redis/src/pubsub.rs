@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use anarchon_core::{JobName, Result, RunKey};
+use anarchon_core::store::{JobName, Result, RunKey};
 use fred::interfaces::*;
 use fred::prelude::Client;
 use tokio::sync::broadcast;

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use anarchon_core::store::{ClaimStore, LeaseStore};
 use anarchon_core::testkit::server_url;
-use anarchon_core::{ClaimStore, LeaseStore};
 use anarchon_redis::{RedisClaimStore, RedisOptions, RedisStore, Strategy};
 
 /// A fresh key prefix per store, so tests sharing a server never see each other's keys.
@@ -16,14 +16,18 @@ fn options() -> RedisOptions {
 async fn lease(var: &str) -> Option<Arc<dyn LeaseStore>> {
     let url = server_url(var)?;
     Some(Arc::new(
-        RedisStore::from_url_with(&url, options()).expect("store"),
+        RedisStore::connect_with(&url, options())
+            .await
+            .expect("store"),
     ))
 }
 
 async fn claim(var: &str, strategy: Strategy) -> Option<Arc<dyn ClaimStore>> {
     let url = server_url(var)?;
     Some(Arc::new(
-        RedisClaimStore::from_url_with(&url, strategy, options()).expect("store"),
+        RedisClaimStore::connect_with(&url, strategy, options())
+            .await
+            .expect("store"),
     ))
 }
 
@@ -60,7 +64,9 @@ async fn valkey_script() -> Option<Arc<dyn ClaimStore>> {
 async fn redis86_idmp() -> Option<Arc<dyn ClaimStore>> {
     match std::env::var("ANARCHON_REDIS86_URL") {
         Ok(url) if !url.trim().is_empty() => Some(Arc::new(
-            RedisClaimStore::from_url_with(&url, Strategy::Idmp, options()).expect("store"),
+            RedisClaimStore::connect_with(&url, Strategy::Idmp, options())
+                .await
+                .expect("store"),
         )),
         _ => {
             eprintln!(

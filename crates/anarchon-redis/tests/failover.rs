@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anarchon_core::testkit::{slow_enabled, unique_job};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, HistoryStore, LeaseClaim, LeaseStore, Overlap, Prepare, Reason, Retention,
     RunKey, Store,
 };
+use anarchon_core::testkit::{slow_enabled, unique_job};
 use anarchon_redis::RedisStore;
 use common::{OwnServer, options};
 
@@ -47,7 +47,11 @@ async fn b29_server_restart_reconnects_without_duplicate_start() {
     let job = unique_job("restart");
     let mut stores = Vec::new();
     for i in 0..3 {
-        let s = Arc::new(RedisStore::from_url_with(&server.url(), opts.clone()).unwrap());
+        let s = Arc::new(
+            RedisStore::connect_with(&server.url(), opts.clone())
+                .await
+                .unwrap(),
+        );
         s.prepare(&Prepare {
             jobs: vec![job.clone()],
             instance_id: format!("i{i}"),

@@ -7,11 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Error, Finish, HistoryStore, JobName, LeaseClaim, LeaseStore, Overlap,
     OwnerWrite, Prepare, Reason, Retention, RunKey, RunStatus, Store, Takeover, TakeoverOutcome,
 };
+use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_redis::RedisStore;
 use anarchon_redis::fred::prelude::*;
 use anarchon_redis::fred::types::{ClusterHash, CustomCommand};
@@ -41,7 +41,7 @@ fn claim(job: &JobName, slot: i64, now: i64, lease_ms: u64, retention: Retention
     }
 }
 
-async fn won(store: &RedisStore, c: &LeaseClaim) -> anarchon_core::Lease {
+async fn won(store: &RedisStore, c: &LeaseClaim) -> anarchon_core::store::Lease {
     match store.claim(c).await.unwrap() {
         ClaimOutcome::Won(l) => l,
         other => panic!("expected to win {}, got {other:?}", c.run),
@@ -87,7 +87,7 @@ async fn b33_prepare_refuses_other_key_formats() {
             let prefix = opts.key_prefix().to_owned();
             let meta = format!("{prefix}meta");
             let _: () = admin.hset(&meta, ("format", format)).await.unwrap();
-            let store = RedisStore::from_url_with(&url, opts).unwrap();
+            let store = RedisStore::connect_with(&url, opts).await.unwrap();
             let err = store
                 .prepare(&prepare(&unique_job("fmt")))
                 .await
@@ -114,7 +114,7 @@ async fn b33_prepare_refuses_other_key_formats() {
         // A fresh prefix gets the current format.
         let opts = options();
         let prefix = opts.key_prefix().to_owned();
-        let store = RedisStore::from_url_with(&url, opts).unwrap();
+        let store = RedisStore::connect_with(&url, opts).await.unwrap();
         store.prepare(&prepare(&unique_job("fmt"))).await.unwrap();
         let f: Option<String> = admin.hget(format!("{prefix}meta"), "format").await.unwrap();
         assert_eq!(f.as_deref(), Some("2"));
@@ -130,7 +130,7 @@ async fn b37_claims_bound_the_runs_that_never_finish() {
     for url in urls() {
         let opts = options();
         let prefix = opts.key_prefix().to_owned();
-        let store = RedisStore::from_url_with(&url, opts).unwrap();
+        let store = RedisStore::connect_with(&url, opts).await.unwrap();
         let admin = admin(&url).await;
         let job = unique_job("unfinished");
         store.prepare(&prepare(&job)).await.unwrap();
@@ -180,7 +180,7 @@ async fn b37_ttl_prunes_single_attempts_then_the_run() {
     for url in urls() {
         let opts = options();
         let prefix = opts.key_prefix().to_owned();
-        let store = RedisStore::from_url_with(&url, opts).unwrap();
+        let store = RedisStore::connect_with(&url, opts).await.unwrap();
         let admin = admin(&url).await;
         let job = unique_job("ttlatt");
         store.prepare(&prepare(&job)).await.unwrap();
@@ -238,7 +238,7 @@ async fn claim_with_an_index_of_the_wrong_type_writes_no_run() {
         for index in ["live", "runs", "hist", "fence"] {
             let opts = options();
             let prefix = opts.key_prefix().to_owned();
-            let store = RedisStore::from_url_with(&url, opts).unwrap();
+            let store = RedisStore::connect_with(&url, opts).await.unwrap();
             let job = unique_job("wrongidx");
             let base = format!("{prefix}{{{job}}}:");
             let bad = format!("{base}{index}");

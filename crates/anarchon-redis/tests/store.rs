@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, ClaimStore, Error, HistoryStore, LeaseClaim, LeaseStore, Overlap, Prepare,
     Reason, Retention, RunKey, SlotClaim, Store,
 };
+use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_redis::fred::prelude::*;
 use anarchon_redis::{RedisClaimStore, RedisError, RedisOptions, RedisStore, Strategy};
 use common::{OwnServer, admin, options};
@@ -48,7 +48,9 @@ async fn b10_delayed_claim_is_refused_inside_the_script() {
     let Some(server) = OwnServer::start("redis-server", &[]) else {
         return;
     };
-    let store = RedisStore::from_url_with(&server.url(), options()).unwrap();
+    let store = RedisStore::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     let job = unique_job("delayed");
     store
         .prepare(&Prepare {
@@ -88,7 +90,9 @@ async fn b10_claim_abandoned_by_the_client_has_no_effect_when_it_arrives() {
         return;
     };
     let opts = options().command_timeout(Duration::from_millis(300));
-    let store = RedisStore::from_url_with(&server.url(), opts.clone()).unwrap();
+    let store = RedisStore::connect_with(&server.url(), opts.clone())
+        .await
+        .unwrap();
     let job = unique_job("ghost");
     store
         .prepare(&Prepare {
@@ -118,7 +122,7 @@ async fn b10_claim_abandoned_by_the_client_has_no_effect_when_it_arrives() {
         store.history(&job, 10).await.unwrap().is_empty(),
         "the abandoned claim took effect"
     );
-    let other = RedisStore::from_url_with(&server.url(), opts).unwrap();
+    let other = RedisStore::connect_with(&server.url(), opts).await.unwrap();
     let t2 = other.now().await.unwrap();
     assert!(
         matches!(
@@ -137,7 +141,7 @@ async fn b11_sixteen_concurrent_claimers_one_winner() {
         let job = unique_job("sixteen");
         let mut stores = Vec::new();
         for _ in 0..16 {
-            let s = RedisStore::from_url_with(&url, opts.clone()).unwrap();
+            let s = RedisStore::connect_with(&url, opts.clone()).await.unwrap();
             s.prepare(&Prepare {
                 jobs: vec![job.clone()],
                 instance_id: "x".into(),
@@ -184,7 +188,7 @@ async fn wrong_type_key_is_corrupt_and_left_alone() {
     for url in urls() {
         let opts = options();
         let prefix = opts.key_prefix().to_owned();
-        let store = RedisStore::from_url_with(&url, opts).unwrap();
+        let store = RedisStore::connect_with(&url, opts).await.unwrap();
         let job = unique_job("wrongtype");
         let t = store.now().await.unwrap();
         let admin = admin(&url).await;
@@ -243,11 +247,12 @@ async fn wrong_type_key_is_corrupt_and_left_alone() {
 
         // Claim-only: the claim stream is a hash.
         let prefix = options().key_prefix().to_owned();
-        let cs = RedisClaimStore::from_url_with(
+        let cs = RedisClaimStore::connect_with(
             &url,
             Strategy::StreamId,
             RedisOptions::default().prefix(prefix.clone()),
         )
+        .await
         .unwrap();
         let job3 = unique_job("wrongstream");
         let stream = format!("{prefix}{{{job3}}}:claims");
@@ -262,11 +267,12 @@ async fn wrong_type_key_is_corrupt_and_left_alone() {
             matches!(&err, Error::Corrupt { location, .. } if location.contains(&stream)),
             "{err}"
         );
-        let script = RedisClaimStore::from_url_with(
+        let script = RedisClaimStore::connect_with(
             &url,
             Strategy::Script,
             RedisOptions::default().prefix(prefix.clone()),
         )
+        .await
         .unwrap();
         let err = script.claim_slot(&sc).await.unwrap_err();
         assert!(
@@ -278,9 +284,12 @@ async fn wrong_type_key_is_corrupt_and_left_alone() {
 }
 
 /// [B-24] `idmp` on a server without stream idempotency fails in `prepare` naming it.
+/// `connect` refuses it at once; a lazily built store refuses it in `prepare`.
 #[tokio::test]
+#[allow(deprecated)]
 async fn b24_idmp_refuses_a_server_without_stream_idempotency() {
     for url in urls() {
+        let eager = RedisClaimStore::connect_with(&url, Strategy::Idmp, options()).await;
         let store = RedisClaimStore::from_url_with(&url, Strategy::Idmp, options()).unwrap();
         let server = store.server().await.unwrap();
         let is_new_redis = server.starts_with("Redis ")
@@ -290,8 +299,13 @@ async fn b24_idmp_refuses_a_server_without_stream_idempotency() {
                 .collect::<Vec<_>>()
                 >= vec![8, 6];
         if is_new_redis {
+            assert!(eager.is_ok());
             continue;
         }
+        assert!(
+            matches!(eager, Err(Error::ServerTooOld { .. })),
+            "connect must refuse idmp on {server}"
+        );
         let err = store
             .prepare(&Prepare {
                 jobs: vec![],
@@ -314,7 +328,9 @@ async fn b24_idmp_refuses_a_server_without_stream_idempotency() {
 
 /// Bad input: a wrong scheme, a prefix with braces, a refused connection, a failed AUTH:
 /// each a clear error, and no password in any message.
+// It checks the lazily connecting constructors: `connect` would refuse these stores at once.
 #[tokio::test]
+#[allow(deprecated)]
 async fn bad_input_gives_clear_errors_without_passwords() {
     let e = RedisStore::from_url("http://localhost:6379").unwrap_err();
     assert!(matches!(e, RedisError::InvalidUrl { .. }), "{e}");
@@ -378,7 +394,9 @@ async fn bad_input_gives_clear_errors_without_passwords() {
 async fn b34_close_leaves_the_users_client_open() {
     for url in urls() {
         let client = admin(&url).await;
-        let store = RedisStore::from_client(client.clone(), options()).unwrap();
+        let store = RedisStore::from_client(client.clone(), options())
+            .await
+            .unwrap();
         let job = unique_job("own");
         store
             .prepare(&Prepare {
@@ -410,8 +428,8 @@ async fn b17_release_notifies_other_instances() {
     for url in urls() {
         let opts = options();
         let (a, b) = (
-            RedisStore::from_url_with(&url, opts.clone()).unwrap(),
-            RedisStore::from_url_with(&url, opts).unwrap(),
+            RedisStore::connect_with(&url, opts.clone()).await.unwrap(),
+            RedisStore::connect_with(&url, opts).await.unwrap(),
         );
         let job = unique_job("notify");
         let p = Prepare {
@@ -448,10 +466,12 @@ async fn b17_release_notifies_other_instances() {
 #[tokio::test]
 async fn claim_only_history_round_trips() {
     for url in urls() {
-        let store = RedisClaimStore::from_url_with(&url, Strategy::Script, options()).unwrap();
+        let store = RedisClaimStore::connect_with(&url, Strategy::Script, options())
+            .await
+            .unwrap();
         let job = unique_job("chrt");
         let t = store.now().await.unwrap();
-        let rec = anarchon_core::HistoryRecord {
+        let rec = anarchon_core::store::RunRecord {
             job: job.clone(),
             slot: t,
             scheduled_at: t,

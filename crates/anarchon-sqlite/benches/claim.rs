@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Finish, JobName, LeaseClaim, LeaseStore, Overlap, Reason, Retention, RunKey,
     RunStatus, Store,
 };
@@ -64,7 +64,7 @@ async fn run() {
     });
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("bench.db");
-    let store = SqliteStore::open(&path).await.expect("open");
+    let store = SqliteStore::connect(&path).await.expect("open");
     let job = JobName::new("bench").expect("job name");
     let base_slot = store.now().await.expect("now") - 1_000_000_000;
 

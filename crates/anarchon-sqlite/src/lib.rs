@@ -3,13 +3,19 @@
 //!
 //! ```no_run
 //! # async fn f() -> anarchon_core::Result<()> {
-//! use std::sync::Arc;
-//! use anarchon_core::LeaseStore;
+//! use anarchon_core::Scheduler;
 //! use anarchon_sqlite::SqliteStore;
 //!
-//! let store: Arc<dyn LeaseStore> = Arc::new(SqliteStore::open("anarchon.db").await?);
-//! # Ok(()) }
+//! let store = SqliteStore::connect("anarchon.db").await?;
+//! let scheduler = Scheduler::leased(store).build()?;
+//! # let _ = scheduler; Ok(()) }
 //! ```
+//!
+//! # Building a store
+//! The same ways as in every anarchon store crate: [`SqliteStore::connect`]`(path)` and
+//! [`SqliteStore::connect_with`]`(path, `[`SqliteOptions`]`)`, both async and ready when
+//! they return. (The `from_*` form of the other crates has no counterpart here: the store
+//! needs its own connection on its own thread, so it takes the file's path.)
 //!
 //! The store uses `rusqlite` with its bundled SQLite (3.54), so no system library is
 //! needed. It opens the file in WAL mode with a busy timeout, runs every write as one
@@ -44,4 +50,4 @@ mod watcher;
 pub use error::SqliteError;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
-pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder};
+pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteOptions, SqliteStore, SqliteStoreBuilder};

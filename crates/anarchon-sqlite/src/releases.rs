@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use anarchon_core::RunKey;
+use anarchon_core::store::RunKey;
 use tokio::sync::broadcast;
 
 /// Notifications kept for a slow receiver before it lags (it then polls, as without them).

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
     TakeoverOutcome,
 };
 use async_trait::async_trait;
@@ -41,7 +41,74 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// one transaction holds the write lock for about a millisecond.
 const BATCH_CLAIMS: usize = 256;
 
-/// Options for opening a [`SqliteStore`]; see [`SqliteStore::builder`].
+/// Options of a [`SqliteStore`], for [`SqliteStore::connect_with`].
+///
+/// ```no_run
+/// # async fn demo() -> anarchon_core::Result<()> {
+/// use std::time::Duration;
+/// use anarchon_sqlite::{SqliteOptions, SqliteStore};
+///
+/// let options = SqliteOptions::default()
+///     .table("myapp_runs")
+///     .busy_timeout(Duration::from_secs(2))
+///     .durable(true);
+/// let store = SqliteStore::connect_with("/var/lib/myapp/anarchon.db", options).await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    table: String,
+    busy_timeout: Duration,
+    call_timeout: Option<Duration>,
+    full_sync: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            table: sql::DEFAULT_PREFIX.to_owned(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            call_timeout: None,
+            full_sync: false,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// The table prefix (default `anarchon_runs`): the tables are `<prefix>`,
+    /// `<prefix>_attempts` and `<prefix>_meta`. An SQL identifier of ASCII letters, digits
+    /// and `_`. [B-42, B-43]
+    pub fn table(mut self, prefix: impl Into<String>) -> Self {
+        self.table = prefix.into();
+        self
+    }
+
+    /// How long a statement waits while another connection holds the write lock (default
+    /// 5 s). Past it the call fails with [`Error::Timeout`].
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// The longest any call may take, queueing included (default: the busy timeout + 5 s).
+    /// The scheduler bounds its calls too; this bound also holds for direct use.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// `synchronous = FULL` instead of `NORMAL`: every commit is flushed to disk, so a power
+    /// loss cannot undo a claim (nor lower a fence); claims get slower by an fsync each.
+    /// With `NORMAL` (the default) a crash of the process loses nothing; a power loss or
+    /// an OS crash may lose the last commits.
+    pub fn durable(mut self, full_sync: bool) -> Self {
+        self.full_sync = full_sync;
+        self
+    }
+}
+
+/// Options for opening a [`SqliteStore`] (the older form of [`SqliteOptions`]); see
+/// [`SqliteStore::connect_with`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `open` is called"]
 pub struct SqliteStoreBuilder {
@@ -90,6 +157,10 @@ impl SqliteStoreBuilder {
     /// `":memory:"`, `file::memory:`: [`Error::InvalidOption`]), a missing directory, a file opened
     /// read-only, a file that is not a database ([`Error::Corrupt`]), a schema written by a
     /// newer anarchon ([`Error::SchemaTooNew`]), tables of this prefix with another shape.
+    ///
+    /// # Errors
+    ///
+    /// As listed above.
     pub async fn open(self) -> Result<SqliteStore> {
         crate::error::check_shared_path(&self.path)?;
         let tables = Tables::new(&self.table).map_err(|reason| SqliteError::InvalidTable {
@@ -166,12 +237,13 @@ impl SqliteStoreBuilder {
 ///
 /// ```no_run
 /// # async fn f() -> anarchon_core::Result<()> {
-/// use anarchon_sqlite::SqliteStore;
-/// let store = SqliteStore::builder("/var/lib/myapp/anarchon.db")
-///     .table("anarchon_runs")
-///     .open()
-///     .await?;
-/// # Ok(()) }
+/// use anarchon_sqlite::{SqliteOptions, SqliteStore};
+/// let store = SqliteStore::connect_with(
+///     "/var/lib/myapp/anarchon.db",
+///     SqliteOptions::default().table("anarchon_runs"),
+/// )
+/// .await?;
+/// # let _ = store; Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -211,12 +283,70 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens `path` with the default options; see [`SqliteStoreBuilder::open`].
+    /// Opens (or creates) the database file at `path` with the default options, turns on
+    /// WAL, and creates or migrates the tables: the store is ready when this returns.
+    ///
+    /// # Errors
+    ///
+    /// Each names the path and changes nothing: a path that is no shared file (`""`,
+    /// `":memory:"`, `file::memory:`: [`Error::InvalidOption`]), a missing directory, a file
+    /// opened read-only, a file that is not a database ([`Error::Corrupt`]), a schema
+    /// written by a newer anarchon ([`Error::SchemaTooNew`]), tables of this prefix with
+    /// another shape.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::Scheduler;
+    /// use anarchon_sqlite::SqliteStore;
+    ///
+    /// let store = SqliteStore::connect("jobs.db").await?;
+    /// let scheduler = Scheduler::leased(store).build()?;
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
+    pub async fn connect(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        Self::connect_with(path, SqliteOptions::default()).await
+    }
+
+    /// [`SqliteStore::connect`] with these options.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::connect`], and [`Error::InvalidOption`] for a bad table prefix.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_sqlite::{SqliteOptions, SqliteStore};
+    ///
+    /// let store = SqliteStore::connect_with("jobs.db", SqliteOptions::default().table("myapp")).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore> {
+        SqliteStoreBuilder {
+            path: path.as_ref().to_owned(),
+            table: options.table,
+            busy_timeout: options.busy_timeout,
+            call_timeout: options.call_timeout,
+            full_sync: options.full_sync,
+        }
+        .open()
+        .await
+    }
+
+    /// Opens `path` with the default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::connect`].
+    #[deprecated(note = "use `SqliteStore::connect(path).await`")]
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        Self::builder(path).open().await
+        Self::connect(path).await
     }
 
     /// Options for opening `path`.
+    #[deprecated(note = "use `SqliteStore::connect_with(path, SqliteOptions::default()...)`")]
     pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
         SqliteStoreBuilder {
             path: path.as_ref().to_owned(),
@@ -735,14 +865,14 @@ impl Store for SqliteStore {
 
 #[async_trait]
 impl HistoryStore for SqliteStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         let job = job.clone();
         on_worker!(self, "history", |e, sql| ops::history(
             &mut e, sql, &job, count
         ))
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         let record = record.clone();
         on_worker!(self, "record_manual", |e, sql| ops::record_manual(
             &mut e, sql, &record, retention

@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anarchon_core::testkit::lease::claim;
-use anarchon_core::testkit::unique_job;
-use anarchon_core::{
+use anarchon_core::store::{
     ClaimOutcome, Error, HistoryStore, LeaseStore, OwnerWrite, Prepare, RunStatus, Store,
 };
+use anarchon_core::testkit::lease::claim;
+use anarchon_core::testkit::unique_job;
 use anarchon_sqlite::SqliteStore;
 use anarchon_sqlite::sql::Tables;
 use anarchon_sqlite::sql::schema::{self, SCHEMA_VERSION};
@@ -46,11 +46,12 @@ fn meta_version(path: &Path, meta: &str) -> i64 {
 async fn b43_open_creates_three_prefixed_tables_in_wal_mode() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.db");
-    let store = SqliteStore::builder(&path)
-        .table("my_jobs")
-        .open()
-        .await
-        .unwrap();
+    let store = SqliteStore::connect_with(
+        &path,
+        anarchon_sqlite::SqliteOptions::default().table("my_jobs"),
+    )
+    .await
+    .unwrap();
     let names = tables(&path);
     for t in ["my_jobs", "my_jobs_attempts", "my_jobs_meta"] {
         assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
@@ -61,7 +62,7 @@ async fn b43_open_creates_three_prefixed_tables_in_wal_mode() {
         .unwrap();
     assert_eq!(mode, "wal");
     // A second prefix in the same file is independent.
-    let other = SqliteStore::open(&path).await.unwrap();
+    let other = SqliteStore::connect(&path).await.unwrap();
     let job = unique_job("pfx");
     let t = store.now().await.unwrap();
     assert!(matches!(
@@ -85,7 +86,7 @@ async fn b43_a_path_no_other_process_can_open_is_refused() {
         "file::memory:?cache=shared",
         "file:anarchon?mode=memory&cache=shared",
     ] {
-        let err = SqliteStore::open(bad).await.unwrap_err();
+        let err = SqliteStore::connect(bad).await.unwrap_err();
         assert!(
             matches!(err, Error::InvalidOption { option: "path", .. }),
             "{bad:?}: {err}"
@@ -103,11 +104,10 @@ async fn b42_invalid_table_prefix_is_refused_before_touching_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.db");
     for bad in ["", "1abc", "a-b", "x\"; DROP TABLE t; --", "sqlite_master"] {
-        let err = SqliteStore::builder(&path)
-            .table(bad)
-            .open()
-            .await
-            .unwrap_err();
+        let err =
+            SqliteStore::connect_with(&path, anarchon_sqlite::SqliteOptions::default().table(bad))
+                .await
+                .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -127,7 +127,7 @@ async fn b42_invalid_table_prefix_is_refused_before_touching_the_file() {
 async fn b43_missing_directory_is_a_clear_error_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no").join("such").join("dir").join("x.db");
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = SqliteStore::connect(&path).await.unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(msg.contains(&path.display().to_string()), "{msg}");
@@ -142,7 +142,7 @@ async fn b43_a_file_that_is_not_a_database_is_refused_and_left_alone() {
     let path = dir.path().join("notes.txt");
     let text = "these are my notes, not a database\n".repeat(200);
     std::fs::write(&path, &text).unwrap();
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = SqliteStore::connect(&path).await.unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -189,7 +189,7 @@ async fn b43_a_read_only_file_is_a_clear_error_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ro.db");
     {
-        let s = SqliteStore::open(&path).await.unwrap();
+        let s = SqliteStore::connect(&path).await.unwrap();
         s.close().await.unwrap();
     }
     // Fold the WAL into the main file so the read-only file holds everything.
@@ -205,7 +205,7 @@ async fn b43_a_read_only_file_is_a_clear_error_naming_the_path() {
         eprintln!("SKIP b43 read-only: cannot make a file read-only here (root without chattr)");
         return;
     }
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = SqliteStore::connect(&path).await.unwrap_err();
     undo_read_only(&path);
     let msg = format!(
         "{err}: {}",
@@ -240,7 +240,7 @@ async fn b33_a_newer_schema_is_refused_naming_the_path_and_nothing_changes() {
         )
         .unwrap();
     let before = tables(&path);
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = SqliteStore::connect(&path).await.unwrap_err();
     match &err {
         Error::SchemaTooNew {
             found,
@@ -314,7 +314,7 @@ async fn b33_an_older_schema_is_migrated_keeping_its_data() {
         .unwrap();
     }
     assert!(!tables(&path).iter().any(|n| n == "anarchon_runs_running"));
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = SqliteStore::connect(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), Some(SCHEMA_VERSION));
     assert!(
         tables(&path).iter().any(|n| n == "anarchon_runs_running"),
@@ -344,7 +344,7 @@ async fn b43_a_foreign_table_with_our_name_is_refused_and_kept() {
     raw(&path)
         .execute_batch("CREATE TABLE anarchon_runs (id INTEGER PRIMARY KEY, payload TEXT); INSERT INTO anarchon_runs (payload) VALUES ('mine');")
         .unwrap();
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = SqliteStore::connect(&path).await.unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -359,11 +359,12 @@ async fn b43_a_foreign_table_with_our_name_is_refused_and_kept() {
     assert_eq!(payload, "mine");
     assert_eq!(tables(&path), vec!["anarchon_runs".to_owned()]);
     // Another prefix in the same file works beside it.
-    SqliteStore::builder(&path)
-        .table("scheduler")
-        .open()
-        .await
-        .unwrap();
+    SqliteStore::connect_with(
+        &path,
+        anarchon_sqlite::SqliteOptions::default().table("scheduler"),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -373,7 +374,7 @@ async fn b43_a_table_of_ours_with_another_shape_is_refused() {
     raw(&ts.path())
         .execute("ALTER TABLE anarchon_runs ADD COLUMN extra TEXT", [])
         .unwrap();
-    let err = SqliteStore::open(ts.path()).await.unwrap_err();
+    let err = SqliteStore::connect(ts.path()).await.unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("extra"), "{err}");
 }
@@ -399,8 +400,8 @@ async fn b11_claims_from_many_connections_and_threads_have_one_winner() {
             rt.block_on(async move {
                 let mut wins = Vec::new();
                 let stores = [
-                    SqliteStore::open(&path).await.unwrap(),
-                    SqliteStore::open(&path).await.unwrap(),
+                    SqliteStore::connect(&path).await.unwrap(),
+                    SqliteStore::connect(&path).await.unwrap(),
                 ];
                 for &slot in &slots {
                     let mut tasks = Vec::new();
@@ -440,11 +441,12 @@ async fn b11_claims_from_many_connections_and_threads_have_one_winner() {
 async fn b43_a_held_write_lock_bounds_a_claim_by_the_busy_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("busy.db");
-    let store = SqliteStore::builder(&path)
-        .busy_timeout(Duration::from_millis(300))
-        .open()
-        .await
-        .unwrap();
+    let store = SqliteStore::connect_with(
+        &path,
+        anarchon_sqlite::SqliteOptions::default().busy_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
     let blocker = raw(&path);
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let job = unique_job("busy");
@@ -477,12 +479,14 @@ async fn b43_a_held_write_lock_bounds_a_claim_by_the_busy_timeout() {
 async fn b43_a_call_queued_past_its_deadline_is_not_executed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("queue.db");
-    let store = SqliteStore::builder(&path)
-        .busy_timeout(Duration::from_millis(800))
-        .call_timeout(Duration::from_millis(400))
-        .open()
-        .await
-        .unwrap();
+    let store = SqliteStore::connect_with(
+        &path,
+        anarchon_sqlite::SqliteOptions::default()
+            .busy_timeout(Duration::from_millis(800))
+            .call_timeout(Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
     let blocker = raw(&path);
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let job = unique_job("queued");
@@ -504,7 +508,7 @@ async fn b43_a_call_queued_past_its_deadline_is_not_executed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn b17_stores_of_one_process_hear_releases_at_once() {
     let ts = TempStore::new().await;
-    let backup = SqliteStore::open(ts.path()).await.unwrap();
+    let backup = SqliteStore::connect(ts.path()).await.unwrap();
     let mut rx = backup
         .subscribe_releases()
         .expect("in-process notifications");
@@ -530,11 +534,12 @@ async fn b34_close_ends_the_connection_and_later_calls_fail() {
     let err = clone.known_jobs().await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     // The file is free: another store can take the write lock at once.
-    let other = SqliteStore::builder(ts.path())
-        .busy_timeout(Duration::from_millis(50))
-        .open()
-        .await
-        .unwrap();
+    let other = SqliteStore::connect_with(
+        ts.path(),
+        anarchon_sqlite::SqliteOptions::default().busy_timeout(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
     other
         .prepare(&Prepare {
             jobs: vec![unique_job("c")],
@@ -552,7 +557,9 @@ async fn many_stores_starting_at_once_create_the_schema_once() {
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let path = path.clone();
-        tasks.push(tokio::spawn(async move { SqliteStore::open(&*path).await }));
+        tasks.push(tokio::spawn(
+            async move { SqliteStore::connect(&*path).await },
+        ));
     }
     for t in tasks {
         let s = t.await.unwrap().expect("open");
@@ -565,7 +572,7 @@ async fn many_stores_starting_at_once_create_the_schema_once() {
 /// leaves that count alone, so runs that never finish stay bounded; a finish prunes exactly.
 #[tokio::test(flavor = "multi_thread")]
 async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
-    use anarchon_core::{Retention, Takeover, TakeoverOutcome};
+    use anarchon_core::store::{Retention, Takeover, TakeoverOutcome};
     use anarchon_sqlite::sql::ops::PRUNE_EVERY;
     let ts = TempStore::new().await;
     let store = &ts.store;
@@ -634,7 +641,7 @@ async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
     let ClaimOutcome::Won(l) = store.claim(&c).await.unwrap() else {
         panic!("last claim")
     };
-    let f = anarchon_core::Finish {
+    let f = anarchon_core::store::Finish {
         status: RunStatus::Succeeded,
         error: None,
         retention: keep,

@@ -16,11 +16,12 @@ fn child_open() {
         .build()
         .unwrap();
     rt.block_on(async {
-        anarchon_sqlite::SqliteStore::builder(&path)
-            .busy_timeout(Duration::from_secs(5))
-            .open()
-            .await
-            .unwrap_or_else(|e| panic!("open {path}: {e}"));
+        anarchon_sqlite::SqliteStore::connect_with(
+            &path,
+            anarchon_sqlite::SqliteOptions::default().busy_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("open {path}: {e}"));
     });
 }
 

@@ -26,7 +26,7 @@ use super::{Backend, Command, JobDef, Shared};
 use crate::context::{Data, JobContext, RunControl};
 use crate::error::{BoxError, Error, Result};
 use crate::event::{Event, RunInfo, SkipReason};
-use crate::history::{HistoryRecord, Reason, RunStatus};
+use crate::history::{Reason, RunRecord, RunStatus, to_datetime};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::options::CatchUp;
 use crate::slot::Schedule;
@@ -109,7 +109,9 @@ fn check_skew(shared: &Shared, store_now: EpochMs, allowance: i64) {
             "this instance's clock differs from the store's by {skew} ms: slots follow the \
              instance clock and leases the store's, keep clocks NTP-synced"
         );
-        let _ = shared.events.send(Event::ClockSkew { skew_ms: skew });
+        let _ = shared.events.send(Event::ClockSkew {
+            skew: chrono::TimeDelta::try_milliseconds(skew).unwrap_or(chrono::TimeDelta::MIN),
+        });
     }
 }
 
@@ -189,7 +191,7 @@ struct Active {
     /// Resolves when the `running` history record of a manual or claim-only run is written,
     /// so its final record is never written before it (a pooled store could reorder them).
     start_written: Option<oneshot::Receiver<()>>,
-    manual_reply: Option<oneshot::Sender<Result<HistoryRecord>>>,
+    manual_reply: Option<oneshot::Sender<Result<RunRecord>>>,
 }
 
 impl Active {
@@ -198,10 +200,10 @@ impl Active {
         status: RunStatus,
         error: Option<String>,
         finished_at: Option<EpochMs>,
-    ) -> HistoryRecord {
-        HistoryRecord {
+    ) -> RunRecord {
+        RunRecord {
             job: self.info.job.clone(),
-            slot: self.info.slot,
+            slot: self.info.slot_ms(),
             scheduled_at: self.scheduled_at,
             instance_id: self.info.instance_id.clone(),
             manual: self.info.manual,
@@ -406,7 +408,9 @@ fn spawn_watchdog(shared: &Arc<Shared>, stop: Arc<AtomicBool>) {
                         idle_ms = idle,
                         "anarchon driver loop has not turned for {idle} ms"
                     );
-                    let _ = shared.events.send(Event::Stalled { for_ms: idle });
+                    let _ = shared.events.send(Event::Stalled {
+                        idle: Duration::from_millis(idle),
+                    });
                 } else if !stalled {
                     shared.health.stalled.store(false, Ordering::Relaxed);
                 }
@@ -441,11 +445,11 @@ impl Driver {
     }
 
     fn lease_ms(&self) -> u64 {
-        self.shared.cfg.timing.lease_ms
+        self.shared.cfg.timing.lease_ms()
     }
 
     fn heartbeat_every(&self) -> Duration {
-        Duration::from_millis(self.shared.cfg.timing.heartbeat_ms)
+        Duration::from_millis(self.shared.cfg.timing.heartbeat_ms())
     }
 
     /// How long after its last confirmed renewal a lease can no longer be counted on: the
@@ -453,7 +457,7 @@ impl Driver {
     fn lease_margin(&self) -> Duration {
         Duration::from_millis(
             self.lease_ms()
-                .saturating_sub(self.shared.cfg.timing.heartbeat_ms),
+                .saturating_sub(self.shared.cfg.timing.heartbeat_ms()),
         )
     }
 
@@ -509,7 +513,7 @@ impl Driver {
                 }
             }
             Event::Skip { job, slot, reason } => {
-                tracing::debug!(%job, slot, reason = reason.as_str(), "skip")
+                tracing::debug!(%job, %slot, reason = reason.as_str(), "skip")
             }
             other => tracing::info!(event = other.name(), "{other:?}"),
         }
@@ -639,7 +643,7 @@ impl Driver {
             return;
         }
         let now = self.now_ms();
-        let window = job.opts.catch_up_ms.min(i64::MAX as u64) as EpochMs;
+        let window = job.opts.catch_up_ms().min(i64::MAX as u64) as EpochMs;
         if window == 0 {
             return;
         }
@@ -674,7 +678,7 @@ impl Driver {
             self.catch_up.remove(&job.name);
             return;
         };
-        let not_after = slot.saturating_add(job.opts.catch_up_ms.min(i64::MAX as u64) as EpochMs);
+        let not_after = slot.saturating_add(job.opts.catch_up_ms().min(i64::MAX as u64) as EpochMs);
         self.claim(job.clone(), slot, Reason::CatchUp, not_after);
     }
 
@@ -684,7 +688,7 @@ impl Driver {
         let Some(slot) = job.schedule.next_after(after) else {
             return;
         };
-        let mut jitter = job.opts.jitter_ms;
+        let mut jitter = job.opts.jitter_ms();
         if let Schedule::Every { interval_ms, .. } = job.schedule {
             // Never jitter past the next slot: a fast job would skip slots.
             jitter = jitter.min(interval_ms / 2);
@@ -708,9 +712,9 @@ impl Driver {
     fn claimable_until(&self, job: &JobDef, slot: EpochMs) -> EpochMs {
         let catch_up = match job.opts.catch_up {
             CatchUp::None => 0,
-            _ => job.opts.catch_up_ms,
+            _ => job.opts.catch_up_ms(),
         };
-        let window = job.opts.max_late_ms.max(catch_up).min(i64::MAX as u64) as EpochMs;
+        let window = job.opts.max_late_ms().max(catch_up).min(i64::MAX as u64) as EpochMs;
         slot.saturating_add(window)
             .saturating_add(self.lease_ms().min(i64::MAX as u64) as EpochMs)
     }
@@ -864,7 +868,7 @@ impl Driver {
         let catching_up = reason == Reason::CatchUp;
         let skip = |reason| Event::Skip {
             job: job.name.clone(),
-            slot,
+            slot: to_datetime(slot),
             reason,
         };
         match result {
@@ -919,7 +923,7 @@ impl Driver {
                 }
                 let info = RunInfo {
                     job: job.name.clone(),
-                    slot,
+                    slot: to_datetime(slot),
                     attempt: 1,
                     fence: 0,
                     reason: Reason::Scheduled,
@@ -938,7 +942,7 @@ impl Driver {
                 };
                 self.emit(Event::Skip {
                     job: job.name.clone(),
-                    slot,
+                    slot: to_datetime(slot),
                     reason,
                 });
             }
@@ -947,7 +951,7 @@ impl Driver {
                 self.error("claim", Some(&job.name), &e);
                 self.emit(Event::Skip {
                     job: job.name.clone(),
-                    slot,
+                    slot: to_datetime(slot),
                     reason: SkipReason::Unknown,
                 });
             }
@@ -968,7 +972,7 @@ impl Driver {
                 let now = self.now_ms();
                 let slot = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
                 let not_after =
-                    slot.saturating_add(job.opts.max_late_ms.min(i64::MAX as u64) as EpochMs);
+                    slot.saturating_add(job.opts.max_late_ms().min(i64::MAX as u64) as EpochMs);
                 self.claim(job.clone(), slot, Reason::Scheduled, not_after);
                 self.schedule_next(&job, slot.max(now));
             }
@@ -1009,7 +1013,7 @@ impl Driver {
                 let now = self.now_ms();
                 let info = RunInfo {
                     job: job.name.clone(),
-                    slot: now,
+                    slot: to_datetime(now),
                     attempt: 1,
                     fence: 0,
                     reason: Reason::Manual,
@@ -1080,7 +1084,7 @@ impl Driver {
             .as_ref()
             .and_then(|_| now.checked_add(self.lease_margin()));
         let control = Arc::new(RunControl::new(deadline));
-        let scheduled_at = lease.as_ref().map_or(info.slot, |l| l.scheduled_at);
+        let scheduled_at = lease.as_ref().map_or(info.slot_ms(), |l| l.scheduled_at);
         if let Some(l) = &lease {
             self.held.insert(l.run.clone(), id);
         }
@@ -1089,7 +1093,7 @@ impl Driver {
         let ctx = JobContext {
             name: info.job.clone(),
             slot: info.slot,
-            scheduled_at,
+            scheduled_at: to_datetime(scheduled_at),
             instance_id: self.shared.cfg.instance_id.clone(),
             manual: info.manual,
             attempt: info.attempt,
@@ -1156,8 +1160,8 @@ impl Driver {
                 manual_reply: None,
             },
         );
-        if let Some(ms) = job.opts.timeout_ms {
-            self.arm_after(Duration::from_millis(ms), Timer::Timeout { id });
+        if let Some(timeout) = job.opts.timeout {
+            self.arm_after(timeout, Timer::Timeout { id });
         }
         if leased && !self.heartbeat_armed {
             self.heartbeat_armed = true;
@@ -1171,7 +1175,7 @@ impl Driver {
     fn start_leased(&mut self, job: Arc<JobDef>, lease: Lease) {
         let info = RunInfo {
             job: lease.run.job.clone(),
-            slot: lease.run.slot,
+            slot: to_datetime(lease.run.slot),
             attempt: lease.attempt,
             fence: lease.fence,
             reason: lease.reason,
@@ -1282,7 +1286,7 @@ impl Driver {
         let info = a.info.clone();
         let job = a.job.clone();
         let key = a.lease.as_ref().map(|l| l.run.clone());
-        let duration_ms = a.started.elapsed().as_millis() as u64;
+        let duration = a.started.elapsed();
         let terminal = !matches!(note, Note::Fenced);
         match note {
             Note::Fenced => self.emit(Event::Fenced(info.clone())),
@@ -1295,7 +1299,7 @@ impl Driver {
             }
             Note::Succeeded => self.emit(Event::Success {
                 run: info.clone(),
-                duration_ms,
+                duration,
             }),
             Note::Failed(error) => self.emit(Event::Failure {
                 run: info.clone(),
@@ -1303,7 +1307,7 @@ impl Driver {
             }),
             Note::Interrupted(cause) => self.emit(Event::Interrupted {
                 run: info.clone(),
-                cause: cause.as_str().into(),
+                cause,
             }),
             Note::WriteFailed(message) => {
                 self.emit(Event::Error {
@@ -1484,7 +1488,7 @@ impl Driver {
                             }
                             store_now = Some(
                                 expires_at
-                                    .saturating_sub(self.shared.cfg.timing.lease_ms as EpochMs),
+                                    .saturating_sub(self.shared.cfg.timing.lease_ms() as EpochMs),
                             );
                         }
                         // [B-16] Another instance owns the run now.
@@ -1635,7 +1639,7 @@ impl Driver {
     ) {
         let info = || RunInfo {
             job: key.job.clone(),
-            slot: key.slot,
+            slot: to_datetime(key.slot),
             attempt: seen.map_or(0, |v| v.attempt),
             fence: 0,
             reason: Reason::Takeover,
@@ -1702,7 +1706,7 @@ impl Driver {
                 }
                 WatchNote::Replaced => self.emit(Event::Interrupted {
                     run: info(),
-                    cause: InterruptCause::ReplacedByNextSlot.as_str().into(),
+                    cause: InterruptCause::ReplacedByNextSlot,
                 }),
                 WatchNote::TakeoverFailed(message) => self.emit(Event::Error {
                     operation: "take_over",
@@ -1718,7 +1722,7 @@ impl Driver {
                     && let Some(slot) = job.schedule.newest_due(self.now_ms())
                 {
                     let not_after =
-                        slot.saturating_add(job.opts.max_late_ms.min(i64::MAX as u64) as EpochMs);
+                        slot.saturating_add(job.opts.max_late_ms().min(i64::MAX as u64) as EpochMs);
                     self.claim(job, slot, Reason::Scheduled, not_after);
                 }
             }

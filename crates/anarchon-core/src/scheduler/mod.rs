@@ -20,11 +20,13 @@ use futures::future::BoxFuture;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use chrono::{DateTime, Utc};
+
 use crate::context::{Data, DataSource, JobContext};
-use crate::error::{BoxError, Error, Result};
+use crate::error::{BoxError, Error, HandlerError, Result};
 use crate::event::Event;
-use crate::history::HistoryRecord;
-use crate::options::{CatchUp, JobConfig, JobOptions, LeaseTiming};
+use crate::history::{HistoryRecord, RunRecord, to_datetime};
+use crate::options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming, ms};
 use crate::slot::{Schedule, parse_interval};
 use crate::store::{ClaimStore, EpochMs, HistoryStore, JobName, LeaseStore, Overlap};
 
@@ -152,7 +154,7 @@ pub(crate) struct Config {
 
 pub(crate) struct JobDef {
     pub(crate) name: JobName,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: JobKind,
     pub(crate) schedule: Schedule,
     pub(crate) opts: JobOptions,
     pub(crate) handler: Handler,
@@ -165,7 +167,7 @@ pub(crate) enum Command {
     RunNow {
         job: Arc<JobDef>,
         data: Option<Data>,
-        reply: oneshot::Sender<Result<HistoryRecord>>,
+        reply: oneshot::Sender<Result<RunRecord>>,
     },
     Stop {
         timeout: Duration,
@@ -232,8 +234,8 @@ pub struct Health {
     pub running: bool,
     /// The watchdog saw the driver loop stop turning.
     pub stalled: bool,
-    /// Milliseconds since the driver loop last turned.
-    pub driver_idle_ms: u64,
+    /// Time since the driver loop last turned.
+    pub driver_idle: Duration,
     /// Leases this instance holds now.
     pub leases_held: u64,
     /// The last store error since the store last answered, if any (cleared when a store
@@ -255,13 +257,45 @@ impl Health {
 pub struct JobInfo {
     /// The name.
     pub name: JobName,
-    /// `"every"`, `"cron"` or `"at"`.
-    pub kind: &'static str,
+    /// `every`, `cron` or `at`.
+    pub kind: JobKind,
     /// The next slot after now, if any.
-    pub next_run: Option<EpochMs>,
+    pub next_run: Option<DateTime<Utc>>,
 }
 
 /// Builds a [`Scheduler`]; see [`Scheduler::leased`] and [`Scheduler::claim_only`].
+///
+/// Every option has a default; the job options set here are the defaults of every job, which
+/// each [`JobBuilder`] may override. Lengths are `std::time::Duration`. Lease-only options
+/// (`lease`, `heartbeat`, `overlap`, `max_attempts`, `catch_up*`, `history_ttl`) exist only
+/// on the builder of a lease store. Nothing is checked before [`SchedulerBuilder::build`].
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::{memory::MemoryStore, CatchUp, Scheduler};
+///
+/// let scheduler = Scheduler::leased(MemoryStore::new())
+///     .instance_id("worker-1")
+///     .lease(Duration::from_secs(30))
+///     .heartbeat(Duration::from_secs(5))
+///     .jitter(Duration::from_millis(500))
+///     .max_late(Duration::from_secs(30))
+///     .timeout(Duration::from_secs(600))
+///     .timezone("Europe/Berlin")
+///     .catch_up(CatchUp::Latest)
+///     .store_timeout(Duration::from_secs(3))
+///     .build()?;
+/// assert_eq!(scheduler.instance_id(), "worker-1");
+///
+/// // A heartbeat too slow for its lease is refused, naming the option.
+/// let err = Scheduler::leased(MemoryStore::new())
+///     .lease(Duration::from_secs(10))
+///     .heartbeat(Duration::from_secs(5))
+///     .build()
+///     .unwrap_err();
+/// assert!(err.to_string().contains("heartbeat"), "{err}");
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
 pub struct SchedulerBuilder<M> {
     backend: Backend,
     instance_id: Option<String>,
@@ -270,11 +304,12 @@ pub struct SchedulerBuilder<M> {
     data: Option<DataSource>,
     store_timeout: Duration,
     stall_after: Duration,
-    skew_threshold_ms: u64,
+    skew_threshold: Duration,
     clock: Clock,
     abort_grace: Duration,
     stop_timeout: Duration,
     parent: Option<CancellationToken>,
+    error: Option<Error>,
     _mode: PhantomData<M>,
 }
 
@@ -288,11 +323,12 @@ impl<M: Mode> SchedulerBuilder<M> {
             data: None,
             store_timeout: Duration::from_secs(5),
             stall_after: Duration::from_secs(10),
-            skew_threshold_ms: 1000,
+            skew_threshold: Duration::from_secs(1),
             clock: Clock::System,
             abort_grace: Duration::from_secs(5),
             stop_timeout: Duration::from_secs(30),
             parent: None,
+            error: None,
             _mode: PhantomData,
         }
     }
@@ -302,50 +338,62 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.instance_id = Some(id.into());
         self
     }
-    /// Default `jitter_ms` for every job. [B-09]
-    pub fn jitter_ms(mut self, ms: u64) -> Self {
-        self.defaults.jitter_ms = ms;
+    /// Default jitter for every job: a random delay from zero to this after each slot before
+    /// claiming, so instances do not all hit the store at once (default 2 s, at most
+    /// `max_late`). [B-09]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.defaults.jitter = jitter;
         self
     }
-    /// Default `max_late_ms`. [B-10]
-    pub fn max_late_ms(mut self, ms: u64) -> Self {
-        self.defaults.max_late_ms = ms;
+    /// Default for how late after its slot a claim may still start a run; a later one is
+    /// skipped as `late` (default 60 s). [B-10]
+    pub fn max_late(mut self, max_late: Duration) -> Self {
+        self.defaults.max_late = max_late;
         self
     }
-    /// Default `history_size`. [B-37]
+    /// Default number of runs kept per job (default 100). [B-37]
     pub fn history_size(mut self, n: u32) -> Self {
         self.defaults.history_size = n;
         self
     }
-    /// Default `timeout_ms`. [B-21]
-    pub fn timeout_ms(mut self, ms: u64) -> Self {
-        self.defaults.timeout_ms = Some(ms);
+    /// Default timeout of a handler: its signal is cancelled and the attempt failed after
+    /// this (default none). [B-21]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.defaults.timeout = Some(timeout);
         self
     }
-    /// Default IANA timezone for cron jobs. [B-06]
-    pub fn timezone(mut self, tz: impl Into<String>) -> Self {
-        self.defaults.timezone = Some(tz.into());
+    /// Default IANA timezone for cron jobs (`"Europe/Berlin"` or a [`chrono_tz::Tz`]); an
+    /// unknown name is an error at [`SchedulerBuilder::build`]. [B-06]
+    pub fn timezone(mut self, tz: impl IntoTimezone) -> Self {
+        match tz.into_timezone() {
+            Ok(tz) => self.defaults.timezone = Some(tz),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
         self
     }
-    /// Scheduler-level data (fixed or a function). [B-31]
+    /// Scheduler-level data (fixed or a function), merged into every run's
+    /// [`JobContext::data`]. [B-31]
     pub fn data(mut self, data: impl Into<DataSource>) -> Self {
         self.data = Some(data.into());
         self
     }
-    /// Bound on every store call (default 5000). [G-04]
-    pub fn store_timeout_ms(mut self, ms: u64) -> Self {
-        self.store_timeout = Duration::from_millis(ms);
+    /// Bound on every store call (default 5 s). [G-04]
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
         self
     }
     /// The watchdog reports a driver loop that has not turned for this long (default
-    /// 10000). [G-04]
-    pub fn stall_after_ms(mut self, ms: u64) -> Self {
-        self.stall_after = Duration::from_millis(ms);
+    /// 10 s). [G-04]
+    pub fn stall_after(mut self, after: Duration) -> Self {
+        self.stall_after = after;
         self
     }
-    /// Report a clock skew above this (default 1000). [B-20]
-    pub fn clock_skew_threshold_ms(mut self, ms: u64) -> Self {
-        self.skew_threshold_ms = ms;
+    /// Report a clock skew between this instance and the store above this (default 1 s).
+    /// [B-20]
+    pub fn clock_skew_threshold(mut self, threshold: Duration) -> Self {
+        self.skew_threshold = threshold;
         self
     }
     /// Where slots read the time (tests use [`Clock::tokio`]).
@@ -386,16 +434,36 @@ impl<M: Mode> SchedulerBuilder<M> {
     }
 
     /// Validates the options and builds the scheduler.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] or [`Error::InvalidOption`] naming the first bad option,
+    /// [`Error::UnknownTimezone`].
     pub fn build(self) -> Result<Scheduler<M>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
         self.defaults.validate()?;
         if M::LEASE {
             self.timing.validate()?;
         }
-        if self.store_timeout.is_zero() {
-            return Err(Error::invalid_option(
-                "store_timeout_ms",
-                "must be positive",
-            ));
+        for (option, value) in [
+            ("store_timeout", self.store_timeout),
+            ("stall_after", self.stall_after),
+        ] {
+            if value < Duration::from_millis(1) {
+                return Err(Error::invalid_option(option, "must be at least 1 ms"));
+            }
+            if value > crate::options::MAX_DURATION {
+                return Err(Error::OutOfRange {
+                    option,
+                    value: format!("{} ms", value.as_millis()),
+                    allowed: format!(
+                        "at most {} ms (365 days)",
+                        crate::options::MAX_DURATION.as_millis()
+                    ),
+                });
+            }
         }
         let instance_id = match self.instance_id {
             Some(id) if id.is_empty() || id.len() > 200 => {
@@ -425,7 +493,7 @@ impl<M: Mode> SchedulerBuilder<M> {
                     data: self.data,
                     store_timeout: self.store_timeout,
                     stall_after: self.stall_after,
-                    skew_threshold_ms: self.skew_threshold_ms,
+                    skew_threshold_ms: ms(self.skew_threshold.min(crate::options::MAX_DURATION)),
                     clock: self.clock,
                     abort_grace: self.abort_grace,
                     default_stop_timeout: self.stop_timeout,
@@ -441,14 +509,15 @@ impl<M: Mode> SchedulerBuilder<M> {
 }
 
 impl SchedulerBuilder<Leased> {
-    /// Lease length (default 30000). [B-13]
-    pub fn lease_ms(mut self, ms: u64) -> Self {
-        self.timing.lease_ms = ms;
+    /// Lease length (default 30 s): how long a silent owner keeps its run before a backup
+    /// takes it over. [B-13]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.timing.lease = lease;
         self
     }
-    /// Heartbeat interval (default 5000); `heartbeat_ms * 2 < lease_ms`. [B-13]
-    pub fn heartbeat_ms(mut self, ms: u64) -> Self {
-        self.timing.heartbeat_ms = ms;
+    /// Heartbeat interval (default 5 s); `heartbeat * 2 < lease`. [B-13]
+    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.timing.heartbeat = heartbeat;
         self
     }
     /// Default overlap policy. [B-12]
@@ -461,9 +530,10 @@ impl SchedulerBuilder<Leased> {
         self.defaults.max_attempts = n;
         self
     }
-    /// Default catch-up window; 0 turns catch-up off. [B-19]
-    pub fn catch_up_ms(mut self, ms: u64) -> Self {
-        self.defaults.catch_up_ms = ms;
+    /// Default catch-up window: how far back missed slots are looked for on start; zero
+    /// turns catch-up off (default 5 min). [B-19]
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.defaults.catch_up_window = window;
         self
     }
     /// Default catch-up policy. [G-05]
@@ -471,9 +541,9 @@ impl SchedulerBuilder<Leased> {
         self.defaults.catch_up = policy;
         self
     }
-    /// Default history TTL. [B-37]
-    pub fn history_ttl_ms(mut self, ms: u64) -> Self {
-        self.defaults.history_ttl_ms = Some(ms);
+    /// Default history TTL: finished runs older than this are pruned. [B-37]
+    pub fn history_ttl(mut self, ttl: Duration) -> Self {
+        self.defaults.history_ttl = Some(ttl);
         self
     }
 }
@@ -501,13 +571,13 @@ fn default_instance_id() -> String {
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let scheduler = Scheduler::leased(MemoryStore::new())
-///     .lease_ms(30_000)
-///     .heartbeat_ms(5_000)
+///     .lease(Duration::from_secs(30))
+///     .heartbeat(Duration::from_secs(5))
 ///     .build()?;
-/// scheduler.every("sync", "10s").jitter_ms(500).handler(|ctx| async move {
+/// scheduler.every("sync", "10s").jitter(Duration::from_millis(500)).handler(|ctx| async move {
 ///     ctx.check_cancelled()?;
 ///     println!("slot {} attempt {}", ctx.slot, ctx.attempt);
-///     Ok::<_, anarchon_core::Error>(())
+///     Ok(())
 /// })?;
 /// scheduler.start().await?;
 /// scheduler.stop(Duration::from_secs(30)).await?;
@@ -543,7 +613,16 @@ impl<M> std::fmt::Debug for Scheduler<M> {
 }
 
 impl Scheduler<Leased> {
-    /// A scheduler on a lease store (SQLite, PostgreSQL, Redis `lease`, the memory store).
+    /// A scheduler on a lease store (SQLite, libSQL, PostgreSQL, Redis `lease`, the memory
+    /// store): takeover by a backup, handover on stop, overlap check, catch-up.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// # let _ = scheduler;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn leased<S: LeaseStore>(store: S) -> SchedulerBuilder<Leased> {
         SchedulerBuilder::new(Backend::Lease(Arc::new(store)))
     }
@@ -555,7 +634,16 @@ impl Scheduler<Leased> {
 }
 
 impl Scheduler<ClaimOnly> {
-    /// A scheduler on a claim-only store (RabbitMQ, NATS, Redis naive strategies).
+    /// A scheduler on a claim-only store (RabbitMQ, NATS, Redis naive strategies): one
+    /// winner per slot and nothing more; the lease-only options do not exist on its builder.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::claim_only(MemoryStore::new()).build()?;
+    /// scheduler.every("ping", "30s").handler(|_ctx| async { Ok(()) })?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn claim_only<S: ClaimStore>(store: S) -> SchedulerBuilder<ClaimOnly> {
         SchedulerBuilder::new(Backend::Claim(Arc::new(store)))
     }
@@ -624,6 +712,34 @@ impl IntoAt for chrono::DateTime<chrono::Utc> {
     }
 }
 
+/// A timezone for cron jobs: an IANA name (`"Europe/Berlin"`, checked once, when the
+/// builder is used) or a [`chrono_tz::Tz`].
+pub trait IntoTimezone {
+    /// The timezone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTimezone`] naming the input.
+    fn into_timezone(self) -> Result<chrono_tz::Tz>;
+}
+impl IntoTimezone for chrono_tz::Tz {
+    fn into_timezone(self) -> Result<chrono_tz::Tz> {
+        Ok(self)
+    }
+}
+impl IntoTimezone for &str {
+    fn into_timezone(self) -> Result<chrono_tz::Tz> {
+        self.parse().map_err(|_| Error::UnknownTimezone {
+            name: self.to_owned(),
+        })
+    }
+}
+impl IntoTimezone for String {
+    fn into_timezone(self) -> Result<chrono_tz::Tz> {
+        self.as_str().into_timezone()
+    }
+}
+
 enum Spec {
     Every(Duration),
     Cron(String),
@@ -631,8 +747,31 @@ enum Spec {
 }
 
 /// Registers one job: options, data, then [`JobBuilder::handler`]. Methods exist only where
-/// they apply: `overlap` not on `at` jobs, lease options only on lease stores, `offset_ms`
+/// they apply: `overlap` not on `at` jobs, lease options only on lease stores, `offset`
 /// only on `every`, `timezone` only on `cron`. [B-03, B-22, B-39]
+///
+/// Built by [`Scheduler::every`], [`Scheduler::cron`] and [`Scheduler::at`]; nothing is
+/// registered until `.handler(...)`, which reports every bad input as an error naming it.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::{memory::MemoryStore, CatchUp, Overlap, Scheduler};
+///
+/// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+/// scheduler
+///     .cron("report", "0 3 * * *")
+///     .timezone("Europe/Berlin")
+///     .timeout(Duration::from_secs(600))
+///     .overlap(Overlap::Skip)
+///     .catch_up(CatchUp::Latest)
+///     .handler(|ctx| async move {
+///         println!("report for {}", ctx.slot);
+///         Ok(())
+///     })?;
+/// let err = scheduler.every("bad", "10s").jitter(Duration::MAX).handler(|_| async { Ok(()) });
+/// assert!(err.is_err());
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
 #[must_use = "a job is registered only by `.handler(...)`"]
 pub struct JobBuilder<'s, M, K> {
     scheduler: &'s Scheduler<M>,
@@ -641,28 +780,31 @@ pub struct JobBuilder<'s, M, K> {
     opts: JobOptions,
     config: Option<JobConfig>,
     data: Option<DataSource>,
+    error: Option<Error>,
     _kind: PhantomData<K>,
 }
 
 impl<M: Mode, K> JobBuilder<'_, M, K> {
-    /// `jitter_ms` for this job. [B-09]
-    pub fn jitter_ms(mut self, ms: u64) -> Self {
-        self.opts.jitter_ms = ms;
+    /// Jitter for this job: a random delay from zero to this after each slot before
+    /// claiming (at most `max_late`). [B-09]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.opts.jitter = jitter;
         self
     }
-    /// `max_late_ms` for this job. [B-10]
-    pub fn max_late_ms(mut self, ms: u64) -> Self {
-        self.opts.max_late_ms = ms;
+    /// How late after its slot a claim may still start a run of this job. [B-10]
+    pub fn max_late(mut self, max_late: Duration) -> Self {
+        self.opts.max_late = max_late;
         self
     }
-    /// `history_size` for this job. [B-37]
+    /// Runs of this job kept in the history. [B-37]
     pub fn history_size(mut self, n: u32) -> Self {
         self.opts.history_size = n;
         self
     }
-    /// `timeout_ms` for this job. [B-21]
-    pub fn timeout_ms(mut self, ms: u64) -> Self {
-        self.opts.timeout_ms = Some(ms);
+    /// Timeout of this job's handler: its signal is cancelled and the attempt failed after
+    /// this. [B-21]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.opts.timeout = Some(timeout);
         self
     }
     /// Job-level data (fixed or a function). [B-31]
@@ -677,25 +819,36 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         self
     }
 
-    fn kind_name(&self) -> &'static str {
+    fn kind(&self) -> JobKind {
         match self.spec {
-            Ok(Spec::Every(_)) => "every",
-            Ok(Spec::Cron(_)) => "cron",
-            Ok(Spec::At(_)) | Err(_) => "at",
+            Ok(Spec::Every(_)) => JobKind::Every,
+            Ok(Spec::Cron(_)) => JobKind::Cron,
+            Ok(Spec::At(_)) | Err(_) => JobKind::At,
         }
     }
 
     /// Registers the job with its handler: an async function of a [`JobContext`] returning
-    /// `Result<(), E>`. Errors name the bad input. Jobs may be added while the scheduler runs.
-    /// [B-04, B-30]
-    pub fn handler<F, Fut, E>(self, f: F) -> Result<()>
+    /// `Result<(), HandlerError>`. Any error converts into [`HandlerError`] with `?`, so a
+    /// closure `|ctx| async move { ...; Ok(()) }` needs no type annotation. Errors name the
+    /// bad input. Jobs may be added while the scheduler runs. [B-04, B-30]
+    ///
+    /// # Errors
+    ///
+    /// The first bad input: the name, the interval, cron expression or `at` time, an option
+    /// out of range ([`Error::OutOfRange`]), one that does not apply
+    /// ([`Error::InvalidOption`]), an `at` time in the past ([`Error::AtInThePast`]), a
+    /// name already registered ([`Error::DuplicateJob`]), a stopped scheduler
+    /// ([`Error::State`]).
+    pub fn handler<F, Fut>(self, f: F) -> Result<()>
     where
         F: Fn(JobContext) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = std::result::Result<(), E>> + Send + 'static,
-        E: Into<BoxError>,
+        Fut: std::future::Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
     {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
         let name = JobName::new(&self.name)?;
-        let kind = self.kind_name();
+        let kind = self.kind();
         let mut opts = self.opts;
         if let Some(cfg) = &self.config {
             cfg.validate(M::LEASE, self.scheduler.store_kind(), kind)?;
@@ -706,8 +859,8 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             crate::store::check_claim_window(store.as_ref(), opts.jitter_ms, opts.max_late_ms)?;
         }
         let schedule = match self.spec? {
-            Spec::Every(interval) => Schedule::every(interval, opts.offset_ms)?,
-            Spec::Cron(expr) => Schedule::cron(&expr, opts.timezone.as_deref())?,
+            Spec::Every(interval) => Schedule::every(interval, opts.offset_ms())?,
+            Spec::Cron(expr) => Schedule::cron(&expr, opts.timezone.map(|tz| tz.name()))?,
             Spec::At(s) => s,
         };
         opts.check_schedule(
@@ -717,7 +870,7 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         )?;
         let handler: Handler = Arc::new(move |ctx| {
             let fut = f(ctx);
-            Box::pin(async move { fut.await.map_err(Into::into) })
+            Box::pin(async move { fut.await.map_err(BoxError::from) })
         });
         let def = Arc::new(JobDef {
             name: name.clone(),
@@ -732,9 +885,10 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
 }
 
 impl<M: Mode> JobBuilder<'_, M, kind::Every> {
-    /// Grid offset: slots at `k * interval + offset_ms`. [B-05]
-    pub fn offset_ms(mut self, ms: i64) -> Self {
-        self.opts.offset_ms = ms;
+    /// Grid offset: slots at `k * interval + offset` (taken modulo the interval, so an
+    /// offset of `interval - 5s` lays the grid 5 s early). [B-05]
+    pub fn offset(mut self, offset: Duration) -> Self {
+        self.opts.offset = offset;
         self
     }
 }
@@ -750,9 +904,15 @@ impl<M: Mode> JobBuilder<'_, M, kind::At> {
 }
 
 impl<M: Mode> JobBuilder<'_, M, kind::Cron> {
-    /// IANA timezone of the expression. [B-06]
-    pub fn timezone(mut self, tz: impl Into<String>) -> Self {
-        self.opts.timezone = Some(tz.into());
+    /// IANA timezone of the expression (`"Europe/Berlin"` or a [`chrono_tz::Tz`]); an
+    /// unknown name is an error at [`JobBuilder::handler`]. [B-06]
+    pub fn timezone(mut self, tz: impl IntoTimezone) -> Self {
+        match tz.into_timezone() {
+            Ok(tz) => self.opts.timezone = Some(tz),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
         self
     }
 }
@@ -763,9 +923,10 @@ impl<K> JobBuilder<'_, Leased, K> {
         self.opts.max_attempts = n;
         self
     }
-    /// Catch-up window on start; 0 turns it off. [B-19]
-    pub fn catch_up_ms(mut self, ms: u64) -> Self {
-        self.opts.catch_up_ms = ms;
+    /// Catch-up window on start: how far back missed slots are looked for; zero turns
+    /// catch-up off. [B-19]
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.opts.catch_up_window = window;
         self
     }
     /// Catch-up policy. [G-05]
@@ -773,9 +934,9 @@ impl<K> JobBuilder<'_, Leased, K> {
         self.opts.catch_up = policy;
         self
     }
-    /// History TTL. [B-37]
-    pub fn history_ttl_ms(mut self, ms: u64) -> Self {
-        self.opts.history_ttl_ms = Some(ms);
+    /// History TTL: finished runs older than this are pruned. [B-37]
+    pub fn history_ttl(mut self, ttl: Duration) -> Self {
+        self.opts.history_ttl = Some(ttl);
         self
     }
 }
@@ -805,21 +966,66 @@ impl<M: Mode> Scheduler<M> {
             opts: self.shared.cfg.defaults.clone(),
             config: None,
             data: None,
+            error: None,
             _kind: PhantomData,
         }
     }
 
-    /// Registers a job on the epoch grid: `every("sync", "10s")`. [B-01, B-05]
+    /// Registers a job on the epoch grid: `every("sync", "10s")`. The interval is text
+    /// (`"250ms"`, `"10s"`, `"1h30m"`), a `Duration` or milliseconds. [B-01, B-05]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler
+    ///     .every("poll", Duration::from_millis(1500))
+    ///     .offset(Duration::from_millis(500)) // slots at ...00.5, ...02.0, ...03.5
+    ///     .handler(|_ctx| async { Ok(()) })?;
+    /// assert!(scheduler.every("bad", "10").handler(|_ctx| async { Ok(()) }).is_err());
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn every(&self, name: &str, interval: impl IntoInterval) -> JobBuilder<'_, M, kind::Every> {
         self.builder(name, interval.into_interval().map(Spec::Every))
     }
 
-    /// Registers a cron job: `cron("report", "0 3 * * *")`. [B-02, B-06]
+    /// Registers a cron job: `cron("report", "0 3 * * *")`: five fields, or six with
+    /// seconds first, in the job's timezone (default the scheduler's, else UTC). [B-02, B-06]
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Error, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler
+    ///     .cron("report", "0 3 * * 1-5")
+    ///     .timezone("America/New_York")
+    ///     .handler(|_ctx| async { Ok(()) })?;
+    /// let err = scheduler.cron("bad", "61 * * * *").handler(|_ctx| async { Ok(()) }).unwrap_err();
+    /// assert!(matches!(err, Error::InvalidCron { .. }), "{err}");
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn cron(&self, name: &str, expression: &str) -> JobBuilder<'_, M, kind::Cron> {
         self.builder(name, Ok(Spec::Cron(expression.to_owned())))
     }
 
-    /// Registers a job that runs once: `at("migrate", "2026-12-01T09:00:00Z")`. [B-03]
+    /// Registers a job that runs once: `at("migrate", "2026-12-01T09:00:00Z")`. The time is
+    /// RFC 3339 text, a `chrono::DateTime<Utc>`, a `SystemTime` or epoch milliseconds; one
+    /// too far in the past is refused unless [`JobBuilder::allow_past`]. [B-03]
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{chrono::Utc, memory::MemoryStore, Error, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler
+    ///     .at("migrate", Utc::now() + Duration::from_secs(60))
+    ///     .handler(|_ctx| async { Ok(()) })?;
+    /// let err = scheduler.at("old", "2001-01-01T00:00:00Z").handler(|_ctx| async { Ok(()) });
+    /// assert!(matches!(err, Err(Error::AtInThePast { .. })));
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn at(&self, name: &str, when: impl IntoAt) -> JobBuilder<'_, M, kind::At> {
         self.builder(name, when.into_at().map(Spec::At))
     }
@@ -871,13 +1077,36 @@ impl<M: Mode> Scheduler<M> {
         &self.shared.cfg.instance_id
     }
 
-    /// Subscribes to events. [B-38]
+    /// Subscribes to the events of this instance (a `tokio::sync::broadcast` receiver: a
+    /// receiver that falls more than 1024 events behind loses the oldest). See [`Event`] for
+    /// an example. [B-38]
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.events.subscribe()
     }
 
     /// Checks the store (connection, version, schema), then schedules the jobs and, in the
     /// background, handles orphans and catch-up. [B-19, B-33]
+    ///
+    /// # Errors
+    ///
+    /// The store's error (unreachable, too old, a schema written by a newer anarchon) and
+    /// [`Error::State`] when called twice or after `stop()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Error, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler.start().await?;
+    /// assert!(matches!(scheduler.start().await, Err(Error::State { .. })));
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// // A stopped scheduler takes no new job.
+    /// assert!(scheduler.every("late", "10s").handler(|_ctx| async { Ok(()) }).is_err());
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn start(&self) -> Result<()> {
         {
             let d = self.driver();
@@ -933,6 +1162,19 @@ impl<M: Mode> Scheduler<M> {
     /// returns, and result writes in flight are waited for within `timeout`. It returns an
     /// error only if the scheduler's driver task panicked (a bug).
     /// [B-17, B-34]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::State`] if the driver task panicked.
+    ///
+    /// ```no_run
+    /// # async fn demo(scheduler: anarchon_core::Scheduler) -> anarchon_core::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// tokio::signal::ctrl_c().await.ok();
+    /// scheduler.stop(Duration::from_secs(30)).await?; // running lease runs are handed over
+    /// # Ok(()) }
+    /// ```
     pub async fn stop(&self, timeout: Duration) -> Result<()> {
         let prev = std::mem::replace(&mut *self.driver(), DriverState::Stopped);
         match prev {
@@ -959,6 +1201,29 @@ impl<M: Mode> Scheduler<M> {
 
     /// Runs a job on this instance now: no deduplication, no retry, recorded as `manual`.
     /// Returns the finished run's record. [B-35]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownJob`], [`Error::State`] before `start()` or after `stop()`, a store
+    /// error writing the record.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Data, Reason, RunStatus, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("report", "1h").handler(|ctx| async move {
+    ///     println!("requested by {:?}", ctx.value("by"));
+    ///     Ok(())
+    /// })?;
+    /// scheduler.start().await?;
+    /// let run = scheduler.run_now("report", Some(Data::new().with_key("by", "ops"))).await?;
+    /// assert_eq!((run.status, run.reason, run.manual), (RunStatus::Succeeded, Reason::Manual, true));
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn run_now(&self, name: &str, data: Option<Data>) -> Result<HistoryRecord> {
         let job = self.job(name)?;
         let (reply, done) = oneshot::channel();
@@ -972,13 +1237,31 @@ impl<M: Mode> Scheduler<M> {
             };
             let _ = tx.send(Command::RunNow { job, data, reply });
         }
-        done.await.map_err(|_| Error::State {
-            state: "stopping",
-            hint: "the run was abandoned by stop()",
-        })?
+        done.await
+            .map_err(|_| Error::State {
+                state: "stopping",
+                hint: "the run was abandoned by stop()",
+            })?
+            .map(HistoryRecord::from)
     }
 
-    /// Stops scheduling a job on this instance; a running run of it continues. [B-35]
+    /// Stops scheduling a job on this instance; a running run of it continues. Other
+    /// instances that registered the job keep running it. [B-35]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownJob`] when no job of that name is registered here.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Error, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler.remove("sync")?;
+    /// assert!(scheduler.jobs().is_empty());
+    /// assert!(matches!(scheduler.remove("sync"), Err(Error::UnknownJob { .. })));
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn remove(&self, name: &str) -> Result<()> {
         let name = JobName::new(name)?;
         let removed = self
@@ -1000,34 +1283,90 @@ impl<M: Mode> Scheduler<M> {
 
     /// The latest `count` attempts of a job from all instances, newest first. Works in a
     /// process that registered no jobs once the store's tables exist. [B-36]
+    ///
+    /// # Errors
+    ///
+    /// An invalid job name, a store error or timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, RunStatus, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "1h").handler(|_ctx| async { Ok(()) })?;
+    /// scheduler.start().await?;
+    /// scheduler.run_now("sync", None).await?;
+    /// let runs = scheduler.history("sync", 10).await?;
+    /// assert_eq!(runs[0].status, RunStatus::Succeeded);
+    /// println!("{} attempt {} took {:?}", runs[0].slot, runs[0].attempt, runs[0].duration());
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn history(&self, name: &str, count: usize) -> Result<Vec<HistoryRecord>> {
         let name = JobName::new(name)?;
-        driver::bounded(
+        let records = driver::bounded(
             &self.shared,
             "history",
             self.shared.backend.history().history(&name, count),
         )
-        .await
+        .await?;
+        Ok(records.into_iter().map(HistoryRecord::from).collect())
     }
 
-    /// The newest attempt of a job. [B-36]
+    /// The newest attempt of a job, as [`Scheduler::history`] with a count of 1. [B-36]
+    ///
+    /// # Errors
+    ///
+    /// An invalid job name, a store error or timeout.
     pub async fn last_run(&self, name: &str) -> Result<Option<HistoryRecord>> {
         let name = JobName::new(name)?;
-        driver::bounded(
+        let record = driver::bounded(
             &self.shared,
             "last_run",
             self.shared.backend.history().last_run(&name),
         )
-        .await
+        .await?;
+        Ok(record.map(HistoryRecord::from))
     }
 
-    /// The next slot of a registered job after now. [B-36]
-    pub fn next_run(&self, name: &str) -> Result<Option<EpochMs>> {
+    /// The next slot of a registered job after now; `None` for an `at` job whose time has
+    /// passed. [B-36]
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownJob`].
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.every("sync", "10s").handler(|_ctx| async { Ok(()) })?;
+    /// let next = scheduler.next_run("sync")?.expect("an every job always has a next slot");
+    /// assert_eq!(next.timestamp_millis() % 10_000, 0);
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
+    pub fn next_run(&self, name: &str) -> Result<Option<DateTime<Utc>>> {
         let job = self.job(name)?;
-        Ok(job.schedule.next_after(self.shared.cfg.clock.now_ms()))
+        Ok(job
+            .schedule
+            .next_after(self.shared.cfg.clock.now_ms())
+            .map(to_datetime))
     }
 
     /// The jobs registered on this scheduler, by name. [B-36]
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, JobKind, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// scheduler.cron("report", "0 3 * * *").handler(|_ctx| async { Ok(()) })?;
+    /// let jobs = scheduler.jobs();
+    /// assert_eq!((jobs[0].name.as_str(), jobs[0].kind), ("report", JobKind::Cron));
+    /// assert!(jobs[0].next_run.is_some());
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
     pub fn jobs(&self) -> Vec<JobInfo> {
         let now = self.shared.cfg.clock.now_ms();
         self.shared
@@ -1038,7 +1377,7 @@ impl<M: Mode> Scheduler<M> {
             .map(|j| JobInfo {
                 name: j.name.clone(),
                 kind: j.kind,
-                next_run: j.schedule.next_after(now),
+                next_run: j.schedule.next_after(now).map(to_datetime),
             })
             .collect()
     }
@@ -1055,7 +1394,23 @@ impl<M: Mode> Scheduler<M> {
         }
     }
 
-    /// A snapshot of the scheduler's health.
+    /// A snapshot of the scheduler's health, for a health check endpoint.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+    /// assert!(!scheduler.health().is_healthy(), "not started yet");
+    /// scheduler.start().await?;
+    /// let health = scheduler.health();
+    /// assert!(health.is_healthy(), "{health:?}");
+    /// scheduler.stop(Duration::from_secs(5)).await?;
+    /// assert!(!scheduler.health().running);
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn health(&self) -> Health {
         let h = &self.shared.health;
         let running =
@@ -1064,11 +1419,11 @@ impl<M: Mode> Scheduler<M> {
         Health {
             running,
             stalled: h.stalled.load(Ordering::Relaxed),
-            driver_idle_ms: if running {
+            driver_idle: Duration::from_millis(if running {
                 driver::mono_ms().saturating_sub(last)
             } else {
                 0
-            },
+            }),
             leases_held: h.leases_held.load(Ordering::Relaxed),
             last_error: h
                 .last_error

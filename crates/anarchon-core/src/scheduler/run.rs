@@ -26,29 +26,7 @@ pub(crate) enum Write {
     Release,
 }
 
-/// Why a run ended without a result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum InterruptCause {
-    /// Released to a backup on stop or after self-fencing.
-    HandedOver,
-    /// A run without a lease stopped by `stop()`.
-    Stopped,
-    /// Still running when stop's timeout passed.
-    StopTimeout,
-    /// Seen by a backup: the lease had ended and the job's next slot was due.
-    ReplacedByNextSlot,
-}
-
-impl InterruptCause {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            InterruptCause::HandedOver => "handed over",
-            InterruptCause::Stopped => "stopped",
-            InterruptCause::StopTimeout => "stop timeout",
-            InterruptCause::ReplacedByNextSlot => "replaced by the next slot",
-        }
-    }
-}
+pub(crate) use crate::event::InterruptCause;
 
 /// What an owner run reports; the driver turns it into an [`crate::Event`].
 #[derive(Debug, Clone, PartialEq, Eq)]

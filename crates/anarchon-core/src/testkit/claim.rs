@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+use crate::history::{Reason, Retention, RunRecord, RunStatus};
 use crate::store::{ClaimStore, EpochMs, JobName, Prepare, SlotClaim, SlotOutcome};
 use crate::testkit::{key, unique_job};
 
@@ -122,7 +122,7 @@ pub async fn claim_b28_history_is_kept_by_count(store: Arc<dyn ClaimStore>) {
     };
     for i in 0..5 {
         let slot = base + i * 1000;
-        let mut rec = HistoryRecord {
+        let mut rec = RunRecord {
             job: job.clone(),
             slot,
             scheduled_at: slot,

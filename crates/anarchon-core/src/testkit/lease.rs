@@ -651,7 +651,7 @@ pub async fn manual_runs_are_recorded_and_replaced_by_key(store: Arc<dyn LeaseSt
     let job = unique_job("man");
     prepared(&store, &[&job]).await;
     let t = now(&store).await;
-    let mut rec = crate::history::HistoryRecord {
+    let mut rec = crate::history::RunRecord {
         job: job.clone(),
         slot: t,
         scheduled_at: t,

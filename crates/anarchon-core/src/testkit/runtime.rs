@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use crate::context::{Data, DataSource};
 use crate::error::{Error, Result};
 use crate::event::{Event, SkipReason};
-use crate::history::{HistoryRecord, Reason, Retention, RunStatus};
+use crate::history::{Reason, Retention, RunRecord, RunStatus};
 use crate::options::CatchUp;
 use crate::scheduler::{Clock, Leased, Scheduler};
 use crate::store::{
@@ -190,11 +190,11 @@ impl Store for Instance {
 
 #[async_trait]
 impl HistoryStore for Instance {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.gate().await;
         self.inner.history(job, count).await
     }
-    async fn record_manual(&self, r: &HistoryRecord, k: Retention) -> Result<()> {
+    async fn record_manual(&self, r: &RunRecord, k: Retention) -> Result<()> {
         self.gate().await;
         if r.status == RunStatus::Running && self.slow_starts.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -294,10 +294,10 @@ impl LeaseStore for Instance {
 pub fn node(store: &Instance, id: &str) -> crate::SchedulerBuilder<Leased> {
     Scheduler::leased(store.clone())
         .instance_id(id)
-        .lease_ms(LEASE_MS)
-        .heartbeat_ms(HEARTBEAT_MS)
-        .jitter_ms(0)
-        .store_timeout_ms(2_000)
+        .lease(Duration::from_millis(LEASE_MS))
+        .heartbeat(Duration::from_millis(HEARTBEAT_MS))
+        .jitter(Duration::from_millis(0))
+        .store_timeout(Duration::from_secs(2))
         .clock(Clock::tokio())
 }
 
@@ -351,7 +351,9 @@ fn worker(
     who: &str,
     ms: u64,
     fail_on_cancel: bool,
-) -> impl Fn(crate::JobContext) -> futures::future::BoxFuture<'static, std::result::Result<(), Error>>
+) -> impl Fn(
+    crate::JobContext,
+) -> futures::future::BoxFuture<'static, std::result::Result<(), crate::HandlerError>>
 + Send
 + Sync
 + 'static {
@@ -361,11 +363,11 @@ fn worker(
         starts
             .lock()
             .unwrap()
-            .push((who.clone(), ctx.slot, ctx.attempt, ctx.reason));
+            .push((who.clone(), ctx.slot_ms(), ctx.attempt, ctx.reason));
         Box::pin(async move {
             tokio::select! {
                 _ = sleep_ms(ms) => Ok(()),
-                _ = ctx.signal.cancelled(), if fail_on_cancel => Err(ctx.check_cancelled().unwrap_err()),
+                _ = ctx.signal.cancelled(), if fail_on_cancel => Err(ctx.check_cancelled().unwrap_err().into()),
             }
         })
     }
@@ -384,8 +386,8 @@ pub async fn b11_each_slot_runs_on_one_instance_the_others_skip_taken(store: Arc
     let mut logs = Vec::new();
     for i in 0..3 {
         let s = node(&Instance::new(store.clone()), &format!("n{i}"))
-            .jitter_ms(100)
-            .catch_up_ms(0)
+            .jitter(Duration::from_millis(100))
+            .catch_up_window(Duration::from_millis(0))
             .build()
             .unwrap();
         s.every(job.as_str(), "1s")
@@ -442,7 +444,7 @@ pub async fn b12_overlap_skip_never_runs_two_at_once(store: Arc<dyn LeaseStore>)
     let mut logs = Vec::new();
     for i in 0..2 {
         let s = node(&Instance::new(store.clone()), &format!("o{i}"))
-            .catch_up_ms(0)
+            .catch_up_window(Duration::from_millis(0))
             .build()
             .unwrap();
         let (running, max_seen) = (running.clone(), max_seen.clone());
@@ -454,7 +456,7 @@ pub async fn b12_overlap_skip_never_runs_two_at_once(store: Arc<dyn LeaseStore>)
                     max_seen.fetch_max(now, Ordering::SeqCst);
                     sleep_ms(1_300).await;
                     running.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, Error>(())
+                    Ok(())
                 }
             })
             .unwrap();
@@ -496,7 +498,7 @@ async fn claim_on(
     fail_on_cancel: bool,
 ) {
     a.every(job.as_str(), "1h")
-        .catch_up_ms(3_600_000)
+        .catch_up_window(Duration::from_secs(3600))
         .handler(worker(starts, "a", handler_ms, fail_on_cancel))
         .unwrap();
     a.start().await.unwrap();
@@ -514,7 +516,7 @@ pub async fn b14_backup_takes_over_after_the_owner_crashes(store: Arc<dyn LeaseS
     let a = node(&Instance::new(store.clone()), "a").build().unwrap();
     claim_on(&a, &job, &starts, 60_000, false).await;
     let b = node(&Instance::new(store.clone()), "b")
-        .catch_up_ms(3_600_000)
+        .catch_up_window(Duration::from_secs(3600))
         .build()
         .unwrap();
     b.every(job.as_str(), "1h")
@@ -568,7 +570,7 @@ pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn Leas
     claim_on(&a, &job, &starts, 60_000, false).await;
     let b = node(&Instance::new(store.clone()), "b")
         .max_attempts(2)
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every(job.as_str(), "1h")
@@ -584,7 +586,7 @@ pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn Leas
     b.crash();
     let c = node(&Instance::new(store.clone()), "c")
         .max_attempts(2)
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     let events = record_events(&c);
@@ -624,24 +626,27 @@ pub async fn b16_frozen_owner_is_fenced_then_learns_it_lost(store: Arc<dyn Lease
     let job = unique_job("frozen");
     let starts: Starts = Arc::default();
     let a_store = Instance::new(store.clone());
-    let a = node(&a_store, "a").store_timeout_ms(300).build().unwrap();
+    let a = node(&a_store, "a")
+        .store_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     let a_events = record_events(&a);
     let fenced_at = Arc::new(std::sync::Mutex::new(None));
     {
         let fenced_at = fenced_at.clone();
         let starts = starts.clone();
         a.every(job.as_str(), "1h")
-            .catch_up_ms(3_600_000)
+            .catch_up_window(Duration::from_secs(3600))
             .handler(move |ctx| {
                 starts
                     .lock()
                     .unwrap()
-                    .push(("a".into(), ctx.slot, ctx.attempt, ctx.reason));
+                    .push(("a".into(), ctx.slot_ms(), ctx.attempt, ctx.reason));
                 let fenced_at = fenced_at.clone();
                 async move {
                     ctx.signal.cancelled().await;
                     *fenced_at.lock().unwrap() = Some(tokio::time::Instant::now());
-                    ctx.check_cancelled()
+                    Ok(ctx.check_cancelled()?)
                 }
             })
             .unwrap();
@@ -649,7 +654,7 @@ pub async fn b16_frozen_owner_is_fenced_then_learns_it_lost(store: Arc<dyn Lease
     a.start().await.unwrap();
     assert!(wait_for(5_000, || !starts.lock().unwrap().is_empty()).await);
     let b = node(&Instance::new(store.clone()), "b")
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every(job.as_str(), "1h")
@@ -706,7 +711,7 @@ pub async fn b17_graceful_stop_hands_over_at_once_without_counting(store: Arc<dy
     claim_on(&a, &job, &starts, 60_000, true).await;
     let b = node(&Instance::new(store.clone()), "b")
         .max_attempts(1)
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every(job.as_str(), "1h")
@@ -736,7 +741,7 @@ pub async fn b17_graceful_stop_hands_over_at_once_without_counting(store: Arc<dy
     assert!(
         wait_for(1_000, || count(
             &a_events,
-            |e| matches!(e, Event::Interrupted { cause, .. } if cause == "handed over")
+            |e| matches!(e, Event::Interrupted { cause, .. } if *cause == crate::InterruptCause::HandedOver)
         ) == 1)
         .await
     );
@@ -761,7 +766,7 @@ pub async fn b17_handler_ignoring_the_signal_is_recorded_as_succeeded(store: Arc
     assert_eq!(h[0].status, RunStatus::Succeeded, "{h:?}");
 }
 
-async fn history_of(store: &Arc<dyn LeaseStore>, job: &JobName) -> Vec<HistoryRecord> {
+async fn history_of(store: &Arc<dyn LeaseStore>, job: &JobName) -> Vec<RunRecord> {
     store.history(job, 10).await.unwrap()
 }
 
@@ -774,7 +779,7 @@ pub async fn b17_stop_timeout_stops_heartbeats_and_a_backup_takes_over(store: Ar
     let a_events = record_events(&a);
     claim_on(&a, &job, &starts, 60_000, false).await;
     let b = node(&Instance::new(store.clone()), "b")
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every(job.as_str(), "1h")
@@ -792,7 +797,7 @@ pub async fn b17_stop_timeout_stops_heartbeats_and_a_backup_takes_over(store: Ar
     assert!(
         wait_for(1_000, || count(
             &a_events,
-            |e| matches!(e, Event::Interrupted { cause, .. } if cause == "stop timeout")
+            |e| matches!(e, Event::Interrupted { cause, .. } if *cause == crate::InterruptCause::StopTimeout)
         ) == 1)
         .await,
         "no stop-timeout interruption: {:?}",
@@ -817,7 +822,7 @@ pub async fn b19_missed_slot_is_caught_up_on_start(store: Arc<dyn LeaseStore>) {
     align(2_000, 300).await;
     let a = node(&Instance::new(store.clone()), "a").build().unwrap();
     a.every(job.as_str(), "1h")
-        .catch_up_ms(3_600_000)
+        .catch_up_window(Duration::from_secs(3600))
         .handler(worker(&starts, "a", 10, false))
         .unwrap();
     a.start().await.unwrap();
@@ -829,7 +834,7 @@ pub async fn b19_missed_slot_is_caught_up_on_start(store: Arc<dyn LeaseStore>) {
     // A second instance starting later finds it claimed: no second run.
     let b = node(&Instance::new(store.clone()), "b").build().unwrap();
     b.every(job.as_str(), "1h")
-        .catch_up_ms(3_600_000)
+        .catch_up_window(Duration::from_secs(3600))
         .handler(worker(&starts, "b", 10, false))
         .unwrap();
     b.start().await.unwrap();
@@ -844,7 +849,7 @@ pub async fn b19_catch_up_zero_turns_it_off(store: Arc<dyn LeaseStore>) {
     let starts: Starts = Arc::default();
     let a = node(&Instance::new(store.clone()), "a").build().unwrap();
     a.every(job.as_str(), "1h")
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .handler(worker(&starts, "a", 10, false))
         .unwrap();
     a.start().await.unwrap();
@@ -862,7 +867,7 @@ pub async fn b19_orphan_is_taken_over_on_start(store: Arc<dyn LeaseStore>) {
     a.crash();
     sleep_ms(LEASE_MS + 300).await;
     let b = node(&Instance::new(store.clone()), "b")
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every(job.as_str(), "1h")
@@ -888,8 +893,8 @@ pub async fn b21_timeout_cancels_the_signal_and_fails_the_attempt(store: Arc<dyn
     {
         let cancelled = cancelled.clone();
         a.every(job.as_str(), "1h")
-            .catch_up_ms(3_600_000)
-            .timeout_ms(300)
+            .catch_up_window(Duration::from_secs(3600))
+            .timeout(Duration::from_millis(300))
             .handler(move |ctx| {
                 let cancelled = cancelled.clone();
                 async move {
@@ -899,7 +904,7 @@ pub async fn b21_timeout_cancels_the_signal_and_fails_the_attempt(store: Arc<dyn
                         ctx.cancel_cause(),
                         Some(crate::context::CancelCause::TimedOut)
                     );
-                    Ok::<_, Error>(())
+                    Ok(())
                 }
             })
             .unwrap();
@@ -931,10 +936,10 @@ pub async fn b30_context_carries_the_run_identity(store: Arc<dyn LeaseStore>) {
     {
         let seen = seen.clone();
         a.every(job.as_str(), "1h")
-            .catch_up_ms(3_600_000)
+            .catch_up_window(Duration::from_secs(3600))
             .handler(move |ctx| {
                 *seen.lock().unwrap() = Some(ctx.clone());
-                async { Ok::<_, Error>(()) }
+                async { Ok(()) }
             })
             .unwrap();
     }
@@ -947,7 +952,7 @@ pub async fn b30_context_carries_the_run_identity(store: Arc<dyn LeaseStore>) {
         (ctx.attempt, ctx.reason, ctx.manual),
         (1, Reason::CatchUp, false)
     );
-    assert_eq!(ctx.slot % 3_600_000, 0);
+    assert_eq!(ctx.slot_ms() % 3_600_000, 0);
     assert!(ctx.fence >= 1);
     assert!(!ctx.signal.is_cancelled() && ctx.check_cancelled().is_ok());
     a.stop(Duration::from_secs(5)).await.unwrap();
@@ -970,7 +975,7 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
     {
         let seen = seen.clone();
         a.every(ok_job.as_str(), "1h")
-            .catch_up_ms(0)
+            .catch_up_window(Duration::from_millis(0))
             .data(DataSource::function(|| async {
                 Ok::<_, Error>(Data::from_value(
                     serde_json::json!({"batch": 2, "job": true}),
@@ -978,16 +983,16 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
             }))
             .handler(move |ctx| {
                 *seen.lock().unwrap() = Some((ctx.data.value().clone(), ctx.get::<Client>()));
-                async { Ok::<_, Error>(()) }
+                async { Ok(()) }
             })
             .unwrap();
     }
     a.every(bad_job.as_str(), "1h")
-        .catch_up_ms(3_600_000)
+        .catch_up_window(Duration::from_secs(3600))
         .data(DataSource::function(|| async {
             Err::<Data, _>(std::io::Error::other("vault down"))
         }))
-        .handler(|_ctx| async { Ok::<_, Error>(()) })
+        .handler(|_ctx| async { Ok(()) })
         .unwrap();
     a.start().await.unwrap();
     let rec = a
@@ -1022,11 +1027,11 @@ pub async fn b35_run_now_is_manual_and_recorded(store: Arc<dyn LeaseStore>) {
     {
         let runs = runs.clone();
         a.every(job.as_str(), "1h")
-            .catch_up_ms(0)
+            .catch_up_window(Duration::from_millis(0))
             .handler(move |ctx| {
                 assert!(ctx.manual && ctx.reason == Reason::Manual);
                 runs.fetch_add(1, Ordering::SeqCst);
-                async { Ok::<_, Error>(()) }
+                async { Ok(()) }
             })
             .unwrap();
     }
@@ -1081,7 +1086,7 @@ pub async fn s11_all_catch_up_replays_missed_slots_in_order(store: Arc<dyn Lease
     let starts: Starts = Arc::default();
     let a = node(&Instance::new(store.clone()), "a").build().unwrap();
     a.every(job.as_str(), "200ms")
-        .catch_up_ms(1_000)
+        .catch_up_window(Duration::from_secs(1))
         .catch_up(CatchUp::All { max: 3 })
         .handler(worker(&starts, "a", 10, false))
         .unwrap();
@@ -1113,9 +1118,12 @@ pub async fn s11_all_catch_up_replays_missed_slots_in_order(store: Arc<dyn Lease
 pub async fn s11_no_store_traffic_while_idle(store: Arc<dyn LeaseStore>) {
     let job = unique_job("idle");
     let inst = Instance::new(store.clone());
-    let a = node(&inst, "a").catch_up_ms(0).build().unwrap();
+    let a = node(&inst, "a")
+        .catch_up_window(Duration::from_millis(0))
+        .build()
+        .unwrap();
     a.every(job.as_str(), "1h")
-        .handler(|_ctx| async { Ok::<_, Error>(()) })
+        .handler(|_ctx| async { Ok(()) })
         .unwrap();
     a.start().await.unwrap();
     sleep_ms(300).await;
@@ -1141,7 +1149,7 @@ async fn long_run_then_overlap(
     align(2_000, 100).await;
     let a = node(&Instance::new(store.clone()), "a").build().unwrap();
     a.every(job.as_str(), "2s")
-        .catch_up_ms(10_000)
+        .catch_up_window(Duration::from_secs(10))
         .handler(worker(starts, "a", 60_000, fail_on_cancel))
         .unwrap();
     a.start().await.unwrap();
@@ -1151,7 +1159,7 @@ async fn long_run_then_overlap(
     );
     let slot = starts.lock().unwrap()[0].1;
     let b = node(&Instance::new(store.clone()), "b")
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     let b_events = record_events(&b);
@@ -1194,7 +1202,7 @@ pub async fn b15_expired_run_is_replaced_and_the_due_slot_starts(store: Arc<dyn 
     assert_eq!(
         count(
             &b_events,
-            |e| matches!(e, Event::Interrupted { cause, .. } if cause == "replaced by the next slot")
+            |e| matches!(e, Event::Interrupted { cause, .. } if *cause == crate::InterruptCause::ReplacedByNextSlot)
         ),
         1
     );
@@ -1226,8 +1234,8 @@ pub async fn b35_final_record_is_never_overtaken_by_the_start_record(store: Arc<
     inst.slow_start_records(true);
     let a = node(&inst, "a").build().unwrap();
     a.every(job.as_str(), "1h")
-        .catch_up_ms(0)
-        .handler(|_ctx| async { Ok::<_, Error>(()) })
+        .catch_up_window(Duration::from_millis(0))
+        .handler(|_ctx| async { Ok(()) })
         .unwrap();
     a.start().await.unwrap();
     let rec = a.run_now(job.as_str(), None).await.unwrap();
@@ -1264,13 +1272,17 @@ pub async fn b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_l
     let ia = Instance::new(store.clone());
     ia.fail_claims(true);
     // No catch-up on `a`: it must learn of the run by watching, not by claiming it again.
-    let a = node(&ia, "a").clock(clock).catch_up_ms(0).build().unwrap();
+    let a = node(&ia, "a")
+        .clock(clock)
+        .catch_up_window(Duration::from_millis(0))
+        .build()
+        .unwrap();
     a.every(job.as_str(), "4s")
         .handler(worker(&starts, "a", 100, false))
         .unwrap();
     let b = node(&Instance::new(store.clone()), "b")
         .clock(clock)
-        .catch_up_ms(10_000)
+        .catch_up_window(Duration::from_secs(10))
         .build()
         .unwrap();
     b.every(job.as_str(), "4s")
@@ -1303,7 +1315,11 @@ pub async fn b14_a_claim_committed_after_its_caller_gave_up_is_handed_over_at_on
     let clock = Clock::tokio();
     let ia = Instance::new(store.clone());
     ia.lose_claim_answers(true);
-    let a = node(&ia, "a").clock(clock).catch_up_ms(0).build().unwrap();
+    let a = node(&ia, "a")
+        .clock(clock)
+        .catch_up_window(Duration::from_millis(0))
+        .build()
+        .unwrap();
     a.every(job.as_str(), "4s")
         .handler(worker(&starts, "a", 100, false))
         .unwrap();
@@ -1336,7 +1352,7 @@ pub async fn b17_stop_during_a_takeover_hands_the_run_over(store: Arc<dyn LeaseS
         let starts = Starts::default();
         let a = node(&Instance::new(store.clone()), "a")
             .clock(clock)
-            .catch_up_ms(0)
+            .catch_up_window(Duration::from_millis(0))
             .build()
             .unwrap();
         a.every(job.as_str(), "4s")
@@ -1346,7 +1362,7 @@ pub async fn b17_stop_during_a_takeover_hands_the_run_over(store: Arc<dyn LeaseS
         ib.delay_takeovers(before, after);
         let b = node(&ib, "b")
             .clock(clock)
-            .catch_up_ms(10_000)
+            .catch_up_window(Duration::from_secs(10))
             .build()
             .unwrap();
         b.every(job.as_str(), "4s")
@@ -1354,7 +1370,7 @@ pub async fn b17_stop_during_a_takeover_hands_the_run_over(store: Arc<dyn LeaseS
             .unwrap();
         let c = node(&Instance::new(store.clone()), "c")
             .clock(clock)
-            .catch_up_ms(0)
+            .catch_up_window(Duration::from_millis(0))
             .build()
             .unwrap();
         c.every(job.as_str(), "4s")
@@ -1393,7 +1409,11 @@ pub async fn b34_stop_waits_for_a_result_write_in_flight(store: Arc<dyn LeaseSto
     let clock = Clock::tokio();
     let ia = Instance::new(store.clone());
     ia.delay_owner_writes(400);
-    let a = node(&ia, "a").clock(clock).catch_up_ms(0).build().unwrap();
+    let a = node(&ia, "a")
+        .clock(clock)
+        .catch_up_window(Duration::from_millis(0))
+        .build()
+        .unwrap();
     a.every(job.as_str(), "4s")
         .handler(worker(&starts, "a", 100, false))
         .unwrap();
@@ -1430,7 +1450,7 @@ pub async fn b14_a_slot_skipped_for_overlap_then_started_late_elsewhere_is_backe
     // `a` runs one slot for 5 s, over the next slot (every 4 s).
     let a = node(&Instance::new(store.clone()), "a")
         .clock(clock)
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     a.every(job.as_str(), "4s")
@@ -1438,7 +1458,7 @@ pub async fn b14_a_slot_skipped_for_overlap_then_started_late_elsewhere_is_backe
         .unwrap();
     let b = node(&Instance::new(store.clone()), "b")
         .clock(clock)
-        .catch_up_ms(0)
+        .catch_up_window(Duration::from_millis(0))
         .build()
         .unwrap();
     b.every(job.as_str(), "4s")
@@ -1446,7 +1466,7 @@ pub async fn b14_a_slot_skipped_for_overlap_then_started_late_elsewhere_is_backe
         .unwrap();
     let c = node(&Instance::new(store.clone()), "c")
         .clock(clock)
-        .catch_up_ms(10_000)
+        .catch_up_window(Duration::from_secs(10))
         .build()
         .unwrap();
     c.every(job.as_str(), "4s")

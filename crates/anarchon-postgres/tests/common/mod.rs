@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anarchon_core::{Prepare, Store};
+use anarchon_core::store::{Prepare, Store};
 use anarchon_postgres::{PostgresOptions, PostgresStore};
 
 /// The server URL, or `None` after a SKIP line (a failure under ANARCHON_REQUIRE_SERVERS=1).
@@ -21,7 +21,9 @@ pub fn fresh_schema() -> String {
     format!("anarchon_test_{secs}_{:08x}", rand::random::<u32>())
 }
 
-/// A store on a fresh schema (not yet prepared).
+/// A store on a fresh schema (not yet prepared, not yet connected: the lazily connecting
+/// constructor, so tests can build one without an async context).
+#[allow(deprecated)]
 pub fn store_on(url: &str, schema: &str) -> PostgresStore {
     PostgresStore::new(url, PostgresOptions::default().schema(schema).pool_size(4))
         .expect("valid options")

@@ -17,7 +17,7 @@ pub mod schema;
 use std::fmt;
 use std::future::Future;
 
-use anarchon_core::{EpochMs, Error, Result};
+use anarchon_core::store::{EpochMs, Error, Result};
 
 /// A value bound to or read from a statement: the three storage classes the schema uses.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Finish, HistoryRecord, JobName, Lease, LeaseClaim, Overlap, OwnerWrite,
-    Reason, Renewal, Result, Retention, RunKey, RunStatus, RunView, Takeover, TakeoverOutcome,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Finish, JobName, Lease, LeaseClaim, Overlap, OwnerWrite, Reason,
+    Renewal, Result, Retention, RunKey, RunRecord, RunStatus, RunView, Takeover, TakeoverOutcome,
 };
 
 use super::{Exec, Row, Sql, Value, job_key};
@@ -143,7 +143,7 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
     insert_attempt(
         e,
         sql,
-        &HistoryRecord {
+        &RunRecord {
             job: c.run.job.clone(),
             slot: c.run.slot,
             scheduled_at: c.scheduled_at,
@@ -174,7 +174,8 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
     }))
 }
 
-/// [`anarchon_core::LeaseStore::heartbeat`]: one statement per [`BATCH`] leases. [B-13]
+/// [`anarchon_core::LeaseStore::heartbeat`]: one statement per 200 leases (4 bound parameters
+/// each, far below SQLite's limit). [B-13]
 pub async fn heartbeat<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -409,7 +410,7 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
     insert_attempt(
         e,
         sql,
-        &HistoryRecord {
+        &RunRecord {
             job: t.run.job.clone(),
             slot: t.run.slot,
             scheduled_at,
@@ -494,13 +495,13 @@ pub async fn unfinished_runs<E: Exec>(
     Ok(out)
 }
 
-/// [`anarchon_core::HistoryStore::history`]: newest first.
+/// [`anarchon_core::store::HistoryStore::history`]: newest first.
 pub async fn history<E: Exec>(
     e: &mut E,
     sql: &Sql,
     job: &JobName,
     count: usize,
-) -> Result<Vec<HistoryRecord>> {
+) -> Result<Vec<RunRecord>> {
     if count == 0 {
         return Ok(Vec::new());
     }
@@ -511,11 +512,11 @@ pub async fn history<E: Exec>(
     rows.iter().map(|r| history_record(sql, r)).collect()
 }
 
-/// [`anarchon_core::HistoryStore::record_manual`]: keyed by (job, slot, instance).
+/// [`anarchon_core::store::HistoryStore::record_manual`]: keyed by (job, slot, instance).
 pub async fn record_manual<E: Exec>(
     e: &mut E,
     sql: &Sql,
-    rec: &HistoryRecord,
+    rec: &RunRecord,
     retention: Retention,
 ) -> Result<()> {
     e.execute("BEGIN IMMEDIATE", &[]).await?;
@@ -546,7 +547,7 @@ pub async fn record_manual<E: Exec>(
             insert_attempt(
                 e,
                 sql,
-                &HistoryRecord {
+                &RunRecord {
                     manual: true,
                     ..rec.clone()
                 },
@@ -560,7 +561,7 @@ pub async fn record_manual<E: Exec>(
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::HistoryStore::known_jobs`], sorted.
+/// [`anarchon_core::store::HistoryStore::known_jobs`], sorted.
 pub async fn known_jobs<E: Exec>(e: &mut E, sql: &Sql) -> Result<Vec<JobName>> {
     let rows = e.query(&sql.st.known_jobs, &[]).await?;
     let mut jobs = Vec::with_capacity(rows.len());
@@ -599,7 +600,7 @@ async fn draw_fence<E: Exec>(e: &mut E, sql: &Sql, statement: &str, job: &str) -
     })
 }
 
-async fn insert_attempt<E: Exec>(e: &mut E, sql: &Sql, r: &HistoryRecord) -> Result<()> {
+async fn insert_attempt<E: Exec>(e: &mut E, sql: &Sql, r: &RunRecord) -> Result<()> {
     e.execute(
         &sql.st.insert_attempt,
         &[
@@ -770,10 +771,10 @@ fn run_view(sql: &Sql, row: &Row, now: EpochMs) -> Result<RunView> {
 }
 
 /// Maps the history columns (see `ATTEMPT_COLUMNS`).
-fn history_record(sql: &Sql, row: &Row) -> Result<HistoryRecord> {
+fn history_record(sql: &Sql, row: &Row) -> Result<RunRecord> {
     let reason = text_at(sql, row, 6)?;
     let fence = int(sql, row, 8)?;
-    Ok(HistoryRecord {
+    Ok(RunRecord {
         job: job_at(sql, row, 0)?,
         slot: int(sql, row, 1)?,
         scheduled_at: int(sql, row, 2)?,

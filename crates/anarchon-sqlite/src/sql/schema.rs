@@ -12,7 +12,7 @@
 //! | 1 | the tables `<prefix>`, `<prefix>_attempts`, `<prefix>_meta` |
 //! | 2 | the partial index `<prefix>_running` on running runs, so a claim's checks of earlier runs touch only the running ones |
 
-use anarchon_core::{Error, Result};
+use anarchon_core::store::{Error, Result};
 
 use super::ops::finish_tx;
 use super::{Exec, Sql, Tables, Value, render};

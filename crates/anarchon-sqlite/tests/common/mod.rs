@@ -9,9 +9,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anarchon_core::{
-    ClaimOutcome, EpochMs, Finish, HistoryRecord, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunView, Store, Takeover,
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
+    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
     TakeoverOutcome,
 };
 use anarchon_sqlite::SqliteStore;
@@ -28,7 +28,7 @@ pub struct TempStore {
 impl TempStore {
     pub async fn new() -> TempStore {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = SqliteStore::open(dir.path().join("anarchon.db"))
+        let store = SqliteStore::connect(dir.path().join("anarchon.db"))
             .await
             .expect("open store");
         TempStore { store, dir }
@@ -62,10 +62,10 @@ impl Store for TempStore {
 
 #[async_trait]
 impl HistoryStore for TempStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         self.store.history(job, count).await
     }
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.store.record_manual(record, retention).await
     }
     async fn known_jobs(&self) -> Result<Vec<JobName>> {
