@@ -393,7 +393,7 @@ fn s11_chaos_with_real_signals_keeps_every_guarantee() {
         // A handed-over run is continued by a backup, unless the job's next slot started
         // first: a claim of the next slot marks an earlier run whose lease ended (a release
         // ends it at once) interrupted, as for any run replaced by its next slot.
-        let replaced = |r: &anarchon::HistoryRecord| {
+        let replaced = |r: &anarchon::store::RunRecord| {
             r.finished_at.is_some_and(|f| {
                 starts
                     .iter()

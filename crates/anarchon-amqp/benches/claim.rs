@@ -21,10 +21,11 @@ use anarchon_amqp::amqprs::{
 };
 use anarchon_amqp::{AmqpOptions, AmqpStore};
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
-    ClaimStore, HistoryRecord, HistoryStore, JobName, Prepare, Reason, Retention, RunKey,
-    RunStatus, SlotClaim, SlotOutcome, Store,
+use anarchon_core::store::RunRecord;
+use anarchon_core::store::{
+    HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
 };
+use anarchon_core::{ClaimStore, JobName, Reason, RunStatus};
 use tokio::sync::oneshot;
 
 const INSTANCE: &str = "bench-instance";
@@ -208,7 +209,7 @@ async fn bench(url: &str, cfg: &BenchConfig, json: bool) {
     };
     rows.push(
         measure("record (append)", cfg, |i| {
-            let rec = HistoryRecord {
+            let rec = RunRecord {
                 job: job.clone(),
                 slot: base + i as i64,
                 scheduled_at: base + i as i64,

@@ -15,10 +15,9 @@ use amqprs::{
     Ack, BasicProperties, Cancel, Close, CloseChannel, DELIVERY_MODE_PERSISTENT,
     DELIVERY_MODE_TRANSIENT, FieldTable, FieldValue, Nack, Return,
 };
-use anarchon_core::{
-    ClaimStore, EpochMs, Error, HistoryRecord, HistoryStore, JobName, Prepare, Result, Retention,
-    SlotClaim, SlotOutcome, Store, redact_url,
-};
+use anarchon_core::store::RunRecord;
+use anarchon_core::store::{HistoryStore, Prepare, Retention, SlotClaim, SlotOutcome, Store};
+use anarchon_core::{ClaimStore, EpochMs, Error, JobName, Result, redact_url};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -197,7 +196,7 @@ enum Source {
 struct Entry {
     /// `history_size` when it was written: the newest entry's value applies.
     keep: u32,
-    record: HistoryRecord,
+    record: RunRecord,
 }
 
 /// A claim-only store on RabbitMQ. One winner per slot, no lease: no backup, takeover,
@@ -754,7 +753,7 @@ impl AmqpStore {
         Ok(())
     }
 
-    async fn put_record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn put_record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.note_jobs(std::slice::from_ref(&record.job)).await?;
         let queue = self.history_queue(&record.job);
         let body = serde_json::to_vec(&Entry {
@@ -897,7 +896,7 @@ impl Store for AmqpStore {
 
 #[async_trait]
 impl HistoryStore for AmqpStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         if count == 0 {
             return Ok(Vec::new());
         }
@@ -905,7 +904,7 @@ impl HistoryStore for AmqpStore {
             .read_stream("history", &self.history_queue(job))
             .await?;
         let mut keep = u32::MAX;
-        let mut latest: HashMap<(EpochMs, u32, bool, String), HistoryRecord> = HashMap::new();
+        let mut latest: HashMap<(EpochMs, u32, bool, String), RunRecord> = HashMap::new();
         for (kind, body) in messages {
             if kind != "record" {
                 continue;
@@ -917,7 +916,7 @@ impl HistoryStore for AmqpStore {
             let r = entry.record;
             latest.insert((r.slot, r.attempt, r.manual, r.instance_id.clone()), r);
         }
-        let mut records: Vec<HistoryRecord> = latest.into_values().collect();
+        let mut records: Vec<RunRecord> = latest.into_values().collect();
         // Retention by count: the newest `keep` runs, as the newest writer asked.
         records.sort_by_key(|r| std::cmp::Reverse((r.slot, r.attempt)));
         records.truncate(keep as usize);
@@ -928,7 +927,7 @@ impl HistoryStore for AmqpStore {
         Ok(records)
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.put_record(record, retention).await
     }
 
@@ -990,7 +989,7 @@ impl ClaimStore for AmqpStore {
         }
     }
 
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.put_record(record, retention).await
     }
 

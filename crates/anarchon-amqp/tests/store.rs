@@ -8,11 +8,12 @@ use std::time::Duration;
 use anarchon_amqp::amqprs::channel::{QueueDeclareArguments, QueueDeleteArguments};
 use anarchon_amqp::amqprs::connection::{Connection, OpenConnectionArguments};
 use anarchon_amqp::{AmqpError, AmqpOptions, AmqpStore};
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
-    ClaimStore, Error, HistoryRecord, HistoryStore, JobConfig, JobName, Prepare, Reason, Retention,
-    RunKey, RunStatus, Scheduler, SlotClaim, SlotOutcome, Store,
+use anarchon_core::store::RunRecord;
+use anarchon_core::store::{
+    HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
 };
+use anarchon_core::testkit::{server_url, unique_job};
+use anarchon_core::{ClaimStore, Error, JobConfig, JobName, Reason, RunStatus, Scheduler};
 use common::Proxy;
 
 fn host_ms() -> i64 {
@@ -189,8 +190,8 @@ async fn b29_after_an_outage_the_next_slots_are_claimed_again() {
     cleanup(&url, store.options().queue_prefix(), &[&job]).await;
 }
 
-fn record(job: &JobName, slot: i64, instance: &str) -> HistoryRecord {
-    HistoryRecord {
+fn record(job: &JobName, slot: i64, instance: &str) -> RunRecord {
+    RunRecord {
         job: job.clone(),
         slot,
         scheduled_at: slot,
@@ -368,7 +369,7 @@ async fn wrong_credentials_are_refused_without_echoing_them() {
     assert!(began.elapsed() < Duration::from_secs(10));
 }
 
-/// [B-22, B-28] Lease-only options and `history_ttl_ms` from configuration are errors
+/// [B-22, B-28] Lease-only options and `history_ttl` from configuration are errors
 /// naming them; `jitter_ms + max_late_ms` must stay below the slot TTL; a bad job name is
 /// refused.
 #[tokio::test]
@@ -380,7 +381,7 @@ async fn b28_options_a_claim_only_store_refuses() {
         .await
         .unwrap();
     let scheduler = Scheduler::claim_only(store).build().unwrap();
-    let noop = |_ctx| async { Ok::<_, Error>(()) };
+    let noop = |_ctx| async { Ok(()) };
     for (cfg, name) in [
         (
             JobConfig {
@@ -391,10 +392,10 @@ async fn b28_options_a_claim_only_store_refuses() {
         ),
         (
             JobConfig {
-                history_ttl_ms: Some(1000),
+                history_ttl: Some(Duration::from_secs(1)),
                 ..Default::default()
             },
-            "history_ttl_ms",
+            "history_ttl",
         ),
     ] {
         let err = scheduler
@@ -409,8 +410,8 @@ async fn b28_options_a_claim_only_store_refuses() {
     }
     let err = scheduler
         .every("late", "1s")
-        .jitter_ms(5_000)
-        .max_late_ms(25_000)
+        .jitter(Duration::from_secs(5))
+        .max_late(Duration::from_secs(25))
         .handler(noop)
         .unwrap_err();
     assert!(

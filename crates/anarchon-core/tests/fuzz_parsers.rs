@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use anarchon_core::slot::{CronSchedule, Schedule, parse_interval};
-use anarchon_core::{Error, JobConfig, JobName, JobOptions};
+use anarchon_core::{Error, JobConfig, JobKind, JobName, JobOptions};
 use proptest::prelude::*;
 
 /// Cases per property: enough to reach the odd corners, few enough for CI (the whole file
@@ -304,7 +304,7 @@ proptest! {
     fn job_config_from_json_is_refused_with_typed_errors(
         json in job_config_json(),
         lease in any::<bool>(),
-        kind in prop_oneof![Just("every"), Just("cron"), Just("at"), Just("other")],
+        kind in prop_oneof![Just(JobKind::Every), Just(JobKind::Cron), Just(JobKind::At)],
     ) {
         // serde_json refuses malformed or mistyped input with its own typed error.
         let Ok(config) = serde_json::from_str::<JobConfig>(&json) else {

@@ -8,10 +8,11 @@
 use std::time::Instant;
 
 use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::{
-    ClaimStore, HistoryRecord, HistoryStore, JobName, Prepare, Reason, Retention, RunKey,
-    RunStatus, SlotClaim, SlotOutcome, Store,
+use anarchon_core::store::RunRecord;
+use anarchon_core::store::{
+    HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
 };
+use anarchon_core::{ClaimStore, JobName, Reason, RunStatus};
 use anarchon_nats::async_nats::jetstream::{self, message::PublishMessage};
 use anarchon_nats::{NatsOptions, NatsStore, Storage};
 
@@ -101,7 +102,7 @@ async fn bench(url: &str, cfg: &BenchConfig, json: bool) {
     };
     rows.push(
         measure("record (write + prune to 100)", cfg, |i| {
-            let rec = HistoryRecord {
+            let rec = RunRecord {
                 job: job.clone(),
                 slot: base + i as i64,
                 scheduled_at: base + i as i64,

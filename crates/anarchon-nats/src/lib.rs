@@ -12,7 +12,7 @@
 //!     .every("sync", "10s")
 //!     .handler(|ctx| async move {
 //!         println!("slot {} on {}", ctx.slot, ctx.instance_id);
-//!         Ok::<_, anarchon_core::Error>(())
+//!         Ok(())
 //!     })?;
 //! scheduler.start().await?;
 //! # Ok(()) }

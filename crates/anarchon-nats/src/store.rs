@@ -5,10 +5,9 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anarchon_core::{
-    ClaimStore, EpochMs, Error, HistoryRecord, HistoryStore, JobName, Prepare, Result, Retention,
-    SlotClaim, SlotOutcome, Store, redact_url,
-};
+use anarchon_core::store::RunRecord;
+use anarchon_core::store::{HistoryStore, Prepare, Retention, SlotClaim, SlotOutcome, Store};
+use anarchon_core::{ClaimStore, EpochMs, Error, JobName, Result, redact_url};
 use async_nats::connection::State;
 use async_nats::jetstream::context::{GetStreamErrorKind, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
@@ -537,7 +536,7 @@ impl NatsStore {
         .await
     }
 
-    async fn put_record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn put_record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         let stream = self.ensure().await?;
         self.note_jobs(std::slice::from_ref(&record.job)).await?;
         let subject = format!(
@@ -620,7 +619,7 @@ impl Store for NatsStore {
 
 #[async_trait]
 impl HistoryStore for NatsStore {
-    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<HistoryRecord>> {
+    async fn history(&self, job: &JobName, count: usize) -> Result<Vec<RunRecord>> {
         if count == 0 {
             return Ok(Vec::new());
         }
@@ -629,12 +628,12 @@ impl HistoryStore for NatsStore {
             .subjects(&stream, format!("{}.>", self.subject("hist", job)))
             .await?;
         let stream = &stream;
-        let mut records: Vec<HistoryRecord> = self
+        let mut records: Vec<RunRecord> = self
             .bounded("history", async {
                 futures::stream::iter(subjects)
                     .map(|subject| async move {
                         match stream.get_last_raw_message_by_subject(&subject).await {
-                            Ok(m) => Ok(serde_json::from_slice::<HistoryRecord>(&m.payload).ok()),
+                            Ok(m) => Ok(serde_json::from_slice::<RunRecord>(&m.payload).ok()),
                             // Pruned between the listing and the read.
                             Err(e)
                                 if matches!(
@@ -660,7 +659,7 @@ impl HistoryStore for NatsStore {
         Ok(records)
     }
 
-    async fn record_manual(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.put_record(record, retention).await
     }
 
@@ -710,7 +709,7 @@ impl ClaimStore for NatsStore {
         }
     }
 
-    async fn record(&self, record: &HistoryRecord, retention: Retention) -> Result<()> {
+    async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
         self.put_record(record, retention).await
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anarchon_core::testkit::slow_enabled;
-use anarchon_core::{Error, Event, Scheduler};
+use anarchon_core::{Event, Scheduler};
 use anarchon_nats::{NatsOptions, NatsStore};
 use common::OwnNats;
 
@@ -39,13 +39,13 @@ async fn b29_broker_restart_next_slots_are_claimed_again() {
             .unwrap();
         let s = Scheduler::claim_only(store)
             .instance_id(format!("i{i}"))
-            .jitter_ms(50)
-            .max_late_ms(2_000)
-            .store_timeout_ms(1_000)
+            .jitter(Duration::from_millis(50))
+            .max_late(Duration::from_secs(2))
+            .store_timeout(Duration::from_secs(1))
             .build()
             .unwrap();
         s.every("tick", "500ms")
-            .handler(|_ctx| async { Ok::<_, Error>(()) })
+            .handler(|_ctx| async { Ok(()) })
             .unwrap();
         let mut events = s.events();
         let starts = starts.clone();
@@ -55,7 +55,7 @@ async fn b29_broker_restart_next_slots_are_claimed_again() {
                     starts
                         .lock()
                         .unwrap()
-                        .entry(run.slot)
+                        .entry(run.slot_ms())
                         .or_default()
                         .push(run.instance_id.clone());
                 }

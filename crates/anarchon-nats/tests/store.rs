@@ -5,11 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
-    ClaimStore, Error, HistoryRecord, HistoryStore, JobConfig, Prepare, Reason, Retention, RunKey,
-    RunStatus, Scheduler, SlotClaim, SlotOutcome, Store,
+use anarchon_core::store::RunRecord;
+use anarchon_core::store::{
+    HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
 };
+use anarchon_core::testkit::{server_url, unique_job};
+use anarchon_core::{ClaimStore, Error, JobConfig, Reason, RunStatus, Scheduler};
 use anarchon_nats::{NatsError, NatsOptions, NatsStore, Storage};
 use common::{OwnNats, Proxy, free_port};
 
@@ -122,7 +123,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
         writer.claim_slot(&claim(&job, slot, "w")).await.unwrap(),
         SlotOutcome::Won
     );
-    let rec = HistoryRecord {
+    let rec = RunRecord {
         job: job.clone(),
         slot,
         scheduled_at: slot,
@@ -265,7 +266,7 @@ async fn jetstream_disabled_is_a_clear_error() {
     assert!(err.to_string().contains("JetStream"), "{err}");
 }
 
-/// [B-22, B-28] On a claim-only store lease-only options and `history_ttl_ms` from
+/// [B-22, B-28] On a claim-only store lease-only options and `history_ttl` from
 /// configuration are errors naming them, `jitter_ms + max_late_ms` must stay below the
 /// duplicate window, and a bad job name is refused.
 #[tokio::test]
@@ -277,7 +278,7 @@ async fn b28_options_a_claim_only_store_refuses() {
         .await
         .unwrap();
     let scheduler = Scheduler::claim_only(store).build().unwrap();
-    let noop = |_ctx| async { Ok::<_, Error>(()) };
+    let noop = |_ctx| async { Ok(()) };
 
     for (cfg, name) in [
         (
@@ -296,31 +297,31 @@ async fn b28_options_a_claim_only_store_refuses() {
         ),
         (
             JobConfig {
-                catch_up_ms: Some(1000),
+                catch_up_window: Some(Duration::from_secs(1)),
                 ..Default::default()
             },
-            "catch_up_ms",
+            "catch_up_window",
         ),
         (
             JobConfig {
-                lease_ms: Some(1000),
+                lease: Some(Duration::from_secs(1)),
                 ..Default::default()
             },
-            "lease_ms",
+            "lease",
         ),
         (
             JobConfig {
-                heartbeat_ms: Some(100),
+                heartbeat: Some(Duration::from_millis(100)),
                 ..Default::default()
             },
-            "heartbeat_ms",
+            "heartbeat",
         ),
         (
             JobConfig {
-                history_ttl_ms: Some(1000),
+                history_ttl: Some(Duration::from_secs(1)),
                 ..Default::default()
             },
-            "history_ttl_ms",
+            "history_ttl",
         ),
     ] {
         let err = scheduler
@@ -338,7 +339,7 @@ async fn b28_options_a_claim_only_store_refuses() {
     // 2 s jitter (default) + 30 s late reaches the 30 s window.
     let err = scheduler
         .every("late", "1s")
-        .max_late_ms(28_000)
+        .max_late(Duration::from_secs(28))
         .handler(noop)
         .unwrap_err();
     assert!(
@@ -354,7 +355,7 @@ async fn b28_options_a_claim_only_store_refuses() {
     assert!(err.to_string().contains("30000 ms"), "{err}");
     scheduler
         .every("fits", "1s")
-        .max_late_ms(27_000)
+        .max_late(Duration::from_secs(27))
         .handler(noop)
         .unwrap();
 

@@ -3,6 +3,9 @@
 //! build a store or be refused with a `PostgresError` (an `InvalidOption` for the core),
 //! never panic. Nothing connects: `new` only parses. A fixed number of cases keeps CI quick;
 //! `ANARCHON_FUZZ_CASES=<n>` runs more.
+// The lazy, synchronous `PostgresStore::new` parses a URL without connecting: what
+// these tests need; it stays as a deprecated alias.
+#![allow(deprecated)]
 
 use anarchon_core::Error;
 use anarchon_postgres::{PostgresError, PostgresOptions, PostgresStore};

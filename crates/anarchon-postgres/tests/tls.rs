@@ -1,15 +1,18 @@
 //! The store over TLS, against the TLS-only PostgreSQL that `cargo xtask test-servers --tls`
 //! starts with a test CA: `ANARCHON_POSTGRES_TLS_URL`, `ANARCHON_TLS_CA` (the CA that signed
 //! the server's certificate) and `ANARCHON_TLS_OTHER_CA` (a CA that signed nothing).
+// The lazy, synchronous `PostgresStore::new` parses a URL without connecting: what
+// these tests need; it stays as a deprecated alias.
+#![allow(deprecated)]
 #![cfg(feature = "tls")]
 
 use std::time::Duration;
 
-use anarchon_core::testkit::{server_url, unique_job};
-use anarchon_core::{
-    ClaimOutcome, Error, Finish, HistoryStore, LeaseClaim, LeaseStore, Overlap, OwnerWrite,
-    Prepare, Reason, Retention, RunKey, RunStatus, Store,
+use anarchon_core::store::{
+    ClaimOutcome, Finish, HistoryStore, LeaseClaim, OwnerWrite, Prepare, Retention, RunKey, Store,
 };
+use anarchon_core::testkit::{server_url, unique_job};
+use anarchon_core::{Error, LeaseStore, Overlap, Reason, RunStatus};
 use anarchon_postgres::{PostgresOptions, PostgresStore};
 
 /// The TLS server's URL without its query, and the two CA files; `None` after a SKIP line.
@@ -49,7 +52,7 @@ fn options(schema: &str) -> PostgresOptions {
 }
 
 async fn prepared(url: &str, schema: &str, jobs: &[&anarchon_core::JobName]) -> PostgresStore {
-    let store = PostgresStore::connect(url, options(schema))
+    let store = PostgresStore::connect_with(url, options(schema))
         .await
         .expect("connect over TLS");
     store
@@ -175,7 +178,7 @@ async fn verify_full_against_the_wrong_ca_is_refused_and_says_why() {
         &base,
         &format!("sslmode=verify-full&sslrootcert={}", enc(&other)),
     );
-    let err = PostgresStore::connect(&url, options(&schema()))
+    let err = PostgresStore::connect_with(&url, options(&schema()))
         .await
         .expect_err("a certificate signed by another CA must be refused");
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
@@ -196,12 +199,12 @@ async fn require_encrypts_and_disable_is_refused_by_a_tls_only_server() {
     let Some((base, _, _)) = server() else {
         return;
     };
-    let store = PostgresStore::connect(&with(&base, "sslmode=require"), options(&schema()))
+    let store = PostgresStore::connect_with(&with(&base, "sslmode=require"), options(&schema()))
         .await
         .expect("require connects without a CA");
     assert!(encrypted(&store).await);
     store.close().await.unwrap();
-    let err = PostgresStore::connect(&with(&base, "sslmode=disable"), options(&schema()))
+    let err = PostgresStore::connect_with(&with(&base, "sslmode=disable"), options(&schema()))
         .await
         .expect_err("the server takes TLS connections only");
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");

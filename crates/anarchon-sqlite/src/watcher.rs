@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anarchon_core::{JobName, RunKey};
+use anarchon_core::JobName;
+use anarchon_core::store::RunKey;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::broadcast;
 

@@ -856,7 +856,7 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         }
         opts.validate()?;
         if let Backend::Claim(store) = &self.scheduler.shared.backend {
-            crate::store::check_claim_window(store.as_ref(), opts.jitter_ms, opts.max_late_ms)?;
+            crate::store::check_claim_window(store.as_ref(), opts.jitter_ms(), opts.max_late_ms())?;
         }
         let schedule = match self.spec? {
             Spec::Every(interval) => Schedule::every(interval, opts.offset_ms())?,
