@@ -1261,6 +1261,33 @@ async fn align_on(clock: &Clock, period_ms: u64, after: u64) -> EpochMs {
     next
 }
 
+/// An instance of the kit's timing with an `every 4s` job, on `clock`.
+fn every_4s<F>(
+    inst: &Instance,
+    id: &str,
+    clock: Clock,
+    catch_up: Duration,
+    job: &JobName,
+    handler: F,
+) -> Scheduler<Leased>
+where
+    F: Fn(
+            crate::JobContext,
+        )
+            -> futures::future::BoxFuture<'static, std::result::Result<(), crate::HandlerError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    let s = node(inst, id)
+        .clock(clock)
+        .catch_up_window(catch_up)
+        .build()
+        .unwrap();
+    s.every(job.as_str(), "4s").handler(handler).unwrap();
+    s
+}
+
 /// [B-14] A run only one instance knows of is still backed up: `a`'s claim of the slot
 /// failed, then `b` started the slot late (catch-up) and crashed; `a` takes it over.
 pub async fn b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_late(
@@ -1272,14 +1299,14 @@ pub async fn b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_l
     let ia = Instance::new(store.clone());
     ia.fail_claims(true);
     // No catch-up on `a`: it must learn of the run by watching, not by claiming it again.
-    let a = node(&ia, "a")
-        .clock(clock)
-        .catch_up_window(Duration::from_millis(0))
-        .build()
-        .unwrap();
-    a.every(job.as_str(), "4s")
-        .handler(worker(&starts, "a", 100, false))
-        .unwrap();
+    let a = every_4s(
+        &ia,
+        "a",
+        clock,
+        Duration::from_millis(0),
+        &job,
+        worker(&starts, "a", 100, false),
+    );
     let b = node(&Instance::new(store.clone()), "b")
         .clock(clock)
         .catch_up_window(Duration::from_secs(10))
@@ -1315,14 +1342,14 @@ pub async fn b14_a_claim_committed_after_its_caller_gave_up_is_handed_over_at_on
     let clock = Clock::tokio();
     let ia = Instance::new(store.clone());
     ia.lose_claim_answers(true);
-    let a = node(&ia, "a")
-        .clock(clock)
-        .catch_up_window(Duration::from_millis(0))
-        .build()
-        .unwrap();
-    a.every(job.as_str(), "4s")
-        .handler(worker(&starts, "a", 100, false))
-        .unwrap();
+    let a = every_4s(
+        &ia,
+        "a",
+        clock,
+        Duration::from_millis(0),
+        &job,
+        worker(&starts, "a", 100, false),
+    );
     a.start().await.unwrap();
     let slot = align_on(&clock, 4_000, 100).await;
     ia.lose_claim_answers(false);
@@ -1360,14 +1387,14 @@ pub async fn b17_stop_during_a_takeover_hands_the_run_over(store: Arc<dyn LeaseS
             .unwrap();
         let ib = Instance::new(store.clone());
         ib.delay_takeovers(before, after);
-        let b = node(&ib, "b")
-            .clock(clock)
-            .catch_up_window(Duration::from_secs(10))
-            .build()
-            .unwrap();
-        b.every(job.as_str(), "4s")
-            .handler(worker(&starts, "b", 60_000, true))
-            .unwrap();
+        let b = every_4s(
+            &ib,
+            "b",
+            clock,
+            Duration::from_secs(10),
+            &job,
+            worker(&starts, "b", 60_000, true),
+        );
         let c = node(&Instance::new(store.clone()), "c")
             .clock(clock)
             .catch_up_window(Duration::from_millis(0))
@@ -1409,14 +1436,14 @@ pub async fn b34_stop_waits_for_a_result_write_in_flight(store: Arc<dyn LeaseSto
     let clock = Clock::tokio();
     let ia = Instance::new(store.clone());
     ia.delay_owner_writes(400);
-    let a = node(&ia, "a")
-        .clock(clock)
-        .catch_up_window(Duration::from_millis(0))
-        .build()
-        .unwrap();
-    a.every(job.as_str(), "4s")
-        .handler(worker(&starts, "a", 100, false))
-        .unwrap();
+    let a = every_4s(
+        &ia,
+        "a",
+        clock,
+        Duration::from_millis(0),
+        &job,
+        worker(&starts, "a", 100, false),
+    );
     a.start().await.unwrap();
     let slot = align_on(&clock, 4_000, 50).await;
     first_start_of(&starts, "a", 1_000).await;
