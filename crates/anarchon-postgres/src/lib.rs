@@ -93,7 +93,10 @@ const MAX_RETRIES: u32 = 16;
 
 /// Options of a [`PostgresStore`]. Build them with the setters:
 /// `PostgresOptions::default().table("jobs_runs").schema("ops")`.
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output shows `listen_url` redacted, so logging the options never prints a
+/// password.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct PostgresOptions {
     /// Table prefix (default `anarchon_runs`).
@@ -115,6 +118,24 @@ pub struct PostgresOptions {
     /// `synchronous_commit` on the connections the store opens (default on). Read
     /// [`PostgresOptions::synchronous_commit`] before turning it off.
     pub synchronous_commit: bool,
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("table", &self.table)
+            .field("schema", &self.schema)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("fast_handover", &self.fast_handover)
+            .field(
+                "listen_url",
+                &self.listen_url.as_deref().map(anarchon_core::redact_url),
+            )
+            .field("synchronous_commit", &self.synchronous_commit)
+            .finish()
+    }
 }
 
 impl Default for PostgresOptions {

@@ -163,3 +163,12 @@ proptest! {
         check(&input)?;
     }
 }
+
+/// The options' `Debug` output never shows the LISTEN URL's password.
+#[test]
+fn options_debug_hides_the_listen_urls_password() {
+    let options = PostgresOptions::default().listen_url("postgres://app:s3cr3t-pw@db:5432/app");
+    let text = format!("{options:?}");
+    assert!(!text.contains("s3cr3t-pw"), "{text}");
+    assert!(text.contains("listen_url"), "{text}");
+}
