@@ -230,3 +230,31 @@ async fn s11_health_reports_an_outage_and_the_recovery_catches_up_the_missed_slo
     );
     s.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn s11_event_capacity_takes_extreme_values_and_a_slow_receiver_lags() {
+    for capacity in [0, 1, usize::MAX] {
+        Scheduler::leased(MemoryStore::new())
+            .event_capacity(capacity)
+            .build()
+            .unwrap();
+    }
+    let s = Scheduler::leased(MemoryStore::new())
+        .clock(Clock::tokio())
+        .jitter(Duration::ZERO)
+        .event_capacity(2)
+        .build()
+        .unwrap();
+    let mut rx = s.events();
+    s.every("tick", "1s")
+        .handler(|_ctx| async { Ok(()) })
+        .unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // Several runs' events went by: the receiver that never read lost the oldest.
+    assert!(matches!(
+        rx.recv().await,
+        Err(tokio::sync::broadcast::error::RecvError::Lagged(_))
+    ));
+    s.stop(Duration::from_secs(1)).await.unwrap();
+}

@@ -515,7 +515,8 @@ impl Driver {
             Event::Skip { job, slot, reason } => {
                 tracing::debug!(%job, %slot, reason = reason.as_str(), "skip")
             }
-            other => tracing::info!(event = other.name(), "{other:?}"),
+            // One line per event at debug: at thousands of jobs, info would flood the log.
+            other => tracing::debug!(event = other.name(), "{other}"),
         }
         let _ = self.shared.events.send(event);
     }
@@ -603,12 +604,12 @@ impl Driver {
         }
     }
 
+    /// Publishes the number of leased runs owned here (O(1): the `held` map).
     fn update_leases_held(&self) {
-        let held = self.active.values().filter(|a| a.machine.renews()).count() as u64;
         self.shared
             .health
             .leases_held
-            .store(held, Ordering::Relaxed);
+            .store(self.held.len() as u64, Ordering::Relaxed);
     }
 
     // ----- start -------------------------------------------------------------------------

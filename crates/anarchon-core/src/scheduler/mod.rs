@@ -236,7 +236,7 @@ pub struct Health {
     pub stalled: bool,
     /// Time since the driver loop last turned.
     pub driver_idle: Duration,
-    /// Leases this instance holds now.
+    /// Runs this instance owns under a lease now (running, or writing their result).
     pub leases_held: u64,
     /// The last store error since the store last answered, if any (cleared when a store
     /// call succeeds again).
@@ -308,6 +308,7 @@ pub struct SchedulerBuilder<M> {
     clock: Clock,
     abort_grace: Duration,
     stop_timeout: Duration,
+    event_capacity: usize,
     parent: Option<CancellationToken>,
     error: Option<Error>,
     _mode: PhantomData<M>,
@@ -327,6 +328,7 @@ impl<M: Mode> SchedulerBuilder<M> {
             clock: Clock::System,
             abort_grace: Duration::from_secs(5),
             stop_timeout: Duration::from_secs(30),
+            event_capacity: 1024,
             parent: None,
             error: None,
             _mode: PhantomData,
@@ -432,6 +434,16 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.stop_timeout = timeout;
         self
     }
+    /// How many events the broadcast channel of [`Scheduler::events`] keeps for a receiver
+    /// that falls behind (default 1024; taken within 1 ..= 1,048,576, since the channel
+    /// allocates its whole buffer up front). A slower receiver gets
+    /// `RecvError::Lagged(n)`: it lost the `n` oldest events and goes on with the next. With
+    /// thousands of jobs, raise it or keep the receiver quick; the scheduler never waits for
+    /// a receiver.
+    pub fn event_capacity(mut self, events: usize) -> Self {
+        self.event_capacity = events.clamp(1, 1 << 20);
+        self
+    }
 
     /// Validates the options and builds the scheduler.
     ///
@@ -499,7 +511,7 @@ impl<M: Mode> SchedulerBuilder<M> {
                     default_stop_timeout: self.stop_timeout,
                 },
                 jobs: Mutex::default(),
-                events: broadcast::channel(1024).0,
+                events: broadcast::channel(self.event_capacity).0,
                 driver: Mutex::new(DriverState::Idle),
                 health: Arc::default(),
             }),
@@ -1078,7 +1090,8 @@ impl<M: Mode> Scheduler<M> {
     }
 
     /// Subscribes to the events of this instance (a `tokio::sync::broadcast` receiver: a
-    /// receiver that falls more than 1024 events behind loses the oldest). See [`Event`] for
+    /// receiver that falls more than [`SchedulerBuilder::event_capacity`] (1024) events
+    /// behind loses the oldest and gets `RecvError::Lagged`). See [`Event`] for
     /// an example. [B-38]
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.events.subscribe()
