@@ -258,3 +258,25 @@ async fn s11_event_capacity_takes_extreme_values_and_a_slow_receiver_lags() {
     ));
     s.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+/// A job whose claims keep failing watches each missed slot only while someone may still
+/// claim it (until its next slot is due, with the default catch-up): the backup poll stays
+/// a couple of runs long instead of growing by one run per slot for minutes.
+#[tokio::test(start_paused = true)]
+async fn s11_pending_watches_of_missed_slots_stay_bounded() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+    let inst = Instance::new(store.clone());
+    inst.fail_claims(true);
+    let s = node(&inst, "a").clock(Clock::tokio()).build().unwrap();
+    s.every("often", "1s")
+        .handler(|_ctx| async { Ok(()) })
+        .unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let most = inst.max_runs_asked();
+    assert!(
+        (1..=3).contains(&most),
+        "a backup poll asked for {most} runs after 20 missed slots"
+    );
+    s.stop(Duration::from_secs(1)).await.unwrap();
+}

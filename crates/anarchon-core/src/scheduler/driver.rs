@@ -709,15 +709,22 @@ impl Driver {
 
     /// The last moment (instance clock) any instance may still claim `slot`: a scheduled
     /// claim until `max_late`, a catch-up until `catch_up`, plus one lease of slack for a
-    /// claim in flight.
+    /// claim in flight. Instances claim only the newest due slot (and catch-up `Latest`
+    /// only the newest too), so unless the job replays every missed slot (`CatchUp::All`)
+    /// nobody claims `slot` once the next one is due: a job keeps at most a couple of
+    /// pending watches however often its slots are skipped.
     fn claimable_until(&self, job: &JobDef, slot: EpochMs) -> EpochMs {
+        let slack = self.lease_ms().min(i64::MAX as u64) as EpochMs;
         let catch_up = match job.opts.catch_up {
             CatchUp::None => 0,
             _ => job.opts.catch_up_ms(),
         };
         let window = job.opts.max_late_ms().max(catch_up).min(i64::MAX as u64) as EpochMs;
-        slot.saturating_add(window)
-            .saturating_add(self.lease_ms().min(i64::MAX as u64) as EpochMs)
+        let by_window = slot.saturating_add(window).saturating_add(slack);
+        match (job.opts.catch_up, job.schedule.next_after(slot)) {
+            (CatchUp::All { .. }, _) | (_, None) => by_window,
+            (_, Some(next)) => by_window.min(next.saturating_add(slack)),
+        }
     }
 
     fn claim(&mut self, job: Arc<JobDef>, slot: EpochMs, reason: Reason, not_after: EpochMs) {

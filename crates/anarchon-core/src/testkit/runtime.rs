@@ -90,6 +90,8 @@ struct Faults {
     write_delay: std::sync::atomic::AtomicU64,
     /// Takeovers sent through this handle.
     takeovers: AtomicUsize,
+    /// The most runs one `runs` call asked for (the backup poll's size).
+    max_runs_asked: AtomicUsize,
 }
 
 impl Instance {
@@ -127,6 +129,10 @@ impl Instance {
     /// Delays finishes and releases by `ms` before they reach the store.
     pub fn delay_owner_writes(&self, ms: u64) {
         self.faults.write_delay.store(ms, Ordering::SeqCst);
+    }
+    /// The most runs one `runs` call (a backup poll) asked for so far.
+    pub fn max_runs_asked(&self) -> usize {
+        self.faults.max_runs_asked.load(Ordering::SeqCst)
     }
     /// Takeovers sent through this handle so far.
     pub fn takeovers(&self) -> usize {
@@ -275,6 +281,9 @@ impl LeaseStore for Instance {
     async fn runs(&self, r: &[RunKey]) -> Result<Vec<RunView>> {
         self.gate().await;
         self.failing()?;
+        self.faults
+            .max_runs_asked
+            .fetch_max(r.len(), Ordering::SeqCst);
         self.inner.runs(r).await
     }
     async fn unfinished_runs(&self, j: &[JobName]) -> Result<Vec<RunView>> {
