@@ -63,6 +63,24 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// The process-wide registry has no scheduler of this name (or one of the other mode).
+    #[error(
+        "no scheduler named {name:?} is configured in this process; call \
+         anarchon::registry::configure({name:?}, scheduler) first"
+    )]
+    UnknownScheduler {
+        /// The name.
+        name: String,
+    },
+    /// The process-wide registry already has a scheduler of this name.
+    #[error(
+        "a scheduler named {name:?} is already configured in this process; give each its own \
+         name, or take it with registry::leased({name:?})"
+    )]
+    DuplicateScheduler {
+        /// The name.
+        name: String,
+    },
     /// An option has a value that is invalid, contradicts another option or the store.
     #[error("invalid option `{option}`: {reason}")]
     InvalidOption {
