@@ -844,6 +844,8 @@ impl Driver {
         e: &Error,
     ) {
         let message = e.to_string();
+        // One failed call, however many claims it carried: health counts calls.
+        let failures_before = self.failures;
         for (i, (job, slot, reason)) in items.into_iter().enumerate() {
             let err = if i == 0 {
                 Error::store(
@@ -860,6 +862,11 @@ impl Driver {
             };
             self.claimed(job, slot, reason, sent, Err(err));
         }
+        self.failures = failures_before.saturating_add(1);
+        self.shared
+            .health
+            .store_unreachable
+            .store(self.failures >= UNREACHABLE_AFTER, Ordering::Relaxed);
     }
 
     fn claimed(
