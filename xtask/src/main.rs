@@ -44,6 +44,15 @@ commands:
       log; exits non-zero on any violation and prints the seed to replay it.
   bench <store> [--json]
       Run the claim bench of crates/anarchon-<store> (cargo bench --bench claim).
+  bench scale --store redis|postgres|sqlite|libsql [--jobs N] [--instances K] [--seconds S]
+              [--ceiling-seconds C] [--json] [--keep]
+      K scheduler processes (examples/bench-node.rs, release) with N `every 1s` jobs each
+      on a fresh namespace of the store for S seconds: slots started within their second,
+      missed, duplicates, start lag, CPU and RSS per instance, beside the store's own
+      ceiling for batches of 256 writes measured in the same run (defaults 1000, 3, 60).
+  bench precision [--store sqlite,redis,postgres] [--seconds S] [--instances K] [--json]
+      Start lag of one `every 1s` job on K instances (3) per store for S seconds (30),
+      beside the p99 of the store's bare one-row operation (PING, a committed UPDATE).
 ";
 
 fn main() -> ExitCode {

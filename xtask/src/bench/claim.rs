@@ -1,4 +1,4 @@
-//! `cargo xtask bench <store>`: a store's claim bench, with the test servers' URLs.
+//! `cargo xtask bench <store>`: a store's claim micro-bench, with the test servers' URLs.
 //!
 //! Runs `cargo bench -p anarchon-<store> --bench claim -- [--json]`. The bench binaries use
 //! the shared frame in `anarchon_core::bench` (warm-up, fixed op count, min/p50/p99, the

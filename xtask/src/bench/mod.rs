@@ -1,0 +1,22 @@
+//! `cargo xtask bench`: a store's claim micro-bench (`bench <store>`), and the scale and
+//! start-precision benches (`bench scale`, `bench precision`) that run real scheduler
+//! processes (`examples/bench-node.rs`, built in release) against a store.
+
+mod claim;
+mod node;
+mod precision;
+mod scale;
+mod session;
+mod stats;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
+    match args.first().map(String::as_str) {
+        Some("scale") => scale::run(&args[1..]),
+        Some("precision") => precision::run(&args[1..]),
+        _ => claim::run(args),
+    }
+}
