@@ -174,6 +174,17 @@ fn target_dir() -> PathBuf {
 /// Builds the bench node in release and returns its path.
 pub(crate) fn build_node() -> Result<PathBuf> {
     let mut command = util::cargo();
+    // `cargo xtask` (a `cargo run`) hands xtask's own package variables to us; build scripts
+    // such as ring's rerun when they change, which would rebuild half the release tree.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || matches!(&*key, "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "OUT_DIR")
+        {
+            command.env_remove(&*key);
+        }
+    }
     command.args([
         "build",
         "--release",
