@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::run::{InterruptCause, Note, OwnerEffect, OwnerInput, OwnerRun, Write, WriteAnswer};
+use super::telemetry;
 use super::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote, WatchState};
 use super::{Backend, Command, JobDef, Shared};
 use crate::context::{Data, JobContext, RunControl};
@@ -187,6 +188,8 @@ struct Active {
     started: Instant,
     started_at: EpochMs,
     scheduled_at: EpochMs,
+    /// The run's `anarchon.run` span: its store writes are children of it.
+    span: tracing::Span,
     last_renewed: Instant,
     /// Resolves when the `running` history record of a manual or claim-only run is written,
     /// so its final record is never written before it (a pooled store could reorder them).
@@ -250,8 +253,26 @@ struct Driver {
     missed: HashSet<JobName>,
     /// What the store was last told by `set_watching`.
     watching: bool,
+    /// Runs owned and watched as last published to the metrics gauges.
+    gauges: (usize, usize),
     /// Claims of this loop turn, sent together at its end (stores that batch claims).
     claim_queue: Vec<(Arc<JobDef>, EpochMs, Reason, LeaseClaim)>,
+}
+
+/// How many slots from `from` (included) to `to` (excluded): counted one by one up to a cap,
+/// so a process paused for a day costs bounded work (the count then says "at least").
+fn slots_between(schedule: &Schedule, from: EpochMs, to: EpochMs) -> u64 {
+    const CAP: u64 = 100_000;
+    let mut n = 0;
+    let mut at = from;
+    while at < to && n < CAP {
+        n += 1;
+        match schedule.next_after(at) {
+            Some(next) if next > at => at = next,
+            _ => break,
+        }
+    }
+    n
 }
 
 /// The driver task's body.
@@ -295,6 +316,7 @@ pub(crate) async fn run(
         failures: 0,
         missed: HashSet::new(),
         watching: false,
+        gauges: (usize::MAX, usize::MAX),
         claim_queue: Vec::new(),
     };
     d.begin(jobs);
@@ -333,6 +355,7 @@ pub(crate) async fn run(
         }
         d.flush_claims();
         d.announce_watching();
+        d.publish_gauges();
         if d.stopping && (d.stop_forced || d.settled()) {
             break;
         }
@@ -494,6 +517,7 @@ impl Driver {
     }
 
     fn emit(&self, event: Event) {
+        telemetry::event(&self.shared.cfg.instance_id, &event);
         match &event {
             Event::Error {
                 operation,
@@ -525,7 +549,8 @@ impl Driver {
         self.emit(Event::Error {
             operation,
             job: job.cloned(),
-            message: e.to_string(),
+            // The whole source chain: "claim: connection reset: os error 104".
+            message: telemetry::error_chain(e),
         });
     }
 
@@ -564,6 +589,24 @@ impl Driver {
         }
     }
 
+    /// Publishes runs owned and watched when they changed (two map lengths: O(1)).
+    fn publish_gauges(&mut self) {
+        let now = (self.held.len(), self.watches.len());
+        if now != self.gauges {
+            self.gauges = now;
+            telemetry::gauges(&self.shared.cfg.instance_id, now.0, now.1);
+        }
+    }
+
+    /// `count` slots of `job` not claimed in time: counted for `health()` and metrics.
+    fn note_late(&self, job: &JobName, count: u64) {
+        self.shared
+            .health
+            .slots_late
+            .fetch_add(count, Ordering::Relaxed);
+        telemetry::slots_late(&self.shared.cfg.instance_id, job.as_str(), count);
+    }
+
     fn count(&mut self, ok: bool) {
         if ok {
             self.store_answered();
@@ -579,12 +622,44 @@ impl Driver {
         F: std::future::Future<Output = Result<T>> + Send + 'static,
         M: FnOnce(Result<T>) -> Msg + Send + 'static,
     {
+        self.call_in(tracing::Span::none(), operation, fut, to_msg);
+    }
+
+    /// [`Self::call`] inside a `anarchon.store` span (at debug) whose parent is `parent`
+    /// (the run's span for a run's own writes).
+    fn call_in<T, F, M>(
+        &mut self,
+        parent: tracing::Span,
+        operation: &'static str,
+        fut: F,
+        to_msg: M,
+    ) where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T>> + Send + 'static,
+        M: FnOnce(Result<T>) -> Msg + Send + 'static,
+    {
+        use tracing::Instrument;
         let shared = self.shared.clone();
         let tx = self.msgs.clone();
-        self.tasks.spawn(async move {
-            let result = bounded(&shared, operation, fut).await;
-            let _ = tx.send(to_msg(result));
-        });
+        let span = tracing::debug_span!(
+            parent: &parent,
+            "anarchon.store",
+            operation,
+            store = shared.backend.history().kind(),
+            error = tracing::field::Empty,
+        );
+        self.tasks.spawn(
+            async move {
+                let sent = Instant::now();
+                let result = bounded(&shared, operation, fut).await;
+                telemetry::store_call(&shared.cfg.instance_id, operation, sent.elapsed());
+                if let Err(e) = &result {
+                    tracing::Span::current().record("error", telemetry::error_chain(e).as_str());
+                }
+                let _ = tx.send(to_msg(result));
+            }
+            .instrument(span),
+        );
     }
 
     fn is_here(&self, key: &RunKey) -> bool {
@@ -880,6 +955,14 @@ impl Driver {
         let key = RunKey::new(job.name.clone(), slot);
         self.flight_end(&key);
         self.count(result.is_ok());
+        let outcome = match &result {
+            Ok(ClaimOutcome::Won(_)) => "won",
+            Ok(ClaimOutcome::Taken) => "taken",
+            Ok(ClaimOutcome::Late { .. }) => "late",
+            Ok(ClaimOutcome::Overlap { .. }) => "overlap",
+            Err(_) => "error",
+        };
+        telemetry::claim(&self.shared.cfg.instance_id, job.name.as_str(), outcome);
         let catching_up = reason == Reason::CatchUp;
         let skip = |reason| Event::Skip {
             job: job.name.clone(),
@@ -903,6 +986,7 @@ impl Driver {
                 self.watch(key, Watch::live());
             }
             Ok(ClaimOutcome::Late { .. }) => {
+                self.note_late(&job.name, 1);
                 self.emit(skip(SkipReason::Late));
                 // Another instance may have claimed it in time, or may still (catch-up).
                 let until = self.claimable_until(&job, slot);
@@ -931,6 +1015,17 @@ impl Driver {
 
     fn slot_claimed(&mut self, job: Arc<JobDef>, slot: EpochMs, result: Result<SlotOutcome>) {
         self.count(result.is_ok());
+        let outcome = match &result {
+            Ok(SlotOutcome::Won) => "won",
+            Ok(SlotOutcome::Late) => "late",
+            Ok(SlotOutcome::Unknown) => "unknown",
+            Ok(_) => "taken",
+            Err(_) => "error",
+        };
+        telemetry::claim(&self.shared.cfg.instance_id, job.name.as_str(), outcome);
+        if matches!(result, Ok(SlotOutcome::Late)) {
+            self.note_late(&job.name, 1);
+        }
         match result {
             Ok(SlotOutcome::Won) => {
                 if self.stopping {
@@ -985,7 +1080,24 @@ impl Driver {
                 }
                 // Only the newest due slot is ever claimed. [B-10]
                 let now = self.now_ms();
-                let slot = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
+                let newest = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
+                if newest > slot {
+                    // The timer fired after a newer slot was due (an overloaded or paused
+                    // process): the armed slot and any between are not claimed here. Say so,
+                    // and back the armed slot up in case another instance claimed it. [B-10]
+                    let skipped = slots_between(&job.schedule, slot, newest);
+                    self.note_late(&job.name, skipped);
+                    self.emit(Event::Skip {
+                        job: job.name.clone(),
+                        slot: to_datetime(slot),
+                        reason: SkipReason::Late,
+                    });
+                    if matches!(self.shared.backend, Backend::Lease(_)) {
+                        let until = self.claimable_until(&job, slot);
+                        self.watch(RunKey::new(job.name.clone(), slot), Watch::pending(until));
+                    }
+                }
+                let slot = newest;
                 let not_after =
                     slot.saturating_add(job.opts.max_late_ms().min(i64::MAX as u64) as EpochMs);
                 self.claim(job.clone(), slot, Reason::Scheduled, not_after);
@@ -1104,6 +1216,26 @@ impl Driver {
             self.held.insert(l.run.clone(), id);
         }
         let leased = lease.is_some();
+        // Every run executes in a span naming it; its store writes are child spans.
+        let span = tracing::info_span!(
+            "anarchon.run",
+            job = %info.job,
+            slot = %info.slot.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            attempt = info.attempt,
+            fence = info.fence,
+            reason = info.reason.as_str(),
+            instance = %info.instance_id,
+            status = tracing::field::Empty,
+        );
+        if !info.manual {
+            let lag = self.now_ms().saturating_sub(info.slot_ms()).max(0);
+            telemetry::start_lag(
+                &self.shared.cfg.instance_id,
+                info.job.as_str(),
+                info.reason,
+                Duration::from_millis(lag as u64),
+            );
+        }
         self.emit(Event::Start(info.clone()));
         let ctx = JobContext {
             name: info.job.clone(),
@@ -1121,43 +1253,47 @@ impl Driver {
         let scheduler_data = self.shared.cfg.data.clone();
         let tx = self.msgs.clone();
         let run_job = job.clone();
-        let handle = tokio::spawn(async move {
-            let job = run_job;
-            let work = async move {
-                // Data functions run at each run's start; if one fails, the run fails. [B-31]
-                let mut data = Data::new();
-                for source in [scheduler_data.as_ref(), job.data.as_ref()]
-                    .into_iter()
-                    .flatten()
-                {
-                    let d = source.resolve().await.map_err(|source| Error::Data {
-                        job: job.name.to_string(),
-                        source,
-                    })?;
-                    data = data.merged_with(&d);
-                }
-                if let Some(m) = manual_data {
-                    data = data.merged_with(&m);
-                }
-                let ctx = JobContext {
-                    data: Arc::new(data),
-                    ..ctx
+        use tracing::Instrument;
+        let handle = tokio::spawn(
+            async move {
+                let job = run_job;
+                let work = async move {
+                    // Data functions run at each run's start; if one fails, the run fails. [B-31]
+                    let mut data = Data::new();
+                    for source in [scheduler_data.as_ref(), job.data.as_ref()]
+                        .into_iter()
+                        .flatten()
+                    {
+                        let d = source.resolve().await.map_err(|source| Error::Data {
+                            job: job.name.to_string(),
+                            source,
+                        })?;
+                        data = data.merged_with(&d);
+                    }
+                    if let Some(m) = manual_data {
+                        data = data.merged_with(&m);
+                    }
+                    let ctx = JobContext {
+                        data: Arc::new(data),
+                        ..ctx
+                    };
+                    (job.handler)(ctx).await
                 };
-                (job.handler)(ctx).await
-            };
-            let result = match AssertUnwindSafe(work).catch_unwind().await {
-                Ok(r) => r,
-                Err(panic) => {
-                    let msg = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err(format!("handler panicked: {msg}").into())
-                }
-            };
-            let _ = tx.send(Msg::HandlerDone { id, result });
-        });
+                let result = match AssertUnwindSafe(work).catch_unwind().await {
+                    Ok(r) => r,
+                    Err(panic) => {
+                        let msg = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err(format!("handler panicked: {msg}").into())
+                    }
+                };
+                let _ = tx.send(Msg::HandlerDone { id, result });
+            }
+            .instrument(span.clone()),
+        );
         self.active.insert(
             id,
             Active {
@@ -1170,6 +1306,7 @@ impl Driver {
                 started: now,
                 started_at,
                 scheduled_at,
+                span,
                 last_renewed: now,
                 start_written: None,
                 manual_reply: None,
@@ -1348,6 +1485,7 @@ impl Driver {
         };
         let retention = a.job.opts.retention();
         let finished_at = self.shared.cfg.clock.now_ms();
+        let span = a.span.clone();
         let Some(lease) = a.lease.clone() else {
             // Manual runs and claim-only runs: history only.
             let (status, error) = match &write {
@@ -1358,7 +1496,8 @@ impl Driver {
             let store = self.shared.backend.clone();
             let manual = a.info.manual;
             let start_written = a.start_written.take();
-            self.call(
+            self.call_in(
+                span,
                 "record",
                 async move {
                     if let Some(started) = start_written {
@@ -1384,14 +1523,16 @@ impl Driver {
                     error,
                     retention,
                 };
-                self.call(
+                self.call_in(
+                    span,
                     "finish",
                     async move { store.finish(&lease, &finish).await },
                     move |result| Msg::Written { id, result },
                 );
             }
             Write::Release => {
-                self.call(
+                self.call_in(
+                    span,
                     "release",
                     async move { store.release(&lease).await },
                     move |result| Msg::Written { id, result },
@@ -1416,7 +1557,19 @@ impl Driver {
         };
         a.handler = None;
         let cause = a.control.cause();
-        let result = result.map_err(|e| e.to_string());
+        let status = match (&result, cause) {
+            (Ok(()), _) => "success",
+            (Err(_), Some(_)) => "interrupted",
+            (Err(_), None) => "failure",
+        };
+        a.span.record("status", status);
+        telemetry::handler(
+            &self.shared.cfg.instance_id,
+            a.info.job.as_str(),
+            status,
+            a.started.elapsed(),
+        );
+        let result = result.map_err(|e| telemetry::error_chain(&*e));
         self.feed_owner(id, OwnerInput::HandlerReturned { result, cause });
     }
 

@@ -8,6 +8,7 @@
 
 mod driver;
 mod run;
+mod telemetry;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -205,6 +206,8 @@ pub(crate) struct HealthState {
     pub(crate) last_error: Mutex<Option<String>>,
     /// Set after consecutive failed store calls, cleared by the next answer.
     pub(crate) store_unreachable: std::sync::atomic::AtomicBool,
+    /// Slots not claimed in time (see [`Health::slots_late`]).
+    pub(crate) slots_late: AtomicU64,
 }
 
 /// The driver ended by itself (stopped through the shutdown token): later `stop()` calls
@@ -243,6 +246,10 @@ pub struct Health {
     pub last_error: Option<String>,
     /// False after several consecutive store calls failed; true again at the next answer.
     pub store_reachable: bool,
+    /// Slots this instance could not claim in time since it was built: its timer fired after
+    /// a newer slot was already due (an overloaded or paused process), or the store judged
+    /// the claim late. Each is also reported as a `skip` event with reason `late`.
+    pub slots_late: u64,
 }
 
 impl Health {
@@ -1444,6 +1451,7 @@ impl<M: Mode> Scheduler<M> {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             store_reachable: !h.store_unreachable.load(Ordering::Relaxed),
+            slots_late: h.slots_late.load(Ordering::Relaxed),
         }
     }
 }
