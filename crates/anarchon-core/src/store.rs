@@ -321,6 +321,22 @@ pub trait LeaseStore: HistoryStore {
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>>;
     /// Records the end of an attempt.
     async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite>;
+    /// Records the ends of several attempts in one call, answers in the order given; each
+    /// behaves exactly as [`LeaseStore::finish`] would. A store that can do it in one round
+    /// trip or transaction overrides this and [`LeaseStore::finish_batch_limit`]; the default
+    /// finishes one after the other and stops at the first error. The driver sends the
+    /// results of runs that end in the same turn of its loop together.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let mut out = Vec::with_capacity(writes.len());
+        for (lease, finish) in writes {
+            out.push(self.finish(lease, finish).await?);
+        }
+        Ok(out)
+    }
+    /// The most results [`LeaseStore::finish_many`] takes in one round trip (1: no batching).
+    fn finish_batch_limit(&self) -> usize {
+        1
+    }
     /// Hands a run over at once (graceful stop).
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite>;
     /// Takes over an unfinished run whose lease ended.

@@ -36,9 +36,10 @@ const KIND: &str = "sqlite";
 /// How long a statement waits for another connection's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The most claims one transaction takes (`LeaseStore::claim_many`): enough to absorb the
-/// slots of thousands of jobs falling due together in a few transactions, small enough that
-/// one transaction holds the write lock for about a millisecond.
+/// The most claims (`LeaseStore::claim_many`) or results (`LeaseStore::finish_many`) one
+/// transaction takes: enough to absorb the slots of thousands of jobs falling due together
+/// in a few transactions, small enough that one transaction holds the write lock for about
+/// a millisecond.
 const BATCH_CLAIMS: usize = 256;
 
 /// Options of a [`SqliteStore`], for [`SqliteStore::connect_with`].
@@ -918,6 +919,18 @@ impl LeaseStore for SqliteStore {
         on_worker!(self, "finish", |e, sql| ops::finish(
             &mut e, sql, &lease, &finish
         ))
+    }
+
+    /// One transaction for the whole batch: one write lock and one commit.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let writes = writes.to_vec();
+        on_worker!(self, "finish", |e, sql| ops::finish_many(
+            &mut e, sql, &writes
+        ))
+    }
+
+    fn finish_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {

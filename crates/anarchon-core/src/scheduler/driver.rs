@@ -36,6 +36,9 @@ use crate::store::{
     SlotOutcome, Takeover, TakeoverOutcome,
 };
 
+/// Messages the loop handles in one turn beyond the first (see `run`).
+const INBOX_DRAIN: usize = 1024;
+
 /// Consecutive failed store calls after which `health()` reports the store unreachable.
 pub(crate) const UNREACHABLE_AFTER: u32 = 3;
 
@@ -170,6 +173,11 @@ enum Msg {
         id: u64,
         result: Result<OwnerWrite>,
     },
+    /// A batch of finishes was answered (one call).
+    WrittenMany {
+        ids: Vec<u64>,
+        result: Result<Vec<OwnerWrite>>,
+    },
     /// A release sent on the side (won while stopping, an orphan of ours) was answered.
     SideReleased {
         key: RunKey,
@@ -257,6 +265,8 @@ struct Driver {
     gauges: (usize, usize),
     /// Claims of this loop turn, sent together at its end (stores that batch claims).
     claim_queue: Vec<(Arc<JobDef>, EpochMs, Reason, LeaseClaim)>,
+    /// Results of this loop turn, sent together at its end (stores that batch finishes).
+    finish_queue: Vec<(u64, Lease, Finish)>,
 }
 
 /// How many slots from `from` (included) to `to` (excluded): counted one by one up to a cap,
@@ -318,6 +328,7 @@ pub(crate) async fn run(
         watching: false,
         gauges: (usize::MAX, usize::MAX),
         claim_queue: Vec::new(),
+        finish_queue: Vec::new(),
     };
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
@@ -336,7 +347,18 @@ pub(crate) async fn run(
                 let timeout = d.shared.cfg.default_stop_timeout;
                 d.begin_stop(timeout);
             }
-            Some(msg) = inbox.recv() => d.message(msg),
+            Some(msg) = inbox.recv() => {
+                d.message(msg);
+                // Answers that arrived together are handled in one turn, so what they
+                // cause (results to write, claims) goes out in one batch. Bounded, so
+                // commands and timers wait at most one such turn.
+                for _ in 0..INBOX_DRAIN {
+                    match inbox.try_recv() {
+                        Ok(msg) => d.message(msg),
+                        Err(_) => break,
+                    }
+                }
+            }
             Some(key) = recv_release(&mut releases) => d.released(key),
             _ = sleep_until(next) => {
                 let now = Instant::now();
@@ -351,9 +373,12 @@ pub(crate) async fn run(
                 }
             }
             // Let joined store tasks go (their results came through `inbox`).
-            Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {}
+            Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {
+                while d.tasks.try_join_next().is_some() {}
+            }
         }
         d.flush_claims();
+        d.flush_finishes();
         d.announce_watching();
         d.publish_gauges();
         if d.stopping && (d.stop_forced || d.settled()) {
@@ -1523,6 +1548,11 @@ impl Driver {
                     error,
                     retention,
                 };
+                if store.finish_batch_limit() > 1 {
+                    // Results of runs that end in one turn of the loop go out together.
+                    self.finish_queue.push((id, lease, finish));
+                    return;
+                }
                 self.call_in(
                     span,
                     "finish",
@@ -1538,6 +1568,67 @@ impl Driver {
                     move |result| Msg::Written { id, result },
                 );
             }
+        }
+    }
+
+    /// Sends the results queued in this turn, in batches the store takes in one round trip.
+    fn flush_finishes(&mut self) {
+        if self.finish_queue.is_empty() {
+            return;
+        }
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
+        };
+        let limit = store.finish_batch_limit().max(1);
+        let mut queue = std::mem::take(&mut self.finish_queue);
+        while !queue.is_empty() {
+            let rest = queue.split_off(queue.len().min(limit));
+            let batch = std::mem::replace(&mut queue, rest);
+            let (ids, writes): (Vec<u64>, Vec<(Lease, Finish)>) = batch
+                .into_iter()
+                .map(|(id, lease, finish)| (id, (lease, finish)))
+                .unzip();
+            // A batch of one stays in its run's span; a larger one has no single parent.
+            let parent = match ids.as_slice() {
+                [id] => self
+                    .active
+                    .get(id)
+                    .map_or_else(tracing::Span::none, |a| a.span.clone()),
+                _ => tracing::Span::none(),
+            };
+            let store = store.clone();
+            self.call_in(
+                parent,
+                "finish",
+                async move { store.finish_many(&writes).await },
+                move |result| Msg::WrittenMany { ids, result },
+            );
+        }
+    }
+
+    fn written_many(&mut self, ids: Vec<u64>, result: Result<Vec<OwnerWrite>>) {
+        // One call, however many results it carried: health counts calls.
+        self.count(result.is_ok());
+        let answers: Vec<WriteAnswer> = match result {
+            Ok(writes) if writes.len() == ids.len() => writes
+                .into_iter()
+                .map(|w| match w {
+                    OwnerWrite::Done => WriteAnswer::Done,
+                    OwnerWrite::Lost => WriteAnswer::Lost,
+                })
+                .collect(),
+            Ok(writes) => {
+                let message = format!(
+                    "a batch of {} results was answered with {} outcomes",
+                    ids.len(),
+                    writes.len()
+                );
+                vec![WriteAnswer::Failed(message); ids.len()]
+            }
+            Err(e) => vec![WriteAnswer::Failed(telemetry::error_chain(&e)); ids.len()],
+        };
+        for (id, answer) in ids.into_iter().zip(answers) {
+            self.feed_owner(id, OwnerInput::WriteAnswered(answer));
         }
     }
 
@@ -1953,6 +2044,7 @@ impl Driver {
             }
             Msg::HandlerDone { id, result } => self.handler_done(id, result),
             Msg::Written { id, result } => self.written(id, result),
+            Msg::WrittenMany { ids, result } => self.written_many(ids, result),
             Msg::SideReleased { key, result } => {
                 self.side_releases = self.side_releases.saturating_sub(1);
                 self.count(result.is_ok());

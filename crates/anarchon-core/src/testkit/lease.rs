@@ -34,6 +34,7 @@ macro_rules! __lease_store_tests {
             b15_next_slot_interrupts_an_expired_run,
             b15_superseded_takeover_marks_run_interrupted,
             b16_stale_owner_cannot_heartbeat_or_finish,
+            b16_finish_many_answers_each_result_as_finish_would,
             b17_release_hands_over_without_counting_against_max_attempts,
             b19_unfinished_runs_lists_orphans_and_live_runs,
             b20_store_clock_is_sane,
@@ -441,6 +442,71 @@ pub async fn b16_stale_owner_cannot_heartbeat_or_finish(store: Arc<dyn LeaseStor
     let h = store.history(&job, 10).await.unwrap();
     assert_eq!(h[0].status, RunStatus::Succeeded);
     assert_eq!(h[1].status, RunStatus::Interrupted);
+}
+
+/// [B-16] `finish_many` writes each result as `finish` would, in order: a current owner's
+/// result is `Done`, a stale owner's `Lost` (and changes nothing), and a failed run's error
+/// is kept; a batch beyond `finish_batch_limit` and an empty batch work too.
+pub async fn b16_finish_many_answers_each_result_as_finish_would(store: Arc<dyn LeaseStore>) {
+    let jobs: Vec<JobName> = (0..3).map(|i| unique_job(&format!("fmany{i}"))).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let a = won(&store, &claim(&jobs[0], t, "a", t)).await;
+    let b = won(&store, &claim(&jobs[1], t, "a", t)).await;
+    let stale = won(&store, &claim(&jobs[2], t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let TakeoverOutcome::Won(current) = store.take_over(&takeover(&stale, "b", 3)).await.unwrap()
+    else {
+        panic!("takeover")
+    };
+    let failed = Finish {
+        status: RunStatus::Failed,
+        error: Some("boom".into()),
+        retention: Retention::default(),
+    };
+    let out = store
+        .finish_many(&[
+            (a.clone(), done()),
+            (stale.clone(), done()),
+            (b.clone(), failed),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![OwnerWrite::Done, OwnerWrite::Lost, OwnerWrite::Done]
+    );
+    let h = store.history(&jobs[0], 10).await.unwrap();
+    assert_eq!(h[0].status, RunStatus::Succeeded);
+    let h = store.history(&jobs[1], 10).await.unwrap();
+    assert_eq!(
+        (h[0].status, h[0].error.as_deref()),
+        (RunStatus::Failed, Some("boom"))
+    );
+    // The stale owner's result changed nothing: attempt 2 still runs, owned by `b`.
+    let v = store
+        .runs(std::slice::from_ref(&current.run))
+        .await
+        .unwrap();
+    assert_eq!((v[0].status, v[0].attempt), (RunStatus::Running, 2));
+    assert_eq!(v[0].owner.as_deref(), Some("b"));
+    assert_eq!(store.finish_many(&[]).await.unwrap(), vec![]);
+
+    // More results than one batch takes: every one is written.
+    let n = store.finish_batch_limit().clamp(1, 300) + 2;
+    let many: Vec<JobName> = (0..n).map(|i| unique_job(&format!("fbig{i}"))).collect();
+    let refs: Vec<&JobName> = many.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let mut writes = Vec::new();
+    for job in &many {
+        writes.push((won(&store, &claim(job, t, "a", t)).await, done()));
+    }
+    let out = store.finish_many(&writes).await.unwrap();
+    assert_eq!(out, vec![OwnerWrite::Done; n]);
+    let last = store.history(&many[n - 1], 1).await.unwrap();
+    assert_eq!(last[0].status, RunStatus::Succeeded);
 }
 
 /// [B-17] A released run is takeable at once, the takeover does not count against

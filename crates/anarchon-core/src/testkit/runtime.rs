@@ -257,6 +257,16 @@ impl LeaseStore for Instance {
         self.write_delay().await;
         self.inner.finish(l, f).await
     }
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        // One call: the faults apply once, as to one round trip.
+        self.gate().await;
+        self.failing()?;
+        self.write_delay().await;
+        self.inner.finish_many(writes).await
+    }
+    fn finish_batch_limit(&self) -> usize {
+        self.inner.finish_batch_limit()
+    }
     async fn release(&self, l: &Lease) -> Result<OwnerWrite> {
         self.gate().await;
         self.failing()?;
