@@ -320,6 +320,10 @@ pub(crate) fn timeline(records: &[RunRecord], now_ms: i64, width: f64) -> Timeli
 pub(crate) mod tests {
     use super::*;
 
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one column per field of a record"
+    )]
     pub(crate) fn record(
         slot: i64,
         attempt: u32,
