@@ -350,6 +350,22 @@ pub(crate) fn timeline_svg(t: &Timeline) -> String {
             bar.class.colour(),
             tooltip(bar, handover),
         );
+        // A label where it fits, so a takeover reads as one without hovering.
+        let label = match (bar.record.reason, handover, bar.record.manual) {
+            (Reason::Takeover, true, _) => format!("#{} handover", bar.record.attempt),
+            (Reason::Takeover, false, _) => format!("#{} takeover", bar.record.attempt),
+            (_, _, true) => "manual".to_string(),
+            _ => format!("#{}", bar.record.attempt),
+        };
+        if bar.width >= 7.0 * label.len() as f64 + 8.0 {
+            let _ = write!(
+                out,
+                "<text class=\"bar-label\" x=\"{}\" y=\"{}\" fill=\"#fff\" font-size=\"11\" \
+                 pointer-events=\"none\">{label}</text>",
+                LABEL_W + bar.x + 5.0,
+                LANE_H * bar.lane as f64 + LANE_H / 2.0 + 4.0,
+            );
+        }
     }
     out.push_str("</svg>");
     out
