@@ -1,4 +1,4 @@
-//! A web dashboard for anarchon: an [axum](axum) [`Router`] you mount in your own server.
+//! A web dashboard for anarchon: an [axum] [`Router`] you mount in your own server.
 //!
 //! It reads the store (any process can: it needs no job of its own) and, when you give it a
 //! scheduler handle, that scheduler's jobs, next runs and health. It serves:

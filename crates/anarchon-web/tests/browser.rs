@@ -346,10 +346,12 @@ async fn the_dashboard_shows_the_takeover_and_runs_a_job_in_headless_chromium() 
 
     let png = s.screenshot().await;
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
-    let target = std::env::var_os("CARGO_TARGET_TMPDIR")
+    let target = option_env!("CARGO_TARGET_TMPDIR")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    std::fs::write(target.join("dashboard-timeline.png"), &png).expect("write screenshot");
+    let shot = target.join("dashboard-timeline.png");
+    std::fs::write(&shot, &png).expect("write screenshot");
+    eprintln!("screenshot of the timeline: {}", shot.display());
     if std::env::var("ANARCHON_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
         std::fs::create_dir_all(&docs).expect("docs/img");
