@@ -314,3 +314,55 @@ async fn run_now_is_absent_by_default_and_starts_a_manual_run_when_allowed() {
         not_here.body
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_only_store_shows_history_but_no_unfinished_runs() {
+    use std::sync::Arc;
+
+    use anarchon_core::memory::MemoryStore;
+    use anarchon_core::{RunStatus, Scheduler};
+
+    let store = Arc::new(MemoryStore::new());
+    let scheduler = Scheduler::claim_only_shared(store.clone())
+        .instance_id("solo")
+        .build()
+        .unwrap();
+    scheduler
+        .every("ping", "1h")
+        .handler(|_ctx| async { Ok(()) })
+        .unwrap();
+    scheduler.start().await.unwrap();
+    let record = scheduler.run_now("ping", None).await.unwrap();
+    assert_eq!(record.status, RunStatus::Succeeded);
+
+    let app = Router::new().nest(
+        "/ops",
+        Dashboard::history_only(store)
+            .scheduler(scheduler.clone())
+            .router(),
+    );
+    let base = serve(app).await;
+    let root = get(&format!("{base}/ops")).await;
+    assert_eq!(root.status, 200, "the prefix itself serves the jobs page");
+    assert!(
+        root.body.contains("href=\"/ops/jobs/ping\""),
+        "{}",
+        root.body
+    );
+    let runs = get(&format!("{base}/ops/runs")).await;
+    assert!(
+        runs.body.contains("This store is claim-only"),
+        "{}",
+        runs.body
+    );
+    let api = get(&format!("{base}/ops/api/runs")).await;
+    assert_eq!(api.status, 404);
+    assert!(api.json()["error"].as_str().unwrap().contains("claim-only"));
+    let page = get(&format!("{base}/ops/jobs/ping")).await;
+    assert!(
+        page.body.contains("class=\"attempt st-succeeded manual\""),
+        "{}",
+        page.body
+    );
+    scheduler.stop(Duration::from_secs(5)).await.unwrap();
+}
