@@ -372,6 +372,18 @@ async fn the_dashboard_shows_the_takeover_and_runs_a_job_in_headless_chromium() 
     let rows = s.find_all("#attempts tbody tr").await;
     assert_eq!(rows.len(), 3, "lost, takeover and the manual run");
 
+    // The handover: gamma's graceful stop released `migrate`, beta continued it.
+    s.go(&format!("{base}/jobs/migrate")).await;
+    s.wait_for("rect.st-handed-over[data-instance='gamma']", 5_000, false)
+        .await;
+    s.wait_for(
+        "rect.handover[data-instance='beta'][data-attempt='2']",
+        1_000,
+        false,
+    )
+    .await;
+    s.wait_for("line.link.handover", 1_000, false).await;
+
     // The unfinished runs page through the navigation.
     let nav = s.wait_for("#nav-runs", 1_000, false).await;
     s.click(&nav).await;

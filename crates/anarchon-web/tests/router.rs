@@ -26,7 +26,7 @@ async fn pages_show_jobs_the_takeover_lanes_and_the_unfinished_run() {
         jobs.headers["content-type"], "text/html; charset=utf-8",
         "pages are HTML"
     );
-    for job in ["report", "blocker", "flaky"] {
+    for job in ["report", "blocker", "flaky", "migrate"] {
         assert!(
             jobs.body.contains(&format!("href=\"/jobs/{job}\"")),
             "{job} missing: {}",
@@ -72,6 +72,23 @@ async fn pages_show_jobs_the_takeover_lanes_and_the_unfinished_run() {
     assert!(body.contains("class=\"link takeover\""), "{body}");
     assert!(body.contains("lease expired"), "{body}");
     assert!(!body.contains("id=\"run-now\""), "read-only by default");
+
+    let migrate = get(&format!("{base}/jobs/migrate")).await;
+    assert_eq!(migrate.status, 200);
+    let body = &migrate.body;
+    assert!(
+        body.contains(
+            "class=\"attempt st-handed-over\" data-attempt=\"1\" data-instance=\"gamma\""
+        ),
+        "gamma's stop handed the run over: {body}"
+    );
+    assert!(
+        body.contains(
+            "class=\"attempt st-succeeded handover\" data-attempt=\"2\" data-instance=\"beta\""
+        ),
+        "{body}"
+    );
+    assert!(body.contains("class=\"link handover\""), "{body}");
 
     let flaky = get(&format!("{base}/jobs/flaky")).await;
     assert_eq!(flaky.status, 200);
@@ -204,7 +221,7 @@ async fn the_json_api_and_the_health_checks_answer() {
     let bare = serve(anarchon_web::router(f.store.clone())).await;
     assert_eq!(get(&format!("{bare}/readyz")).await.status, 200);
     let bare_jobs = get(&format!("{bare}/api/jobs")).await.json();
-    assert_eq!(bare_jobs.as_array().unwrap().len(), 3);
+    assert_eq!(bare_jobs.as_array().unwrap().len(), 4);
     assert!(
         bare_jobs[0]["next_run"].is_null(),
         "no scheduler, no next run"

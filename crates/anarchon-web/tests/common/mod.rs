@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 /// The error of the failing job: markup that must be shown, never executed.
 pub(crate) const EVIL_ERROR: &str = "<script>alert('x')</script> upstream said <b>no</b>";
 
-/// Two instances on one SQLite file and the history they left.
+/// Three instances on one SQLite file and the history they left.
 pub(crate) struct Fixture {
     /// The database file's folder; removed on drop.
     pub(crate) dir: tempfile::TempDir,
@@ -26,8 +26,18 @@ pub(crate) struct Fixture {
     pub(crate) store: Arc<dyn LeaseStore>,
     /// `alpha`: claimed `report`'s slot, then crashed.
     pub(crate) alpha: Scheduler,
-    /// `beta`: took `report` over, runs `blocker` (unfinished) and `flaky` (failed).
+    /// `beta`: took `report` over, was handed `migrate`, runs `blocker` (unfinished) and
+    /// `flaky` (failed).
     pub(crate) beta: Scheduler,
+}
+
+/// A handler that works until its signal is cancelled, then gives up (so a graceful stop
+/// hands its run over).
+async fn until_cancelled(ctx: anarchon_core::JobContext) -> Result<(), HandlerError> {
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(120)) => Ok(()),
+        _ = ctx.signal.cancelled() => Err(HandlerError::msg("stopping")),
+    }
 }
 
 fn node(store: SqliteStore, id: &str) -> Scheduler {
@@ -94,7 +104,30 @@ impl Fixture {
         })
         .await;
 
+        // gamma claims `migrate` and will stop gracefully: a handover.
+        let gamma = node(open().await.unwrap(), "gamma");
+        gamma
+            .every("migrate", "1h")
+            .catch_up_window(Duration::from_secs(3600))
+            .handler(until_cancelled)
+            .unwrap();
+        gamma.start().await.unwrap();
+        wait_until("gamma to start migrate", 5_000, || async {
+            history(&store, "migrate")
+                .await
+                .iter()
+                .any(|r| r.instance_id == "gamma" && r.status == RunStatus::Running)
+        })
+        .await;
+
         let beta = node(open().await.unwrap(), "beta");
+        beta.every("migrate", "1h")
+            .catch_up_window(Duration::from_secs(3600))
+            .handler(|_ctx| async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(())
+            })
+            .unwrap();
         beta.every("report", "1h")
             .catch_up_window(Duration::from_secs(3600))
             .handler(|_ctx| async {
@@ -121,6 +154,13 @@ impl Fixture {
 
         // alpha dies without a word: its lease expires and beta takes the run over.
         alpha.crash();
+        gamma.stop(Duration::from_secs(5)).await.unwrap();
+        wait_until("beta to be handed migrate and finish it", 8_000, || async {
+            history(&store, "migrate").await.iter().any(|r| {
+                r.instance_id == "beta" && r.attempt == 2 && r.status == RunStatus::Succeeded
+            })
+        })
+        .await;
         wait_until("beta to take report over and finish it", 8_000, || async {
             history(&store, "report").await.iter().any(|r| {
                 r.instance_id == "beta"
