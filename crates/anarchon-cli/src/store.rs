@@ -179,7 +179,7 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Opened, CliError> {
         feature = "amqp",
         feature = "nats"
     ),
-    allow(dead_code, reason = "every store is in the build")
+    allow(dead_code, reason = "every store is in this build")
 )]
 fn disabled(shown: &str, store: &'static str, feature: &'static str) -> CliError {
     CliError::StoreDisabled {
@@ -189,20 +189,6 @@ fn disabled(shown: &str, store: &'static str, feature: &'static str) -> CliError
     }
 }
 
-#[cfg_attr(
-    not(all(
-        feature = "sqlite",
-        feature = "libsql",
-        feature = "postgres",
-        feature = "redis",
-        feature = "amqp",
-        feature = "nats"
-    )),
-    allow(
-        unused_variables,
-        reason = "a store left out of the build does not read them"
-    )
-)]
 async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, CliError> {
     let timeout = args.timeout;
     let url = args.url.trim();
