@@ -2,7 +2,9 @@
 //! blocked run, a crash and a takeover), then the command's tables and JSON are checked.
 //! SQLite always runs; PostgreSQL and Redis read `ANARCHON_POSTGRES_URL` and
 //! `ANARCHON_REDIS_URL` (skipped with a SKIP line without them, a failure under
-//! `ANARCHON_REQUIRE_SERVERS=1`).
+//! `ANARCHON_REQUIRE_SERVERS=1`). libSQL runs against `ANARCHON_LIBSQL_URL` where it is set,
+//! else against the Hrana test double of `anarchon-libsql` (`tests/hrana_double.py`, not
+//! sqld: it checks the command's libSQL client path), and prints a SKIP line without python3.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -374,6 +376,98 @@ async fn cli_reads_jobs_history_runs_and_a_takeover_from_redis() {
     };
     let shown = anarchon_core::redact_url(&url);
     scenario(open, &["--store", &url, "--prefix", &prefix], &shown).await;
+}
+
+/// A Hrana test double on a free port (killed on drop), or `None` after a SKIP line.
+struct HranaDouble {
+    url: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for HranaDouble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hrana_double() -> Option<HranaDouble> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../anarchon-libsql/tests/hrana_double.py"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("python3")
+        .arg(script)
+        .arg("--db")
+        .arg(dir.path().join("libsql.db"))
+        .arg("--port")
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        eprintln!(
+            "SKIP libSQL: neither ANARCHON_LIBSQL_URL nor python3 (for the Hrana test double)"
+        );
+        return None;
+    };
+    let double = HranaDouble {
+        url: format!("http://127.0.0.1:{port}"),
+        child,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            eprintln!("SKIP libSQL: the Hrana test double did not listen within 10 s");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(double)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_reads_jobs_history_runs_and_a_takeover_from_libsql() {
+    // A libSQL server is optional, as in anarchon-libsql's own tests.
+    let (url, _double) = match std::env::var("ANARCHON_LIBSQL_URL") {
+        Ok(url) if !url.trim().is_empty() => (url, None),
+        _ => match hrana_double() {
+            Some(double) => {
+                eprintln!("NOTE libSQL runs against the Hrana test double (not sqld)");
+                (double.url.clone(), Some(double))
+            }
+            None => return,
+        },
+    };
+    let token = std::env::var("ANARCHON_LIBSQL_AUTH_TOKEN").unwrap_or_default();
+    let table = format!("anarchon_cli_{:08x}", rand::random::<u32>());
+    let open = || {
+        let (url, table, token) = (url.clone(), table.clone(), token.clone());
+        async move {
+            let options = anarchon_libsql::LibsqlOptions::default()
+                .table(table)
+                .auth_token(token);
+            Arc::new(
+                anarchon_libsql::LibsqlStore::connect_with(url, options)
+                    .await
+                    .unwrap(),
+            ) as Arc<dyn LeaseStore>
+        }
+    };
+    let shown = anarchon_core::redact_url(&url);
+    let mut args = vec!["--store", url.as_str(), "--table", table.as_str()];
+    if !token.is_empty() {
+        args.extend(["--auth-token", token.as_str()]);
+    }
+    scenario(open, &args, &shown).await;
 }
 
 /// `postgres://user@host/db` with `:password` added to the user (unchanged if it has one).
