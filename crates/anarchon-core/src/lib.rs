@@ -54,6 +54,7 @@ pub mod history;
 pub mod ids;
 pub mod memory;
 pub mod options;
+pub mod registration;
 pub mod registry;
 mod scheduler;
 pub mod slot;
