@@ -268,9 +268,7 @@ fn lit_str(key: &syn::Ident, value: &Lit) -> syn::Result<LitStr> {
 
 fn length(key: &syn::Ident, value: &Lit) -> syn::Result<Duration> {
     let text = lit_str(key, value)?;
-    parse_length(&text.value()).map_err(|e| {
-        syn::Error::new_spanned(&text, format!("`{key}`: {e} (write a length like \"30s\")"))
-    })
+    parse_length(&text.value()).map_err(|e| syn::Error::new_spanned(&text, format!("`{key}`: {e}")))
 }
 
 fn int<N: std::str::FromStr>(key: &syn::Ident, value: &Lit) -> syn::Result<N>

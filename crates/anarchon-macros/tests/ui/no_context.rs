@@ -1,5 +1,5 @@
 //! Must not compile: no context.
-use anarchon::{HandlerError, JobContext};
+use anarchon::HandlerError;
 
 struct Reports;
 

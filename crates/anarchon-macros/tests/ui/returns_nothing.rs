@@ -1,5 +1,5 @@
 //! Must not compile: returns nothing.
-use anarchon::{HandlerError, JobContext};
+use anarchon::JobContext;
 
 struct Reports;
 

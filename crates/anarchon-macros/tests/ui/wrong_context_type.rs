@@ -1,5 +1,5 @@
 //! Must not compile: wrong context type.
-use anarchon::{HandlerError, JobContext};
+use anarchon::HandlerError;
 
 struct Reports;
 
