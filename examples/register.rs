@@ -91,8 +91,8 @@ async fn main() -> anyhow::Result<()> {
 
     scheduler.start().await?;
     tokio::time::sleep(Duration::from_millis(3_300)).await;
-    scheduler.stop(Duration::from_secs(5)).await?;
 
+    // The history is read from the store, so before `stop` closes it.
     let mut all_ran = true;
     for (tenant, _, _) in &tenants {
         let job = format!("{}-Tenant-sync", tenant.name);
@@ -104,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
         println!("history {job}: {ok} succeeded runs");
         all_ran &= ok >= 2;
     }
+    scheduler.stop(Duration::from_secs(5)).await?;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
