@@ -394,3 +394,52 @@ fn b35_generic_impl_blocks_name_jobs_after_the_type() {
     s.register(q, Registration::new()).unwrap();
     assert_eq!(names(&s), ["Queue-drain"]);
 }
+
+/// Code that depends on `anarchon-core` directly names it with `crate = "..."`; the
+/// options not used above are read here.
+mod core_only {
+    use anarchon_core::registration::{Jobs, Trigger};
+    use anarchon_core::{CatchUp, HandlerError, JobContext, Overlap};
+    use std::time::Duration;
+
+    pub(crate) struct Archive;
+
+    #[anarchon_macros::jobs(crate = "anarchon_core")]
+    impl Archive {
+        #[every(
+            "1h",
+            offset = "15m",
+            history_ttl = "30d",
+            catch_up_window = "2h",
+            catch_up = "none",
+            overlap = "skip"
+        )]
+        async fn compact(&self, _ctx: JobContext) -> Result<(), HandlerError> {
+            Ok(())
+        }
+
+        #[at("2099-06-01T12:00:00.250Z", allow_past = true, catch_up = "latest")]
+        async fn migrate(&self, _ctx: JobContext) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn b39_every_option_reaches_the_job_spec() {
+        let specs = Archive::jobs();
+        let o = &specs[0].options;
+        assert_eq!(specs[0].trigger, Trigger::Every(Duration::from_secs(3_600)));
+        assert_eq!(o.offset, Some(Duration::from_secs(900)));
+        assert_eq!(o.history_ttl, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(o.catch_up_window, Some(Duration::from_secs(7_200)));
+        assert_eq!(o.catch_up, Some(CatchUp::None));
+        assert_eq!(o.overlap, Some(Overlap::Skip));
+        let o = &specs[1].options;
+        assert_eq!(
+            specs[1].trigger,
+            Trigger::At("2099-06-01T12:00:00.250Z".parse().unwrap())
+        );
+        assert_eq!(o.allow_past, Some(true));
+        assert_eq!(o.catch_up, Some(CatchUp::Latest));
+    }
+}
