@@ -147,6 +147,19 @@ fn print_event(id: &str, event: &Event) {
 
 // ----- the parent -----------------------------------------------------------------------
 
+/// The job and lease timing of an example, for the story's waits and checks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// Slots come every ...
+    pub(crate) interval: Duration,
+    /// ... and a run works this long.
+    pub(crate) work: Duration,
+    /// The lease ...
+    pub(crate) lease: Duration,
+    /// ... and its heartbeat.
+    pub(crate) heartbeat: Duration,
+}
+
 /// One line a child printed.
 #[derive(Debug, Clone)]
 pub(crate) struct Ev {
@@ -189,8 +202,7 @@ pub(crate) struct Cluster {
     exe: PathBuf,
     /// The SQLite file the children share.
     pub(crate) db: PathBuf,
-    interval_ms: i64,
-    work: Duration,
+    timing: Timing,
     offset_ms: i64,
     tx: Sender<Ev>,
     rx: Receiver<Ev>,
@@ -238,8 +250,8 @@ pub(crate) fn remove_db(db: &Path) {
 }
 
 impl Cluster {
-    /// A cluster on `db` whose job runs every `interval` and works `work`.
-    pub(crate) fn new(db: PathBuf, interval: Duration, work: Duration) -> Result<Self, String> {
+    /// A cluster of children sharing `db`, whose job runs with `timing`.
+    pub(crate) fn new(db: PathBuf, timing: Timing) -> Result<Self, String> {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find its own executable: {e}"))?;
         let (tx, rx) = channel();
@@ -247,8 +259,7 @@ impl Cluster {
             begin: Instant::now(),
             exe,
             db,
-            interval_ms: interval.as_millis() as i64,
-            work,
+            timing,
             offset_ms: 0,
             tx,
             rx,
@@ -262,8 +273,26 @@ impl Cluster {
     /// Shifts the job's grid so its first slot comes `lead` from now; returns that slot.
     pub(crate) fn first_slot_in(&mut self, lead: Duration) -> i64 {
         let slot = now_ms() + lead.as_millis() as i64;
-        self.offset_ms = slot.rem_euclid(self.interval_ms);
+        self.offset_ms = slot.rem_euclid(self.timing.interval.as_millis() as i64);
         slot
+    }
+
+    /// The slot after `slot`.
+    pub(crate) fn next_slot(&self, slot: i64) -> i64 {
+        slot + self.timing.interval.as_millis() as i64
+    }
+
+    /// Prints the example's title, what the children share and the timing of `job`.
+    pub(crate) fn intro(&self, title: &str, what: &str, job: &str) {
+        let t = self.timing;
+        println!("{} {what} {}", self.paint("1", title), self.db.display());
+        println!(
+            "job `{job}` every {} s, each run works {} s; lease {} s, heartbeat {} s",
+            t.interval.as_secs_f64(),
+            t.work.as_secs_f64(),
+            t.lease.as_secs_f64(),
+            t.heartbeat.as_secs_f64()
+        );
     }
 
     /// `text` in an ANSI style when stdout is a terminal.
@@ -412,8 +441,8 @@ impl Cluster {
     }
 
     /// Waits for `slot`: one process starts it (attempt 1), every other running process skips
-    /// it as taken. Returns the runner.
-    pub(crate) fn one_runner(&mut self, title: &str, slot: i64) -> Option<String> {
+    /// it as taken. Returns the start.
+    pub(crate) fn one_runner(&mut self, title: &str, slot: i64) -> Option<Ev> {
         self.heading(&format!("{title} ({} UTC)", clock(slot)));
         let others = self.nodes.len().saturating_sub(1);
         let wait = Duration::from_millis((slot - now_ms()).max(0) as u64 + 2_000);
@@ -468,7 +497,7 @@ impl Cluster {
                 ),
             ),
         }
-        Some(start.node)
+        Some(start)
     }
 
     /// Waits until `deadline` for a process other than `not_on` to start attempt 2 of `slot`
@@ -503,9 +532,66 @@ impl Cluster {
         delay
     }
 
+    /// After SIGINT to `runner` at `sent`: it must hand attempt 1 of `slot` over, and another
+    /// process must start attempt 2 within two heartbeats (the backups poll every heartbeat;
+    /// on SQLite the file watcher tells them within about 15 ms). Returns that start.
+    pub(crate) fn expect_handover(&mut self, slot: i64, runner: &str, sent: Instant) -> Option<Ev> {
+        let takeover = self.wait_takeover(slot, runner, sent + Duration::from_secs(3));
+        let handed = (self.seen.iter()).any(|e| e.is("interrupted", slot) && e.node == runner);
+        if handed {
+            self.say(&format!("{} handed the run over", self.node(runner)));
+        }
+        let limit = 2 * self.timing.heartbeat;
+        match &takeover {
+            Some(ev) => {
+                let delay = self.took_over(ev, sent, "signal");
+                let text = format!(
+                    "SIGINT: attempt 2 on {} after {} (two heartbeats: {})",
+                    ev.node,
+                    secs(delay),
+                    secs(limit)
+                );
+                self.check(handed && delay <= limit, text);
+            }
+            None => self.check(false, "SIGINT: no process started attempt 2".into()),
+        }
+        takeover
+    }
+
+    /// After SIGKILL to `runner` at `killed`: another process must start attempt 2 of `slot`
+    /// once the lease has run out. Returns that start.
+    pub(crate) fn expect_takeover(
+        &mut self,
+        slot: i64,
+        runner: &str,
+        killed: Instant,
+    ) -> Option<Ev> {
+        let Timing {
+            lease, heartbeat, ..
+        } = self.timing;
+        let takeover = self.wait_takeover(slot, runner, killed + lease + 8 * heartbeat);
+        match &takeover {
+            Some(ev) => {
+                let delay = self.took_over(ev, killed, "kill");
+                // A takeover comes one lease after the last renewal, at most a lease and two
+                // heartbeats after it. [B-14]
+                let (min, max) = (lease - 2 * heartbeat, lease + 3 * heartbeat);
+                let text = format!(
+                    "SIGKILL: attempt 2 on {} after {} (lease {})",
+                    ev.node,
+                    secs(delay),
+                    secs(lease)
+                );
+                self.check(delay >= min && delay <= max, text);
+            }
+            None => self.check(false, "SIGKILL: no process started attempt 2".into()),
+        }
+        takeover
+    }
+
     /// Waits for attempt `attempt` of `slot`, started on `node` at `started`, to succeed.
     pub(crate) fn expect_success(&mut self, slot: i64, attempt: u32, node: &str, started: Instant) {
-        let until = started + self.work + Duration::from_secs(2);
+        let until = started + self.timing.work + Duration::from_secs(2);
         let done = self.wait_for(until, |seen| {
             seen.iter()
                 .find(|e| {
