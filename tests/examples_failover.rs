@@ -14,15 +14,11 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anarchon::sqlite::SqliteStore;
 use anarchon::{HistoryRecord, Reason, RunStatus, Scheduler};
 use support::{TempDb, slow_enabled};
-
-/// The two examples measure takeover delays: running them at once would skew both.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn slow(test: &str) -> bool {
     if !slow_enabled() {
@@ -196,12 +192,19 @@ async fn history(db: &Path) -> Vec<HistoryRecord> {
     runs
 }
 
+/// One test, so the two examples run one after the other under any runner (nextest runs
+/// each test in a process of its own): both measure takeover delays, which running them at
+/// once would skew.
 #[test]
-fn b14_failover_example_shows_a_takeover_on_another_instance() {
+fn b14_failover_and_quick_start_examples_run_to_completion() {
     if !slow("examples_failover") {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    failover_example_shows_a_takeover_on_another_instance();
+    quick_start_example_runs_to_completion();
+}
+
+fn failover_example_shows_a_takeover_on_another_instance() {
     let exe = build_example("failover");
     let db = TempDb::new("failover-example");
     let (code, out) = run(&exe, &[&db.0], Duration::from_secs(60));
@@ -294,12 +297,7 @@ fn b14_failover_example_shows_a_takeover_on_another_instance() {
     }
 }
 
-#[test]
 fn quick_start_example_runs_to_completion() {
-    if !slow("examples_failover (quick-start)") {
-        return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let exe = build_example("quick-start");
     let (code, out) = run(&exe, &[], Duration::from_secs(60));
     eprintln!("{out}");
