@@ -7,7 +7,7 @@
 //! ```
 //!
 //! `cargo run --example failover -- /tmp/failover.db` keeps the file (it must not exist yet)
-//! instead of a temporary one deleted at the end. No server is needed; it takes about 20 s.
+//! instead of a temporary one deleted at the end. No server is needed; it takes about 18 s.
 //!
 //! The example starts three copies of itself (`n1`, `n2`, `n3`), each running the scheduler
 //! in `instance` below with the job `long` (every 10 s, 5 s of work). Lease 3 s, heartbeat
@@ -135,7 +135,12 @@ fn parent(db: PathBuf, keep: bool) -> ExitCode {
     };
     print_table(&c, &runs, keep);
     check_history(&mut c, &runs, story.as_ref());
-    let Some(((killed, slot), taker)) = story else {
+    let Some(Outcome {
+        killed,
+        slot,
+        taker,
+    }) = story
+    else {
         return c.summary("");
     };
     c.summary(&format!(
@@ -145,8 +150,12 @@ fn parent(db: PathBuf, keep: bool) -> ExitCode {
     ))
 }
 
-/// The story; returns ((the killed runner, its slot), the instance that took over).
-type Outcome = ((String, i64), String);
+/// What the story saw: the runner killed during `slot`, and the instance that took over.
+struct Outcome {
+    killed: String,
+    slot: i64,
+    taker: String,
+}
 
 fn story(c: &mut Cluster) -> Result<Option<Outcome>, String> {
     const LEAD: Duration = Duration::from_millis(2_500);
@@ -177,7 +186,11 @@ fn story(c: &mut Cluster) -> Result<Option<Outcome>, String> {
         c.expect_success(second_slot, 1, &start.node, start.at);
     }
     c.heading("4. stop the instances; read the history from the file");
-    Ok(Some(((runner, first_slot), takeover.node)))
+    Ok(Some(Outcome {
+        killed: runner,
+        slot: first_slot,
+        taker: takeover.node,
+    }))
 }
 
 /// `hh:mm:ss.mmm` UTC.
@@ -211,7 +224,12 @@ fn print_table(c: &Cluster, runs: &[HistoryRecord], keep: bool) {
 /// What the history must show: attempt 2 of the killed slot on another instance, and no
 /// slot started twice without a takeover.
 fn check_history(c: &mut Cluster, runs: &[HistoryRecord], story: Option<&Outcome>) {
-    if let Some(((killed, slot), taker)) = story {
+    if let Some(Outcome {
+        killed,
+        slot,
+        taker,
+    }) = story
+    {
         let of_slot: Vec<&HistoryRecord> = runs.iter().filter(|r| r.slot_ms() == *slot).collect();
         let first = of_slot.iter().find(|r| r.attempt == 1);
         let second = of_slot.iter().find(|r| r.attempt == 2);
