@@ -5,8 +5,9 @@
 //! measure takeover times).
 //!
 //! The examples are built with `cargo build --workspace --example ...` into this test's own
-//! target directory (found from the test binary's path), with the facade features this test
-//! was built with; after `cargo test --workspace` that build has nothing left to do.
+//! target directory (found from the test binary's path), with the features this test was
+//! built with; after `cargo test --workspace [--all-features]` (`cargo xtask test`), which
+//! builds the examples too, that build has nothing left to do.
 
 mod support;
 
@@ -27,9 +28,12 @@ fn slow(test: &str) -> bool {
     slow_enabled()
 }
 
-/// The facade features beyond the default this test binary was built with, as
-/// `--features anarchon/<feature>,...`.
-fn features() -> Vec<String> {
+/// The feature arguments that build the examples as this test binary was built: with every
+/// store and the kit on, it was built with `--all-features` (as `cargo xtask test` does), so
+/// that is passed on; else the facade features beyond the default, as `anarchon/<feature>`.
+/// Matching them lets cargo find the examples already built, instead of rebuilding the
+/// workspace with other features.
+fn feature_args() -> Vec<String> {
     let on = [
         ("libsql", cfg!(feature = "libsql")),
         ("postgres", cfg!(feature = "postgres")),
@@ -38,16 +42,18 @@ fn features() -> Vec<String> {
         ("nats", cfg!(feature = "nats")),
         ("testkit", cfg!(feature = "testkit")),
     ];
-    let on = on
+    if on.iter().all(|(_, on)| *on) {
+        return vec!["--all-features".to_owned()];
+    }
+    let on: Vec<String> = on
         .iter()
         .filter(|(_, on)| *on)
         .map(|(name, _)| format!("anarchon/{name}"))
-        .collect::<Vec<_>>()
-        .join(",");
+        .collect();
     if on.is_empty() {
         Vec::new()
     } else {
-        vec!["--features".to_owned(), on]
+        vec!["--features".to_owned(), on.join(",")]
     }
 }
 
@@ -72,7 +78,7 @@ fn build_example(name: &str) -> PathBuf {
         .env("CARGO_TARGET_DIR", target_dir)
         .args(["build", "--quiet", "--workspace", "--example", name])
         .args(["--profile", &profile])
-        .args(features())
+        .args(feature_args())
         .status()
         .expect("cargo runs");
     assert!(status.success(), "cargo build --example {name} failed");
