@@ -73,7 +73,29 @@ fn build_example(name: &str) -> PathBuf {
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
     let started = Instant::now();
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // The variables cargo sets for a test process are not the build's: a build script that
+    // watches one (ring watches CARGO_MANIFEST_DIR) would make cargo rebuild it and all that
+    // depends on it, here and again in the next ordinary build.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let status = command
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("CARGO_TARGET_DIR", target_dir)
         .args(["build", "--quiet", "--workspace", "--example", name])
