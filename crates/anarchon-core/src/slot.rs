@@ -262,6 +262,58 @@ pub enum Schedule {
     },
 }
 
+/// `every 10s` (with ` offset 2s` when there is one), `cron 0 9 * * * (Europe/Berlin)`,
+/// `at 2027-01-01T00:00:00Z`: the schedule as a person would write it.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::slot::Schedule;
+///
+/// assert_eq!(Schedule::every(Duration::from_secs(90), 0)?.to_string(), "every 90s");
+/// assert_eq!(Schedule::every(Duration::from_secs(3600), 0)?.to_string(), "every 1h");
+/// let cron = Schedule::cron("0 9 * * 1-5", Some("Europe/Berlin"))?;
+/// assert_eq!(cron.to_string(), "cron 0 9 * * 1-5 (Europe/Berlin)");
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn length(ms: u64) -> String {
+            for (unit, size) in [
+                ("d", 86_400_000),
+                ("h", 3_600_000),
+                ("m", 60_000),
+                ("s", 1_000),
+            ] {
+                if ms >= size && ms % size == 0 {
+                    return format!("{}{unit}", ms / size);
+                }
+            }
+            format!("{ms}ms")
+        }
+        match self {
+            Schedule::Every {
+                interval_ms,
+                offset_ms,
+            } => {
+                write!(f, "every {}", length(*interval_ms))?;
+                if *offset_ms != 0 {
+                    write!(f, " offset {}", length(offset_ms.unsigned_abs()))?;
+                }
+                Ok(())
+            }
+            Schedule::Cron(cron) => write!(f, "cron {} ({})", cron.expression(), cron.timezone()),
+            Schedule::At { at_ms } => match chrono::DateTime::from_timestamp_millis(*at_ms) {
+                Some(t) => write!(
+                    f,
+                    "at {}",
+                    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+                ),
+                None => write!(f, "at {at_ms} ms"),
+            },
+        }
+    }
+}
+
 /// A parsed cron expression with its timezone. [B-02, B-06, B-07]
 ///
 /// Its slots are the UTC instants of the expression's occurrences in the timezone, with the

@@ -173,8 +173,10 @@ pub(crate) fn jobs_page(prefix: &str, jobs: &[JobSummary], health: Option<&Healt
             "<tr data-job=\"{name}\"><td><a class=\"job-link\" href=\"{prefix}/jobs/{name}\">{name}</a></td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{rate}</td>\
              <td class=\"num\">{}</td></tr>",
-            j.kind
-                .unwrap_or("<span class=\"muted\">not on this scheduler</span>"),
+            j.schedule.as_deref().map_or_else(
+                || "<span class=\"muted\">not on this scheduler</span>".to_owned(),
+                escape
+            ),
             j.next_run
                 .map(time)
                 .unwrap_or_else(|| "<span class=\"muted\">—</span>".into()),

@@ -16,6 +16,9 @@ pub struct JobSummary {
     /// `every`, `cron` or `at` when the dashboard's scheduler holds the job, else `None`
     /// (a job known only from the store).
     pub kind: Option<&'static str>,
+    /// The schedule (`every 10s`, `cron 0 9 * * * (Europe/Berlin)`, `at ...`) when the
+    /// dashboard's scheduler holds the job.
+    pub schedule: Option<String>,
     /// The next slot, when the dashboard's scheduler holds the job.
     pub next_run: Option<DateTime<Utc>>,
     /// Status of the newest attempt read.
@@ -219,6 +222,7 @@ pub(crate) fn summarise(
     JobSummary {
         name,
         kind: info.map(|i| i.kind.as_str()),
+        schedule: info.map(|i| i.schedule.clone()),
         next_run: info.and_then(|i| i.next_run),
         last_status: newest.map(|r| r.status),
         last_started_at: newest.map(|r| to_datetime(r.started_at)),

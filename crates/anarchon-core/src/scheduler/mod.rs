@@ -266,6 +266,9 @@ pub struct JobInfo {
     pub name: JobName,
     /// `every`, `cron` or `at`.
     pub kind: JobKind,
+    /// The schedule as a person would write it: `every 10s`, `cron 0 9 * * * (Europe/Berlin)`,
+    /// `at 2027-01-01T00:00:00Z`.
+    pub schedule: String,
     /// The next slot after now, if any.
     pub next_run: Option<DateTime<Utc>>,
 }
@@ -1397,6 +1400,7 @@ impl<M: Mode> Scheduler<M> {
             .map(|j| JobInfo {
                 name: j.name.clone(),
                 kind: j.kind,
+                schedule: j.schedule.to_string(),
                 next_run: j.schedule.next_after(now).map(to_datetime),
             })
             .collect()
