@@ -390,7 +390,10 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
             claim_off - floor_off,
             floor - floor_off,
         );
-        let handover = &rows[rows.len() - 1];
+        let handover = rows
+            .iter()
+            .find(|r| r.name == "handover: release -> taken over")
+            .expect("the handover row");
         println!(
             "graceful handover (release -> taken over) p50 {:.2?}, p99 {:.2?} (target < {TARGET_HANDOVER:?}: {})",
             handover.p50,
