@@ -161,3 +161,53 @@ async fn concurrent_batches_over_the_same_jobs_in_other_orders_win_each_slot_onc
     }
     common::drop_schema(&url, &schema).await;
 }
+
+/// A batch that won a claim but reached its deadline before `COMMIT` rolls back and says
+/// so: another transaction holds the fence row of the batch's last job (in lock order)
+/// past the batch's deadline, so the first job's claim is judged in time and won, and the
+/// guard before `COMMIT` finds the clock past the deadline.
+#[tokio::test]
+async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    // Sorted by job, `ga-...` runs before `gz-...`.
+    let (first, last) = (unique_job("ga"), unique_job("gz"));
+    let s = store(&url, &schema, 2, &[first.clone(), last.clone()]).await;
+    let t = s.now().await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let conn_task = tokio::spawn(connection);
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .execute(
+            &format!("SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = $1 FOR UPDATE"),
+            &[&last.as_str()],
+        )
+        .await
+        .unwrap();
+    let deadline = s.now().await.unwrap() + 400;
+    let batch = vec![
+        claim(&last, t, "a", deadline),
+        claim(&first, t, "a", deadline),
+    ];
+    let claims = tokio::spawn({
+        let s = s.clone();
+        async move { s.claim_many(&batch).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let result = claims.await.unwrap();
+    assert!(
+        matches!(result, Err(anarchon_core::Error::Timeout { .. })),
+        "{result:?}"
+    );
+    assert!(
+        s.history(&first, 10).await.unwrap().is_empty(),
+        "the won claim was rolled back"
+    );
+    drop(client);
+    let _ = conn_task.await;
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
