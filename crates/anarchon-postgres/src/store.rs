@@ -518,7 +518,7 @@ impl LeaseStore for PostgresStore {
         inner.claim_outcome(claim, row)
     }
 
-    /// One round trip and one transaction per [`BATCH_CLAIMS`] claims: `BEGIN`, the single
+    /// One round trip and one transaction per 256 claims: `BEGIN`, the single
     /// claim's statement for each claim, a deadline guard and `COMMIT`, pipelined on one
     /// connection. Each statement sees what the ones before it wrote, so every claim is
     /// judged exactly as a single claim after the earlier ones. The claims run grouped by

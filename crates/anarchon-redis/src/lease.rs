@@ -339,7 +339,7 @@ impl LeaseStore for RedisStore {
         self.claim_reply(c, &v)
     }
 
-    /// The claim script once per claim, [`BATCH_CLAIMS`] calls in one pipeline: one round
+    /// The claim script once per claim, 256 calls in one pipeline: one round
     /// trip per batch (per node on a cluster). Each call is the single claim's script, so it
     /// judges lateness on the server clock as a single claim does; calls of one job share a
     /// hash slot and run in the order given.
