@@ -341,6 +341,34 @@ pub trait LeaseStore: HistoryStore {
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite>;
     /// Takes over an unfinished run whose lease ended.
     async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome>;
+    /// Takes over several runs in one call, answers in the order given; each takeover
+    /// behaves exactly as [`LeaseStore::take_over`] would, in the order given. A store that
+    /// can do it in one round trip or transaction overrides this and
+    /// [`LeaseStore::take_over_batch_limit`]; the default takes over one run after the other
+    /// and stops at the first error.
+    ///
+    /// ```
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::memory::MemoryStore;
+    /// use anarchon_core::store::LeaseStore;
+    ///
+    /// let store = MemoryStore::new();
+    /// assert!(store.take_over_many(&[]).await?.is_empty());
+    /// assert!(store.take_over_batch_limit() >= 1);
+    /// # Ok(()) }
+    /// ```
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        let mut out = Vec::with_capacity(takeovers.len());
+        for t in takeovers {
+            out.push(self.take_over(t).await?);
+        }
+        Ok(out)
+    }
+    /// The most takeovers [`LeaseStore::take_over_many`] takes in one round trip (1: no
+    /// batching).
+    fn take_over_batch_limit(&self) -> usize {
+        1
+    }
     /// Reads runs (backup watch); missing runs are left out.
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>>;
     /// Every unfinished run of these jobs (orphans and runs to watch on start).

@@ -349,6 +349,28 @@ pub async fn take_over<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<Ta
     finish_tx(e, r).await
 }
 
+/// Several takeovers in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
+/// each judged as [`take_over`] judges it, in the order given.
+pub async fn take_over_many<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    takeovers: &[Takeover],
+) -> Result<Vec<TakeoverOutcome>> {
+    if takeovers.is_empty() {
+        return Ok(Vec::new());
+    }
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let mut out = Vec::with_capacity(takeovers.len());
+        for t in takeovers {
+            out.push(take_over_in_tx(e, sql, t).await?);
+        }
+        Ok(out)
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
 async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
     let now = e.now().await?;
     if now > t.not_after {
