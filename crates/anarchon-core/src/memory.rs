@@ -391,6 +391,11 @@ impl LeaseStore for MemoryStore {
         64
     }
 
+    /// Batches too (the default loop), so the kit drives the driver's batched takeovers.
+    fn take_over_batch_limit(&self) -> usize {
+        64
+    }
+
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
         self.gate().await?;
         let now = self.clock_ms();

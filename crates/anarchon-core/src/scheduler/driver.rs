@@ -178,6 +178,11 @@ enum Msg {
         ids: Vec<u64>,
         result: Result<Vec<OwnerWrite>>,
     },
+    /// A batch of takeovers was answered (one call).
+    TookOverMany {
+        keys: Vec<RunKey>,
+        result: Result<Vec<TakeoverOutcome>>,
+    },
     /// A release sent on the side (won while stopping, an orphan of ours) was answered.
     SideReleased {
         key: RunKey,
@@ -267,6 +272,8 @@ struct Driver {
     claim_queue: Vec<(Arc<JobDef>, EpochMs, Reason, LeaseClaim)>,
     /// Results of this loop turn, sent together at its end (stores that batch finishes).
     finish_queue: Vec<(u64, Lease, Finish)>,
+    /// Takeovers of this loop turn, sent together at its end (stores that batch them).
+    takeover_queue: Vec<Takeover>,
 }
 
 /// How many slots from `from` (included) to `to` (excluded): counted one by one up to a cap,
@@ -329,6 +336,7 @@ pub(crate) async fn run(
         gauges: (usize::MAX, usize::MAX),
         claim_queue: Vec::new(),
         finish_queue: Vec::new(),
+        takeover_queue: Vec::new(),
     };
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
@@ -378,6 +386,7 @@ pub(crate) async fn run(
             }
         }
         d.flush_claims();
+        d.flush_takeovers();
         d.flush_finishes();
         d.announce_watching();
         d.publish_gauges();
@@ -1571,6 +1580,29 @@ impl Driver {
         }
     }
 
+    /// Sends the takeovers queued in this turn, in batches the store takes in one round trip.
+    fn flush_takeovers(&mut self) {
+        if self.takeover_queue.is_empty() {
+            return;
+        }
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
+        };
+        let limit = store.take_over_batch_limit().max(1);
+        let mut queue = std::mem::take(&mut self.takeover_queue);
+        while !queue.is_empty() {
+            let rest = queue.split_off(queue.len().min(limit));
+            let batch = std::mem::replace(&mut queue, rest);
+            let keys: Vec<RunKey> = batch.iter().map(|t| t.run.clone()).collect();
+            let store = store.clone();
+            self.call(
+                "take_over",
+                async move { store.take_over_many(&batch).await },
+                move |result| Msg::TookOverMany { keys, result },
+            );
+        }
+    }
+
     /// Sends the results queued in this turn, in batches the store takes in one round trip.
     fn flush_finishes(&mut self) {
         if self.finish_queue.is_empty() {
@@ -1925,6 +1957,12 @@ impl Driver {
                     not_after: self.call_deadline(),
                 };
                 self.flight_start(key);
+                if store.take_over_batch_limit() > 1 {
+                    // Takeovers decided in one turn (an instance with many runs died) go
+                    // out together.
+                    self.takeover_queue.push(takeover);
+                    return;
+                }
                 let key = key.clone();
                 self.call(
                     "take_over",
@@ -2026,6 +2064,28 @@ impl Driver {
                 self.count(result.is_ok());
                 let answer = result.map_err(|e| e.to_string());
                 self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
+            }
+            Msg::TookOverMany { keys, result } => {
+                // One call, however many takeovers it carried: health counts calls.
+                self.count(result.is_ok());
+                let answers: Vec<std::result::Result<TakeoverOutcome, String>> = match result {
+                    Ok(outcomes) if outcomes.len() == keys.len() => {
+                        outcomes.into_iter().map(Ok).collect()
+                    }
+                    Ok(outcomes) => {
+                        let message = format!(
+                            "a batch of {} takeovers was answered with {} outcomes",
+                            keys.len(),
+                            outcomes.len()
+                        );
+                        vec![Err(message); keys.len()]
+                    }
+                    Err(e) => vec![Err(telemetry::error_chain(&e)); keys.len()],
+                };
+                for (key, answer) in keys.into_iter().zip(answers) {
+                    self.flight_end(&key);
+                    self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
+                }
             }
             Msg::Unfinished { result } => {
                 self.count(result.is_ok());
