@@ -284,7 +284,7 @@ impl std::fmt::Display for Schedule {
                 ("m", 60_000),
                 ("s", 1_000),
             ] {
-                if ms >= size && ms % size == 0 {
+                if ms >= size && ms.is_multiple_of(size) {
                     return format!("{}{unit}", ms / size);
                 }
             }
