@@ -399,7 +399,9 @@ pub(crate) fn job_page(prefix: &str, p: &JobPage<'_>) -> String {
     let _ = write!(
         body,
         "<p>{} · next run {} · {} run(s) read, {} finished, {} succeeded · {} takeover(s)</p>",
-        s.kind.unwrap_or("not on this dashboard's scheduler"),
+        s.schedule
+            .as_deref()
+            .map_or_else(|| "not on this dashboard's scheduler".to_owned(), escape),
         s.next_run.map(time).unwrap_or_else(|| "—".into()),
         s.runs,
         s.finished,
