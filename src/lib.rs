@@ -47,6 +47,33 @@
 
 pub use anarchon_core::*;
 
+/// Turns the methods of an `impl` block marked `#[every("10s")]`, `#[cron("0 9 * * *")]` or
+/// `#[at("2027-01-01T00:00:00Z")]` into jobs; register an object with
+/// [`Scheduler::register`] (see [`registration`] and the `anarchon-macros` crate for the
+/// attribute options).
+///
+/// ```
+/// use std::sync::Arc;
+/// use anarchon::{memory::MemoryStore, registration::Registration, HandlerError, JobContext, Scheduler};
+///
+/// struct Billing;
+///
+/// #[anarchon::jobs]
+/// impl Billing {
+///     #[every("1h", timeout = "5m")]
+///     async fn invoice(&self, ctx: JobContext) -> Result<(), HandlerError> {
+///         ctx.check_cancelled()?;
+///         Ok(())
+///     }
+/// }
+///
+/// let scheduler = Scheduler::leased(MemoryStore::new()).build()?;
+/// scheduler.register(Arc::new(Billing), Registration::new().prefix("eu"))?;
+/// assert_eq!(scheduler.jobs()[0].name.as_str(), "eu-Billing-invoice");
+/// # Ok::<_, anarchon::Error>(())
+/// ```
+pub use anarchon_macros::jobs;
+
 /// The SQLite store.
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
@@ -86,3 +113,8 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide.md")]
 struct GuideDoctests;
+
+/// The web dashboard (an axum `Router`).
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub use anarchon_web as web;

@@ -1,7 +1,8 @@
 //! `cargo xtask test-servers --install`: installs the Debian packages of the test servers
 //! that are missing, so a newcomer's machine and CI take the same path.
 //!
-//! Redis, PostgreSQL and Valkey always; RabbitMQ and NATS with `--brokers`; the `openssl`
+//! Redis, PostgreSQL, Valkey, and Chromium with its WebDriver (the dashboard's browser test)
+//! always; RabbitMQ and NATS with `--brokers`; the `openssl`
 //! command with `--tls`. Valkey comes from `bookworm-backports` on Debian 12 (the suite is
 //! added to the apt sources when missing) and from the main suite on later releases. Redis
 //! ≥ 8.6 and sqld have no Debian package and are never installed.
@@ -37,7 +38,7 @@ fn program(name: &str) -> bool {
             .any(|dir| Path::new(dir).join(name).is_file())
 }
 
-const PACKAGES: [Package; 6] = [
+const PACKAGES: [Package; 8] = [
     Package {
         name: "redis-server",
         installed: || program("redis-server"),
@@ -66,6 +67,18 @@ const PACKAGES: [Package; 6] = [
         name: "nats-server",
         installed: || program("nats-server"),
         broker: true,
+        tls: false,
+    },
+    Package {
+        name: "chromium",
+        installed: || program("chromium"),
+        broker: false,
+        tls: false,
+    },
+    Package {
+        name: "chromium-driver",
+        installed: || program("chromedriver"),
+        broker: false,
         tls: false,
     },
     Package {
@@ -304,7 +317,13 @@ mod tests {
         };
         assert_eq!(
             names(Wanted::default()),
-            ["redis-server", "postgresql", "valkey-server"]
+            [
+                "redis-server",
+                "postgresql",
+                "valkey-server",
+                "chromium",
+                "chromium-driver"
+            ]
         );
         assert!(
             names(Wanted {

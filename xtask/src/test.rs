@@ -1,8 +1,9 @@
 //! `cargo xtask test`: the workspace tests against the servers `test-servers` found.
 //!
 //! Reads `target/test-servers/env` into the tests' environment, runs `cargo nextest run
-//! --workspace` where cargo-nextest is installed (and `cargo test --doc --workspace` first,
-//! since nextest does not run doctests), else `cargo test --workspace`, and ends with which
+//! --workspace --all-features` where cargo-nextest is installed (and `cargo test --doc
+//! --workspace --all-features` first, since nextest does not run doctests), else `cargo test
+//! --workspace --all-features`, and ends with which
 //! server-backed suites ran and which were skipped. The exit code is the test runner's.
 
 use std::process::{Command, ExitCode};
@@ -33,7 +34,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     if nextest && extra.is_empty() {
         // Doctests first, so that nextest's summary is the last word of the run.
         let mut doc = prepared(slow, &mut effective);
-        doc.args(["test", "--doc", "--workspace"]);
+        doc.args(["test", "--doc", "--workspace", "--all-features"]);
         let doc_status = util::run_visible(&mut doc)?;
         if !doc_status.success() {
             status = Some(doc_status);
@@ -57,6 +58,13 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     });
     if !picks_packages {
         main.arg("--workspace");
+    }
+    // Every feature (each store, `metrics`, the kit): what clippy checks is what runs.
+    if !extra
+        .iter()
+        .any(|a| a == "--all-features" || a.starts_with("--features") || a == "-F")
+    {
+        main.arg("--all-features");
     }
     main.args(&extra);
     let main_status = util::run_visible(&mut main)?;

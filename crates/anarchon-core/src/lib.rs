@@ -35,6 +35,9 @@
 //! - [`options`]: job options, scheduler defaults, validation.
 //! - [`event`], [`history`], [`context`]: what the runtime reports, keeps and hands to handlers.
 //! - [`memory`]: the in-memory reference store, for tests of your own jobs.
+//! - [`registration`]: objects whose methods are jobs ([`registration::Jobs`], written by
+//!   `#[anarchon::jobs]`), registered with [`Scheduler::register`]; [`registry`]: named
+//!   schedulers for the whole process.
 //!
 //! # Feature flags
 //! - `testkit` (off by default): the store conformance kit and the bench frame, for store
@@ -54,6 +57,7 @@ pub mod history;
 pub mod ids;
 pub mod memory;
 pub mod options;
+pub mod registration;
 pub mod registry;
 mod scheduler;
 pub mod slot;

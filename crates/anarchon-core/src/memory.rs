@@ -385,6 +385,17 @@ impl LeaseStore for MemoryStore {
         64
     }
 
+    /// Batches like a store with a batch call would, so the kit drives the driver's
+    /// batched path (each result is written as `finish` writes it).
+    fn finish_batch_limit(&self) -> usize {
+        64
+    }
+
+    /// Batches too (the default loop), so the kit drives the driver's batched takeovers.
+    fn take_over_batch_limit(&self) -> usize {
+        64
+    }
+
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
         self.gate().await?;
         let now = self.clock_ms();

@@ -667,3 +667,29 @@ impl std::fmt::Display for JobKind {
         f.write_str(self.as_str())
     }
 }
+
+/// Reads a length option as configuration and the `#[anarchon::jobs]` attributes write it:
+/// `"250ms"`, `"30s"`, `"5m"`, `"1h30m"`, or zero (`"0"`, `"0s"`), which some options take
+/// (`jitter`). The same parser as intervals, plus zero.
+///
+/// # Errors
+///
+/// [`Error::InvalidInterval`] naming the text.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::options::parse_length;
+///
+/// assert_eq!(parse_length("1m30s")?, Duration::from_secs(90));
+/// assert_eq!(parse_length("0s")?, Duration::ZERO);
+/// assert!(parse_length("ten seconds").is_err());
+/// assert!(parse_length("ms").is_err());
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
+pub fn parse_length(text: &str) -> Result<Duration> {
+    let digits = text.trim().trim_end_matches(['m', 's', 'h', 'd']);
+    if !digits.is_empty() && digits.chars().all(|c| c == '0') {
+        return Ok(Duration::ZERO);
+    }
+    crate::slot::parse_interval(text)
+}

@@ -24,12 +24,47 @@
 //! The choice for a name nobody configured: taking it is an error naming it
 //! ([`Error::UnknownScheduler`]); no default store is made up. Configuring a name twice is an
 //! error too ([`Error::DuplicateScheduler`]).
+//!
+//! [`configure_with`] and [`RegistryOptions::auto_start`] start a scheduler as it is
+//! configured. Objects whose jobs name their scheduler (the `scheduler = "..."` option of
+//! `#[anarchon::jobs]`, or [`Registration::scheduler`] for all of an object's jobs) are
+//! registered with [`register`], which finds each job's scheduler here:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use anarchon_core::registration::{JobFuture, JobSpec, Jobs, Registration, Trigger};
+//! use anarchon_core::registry::{self, RegistryOptions};
+//! use anarchon_core::{memory::MemoryStore, JobConfig, JobContext, Scheduler};
+//!
+//! struct Cleanup;
+//! impl Jobs for Cleanup {
+//!     fn jobs() -> Vec<JobSpec<Self>> {
+//!         fn purge(_this: Arc<Cleanup>, _ctx: JobContext) -> JobFuture {
+//!             Box::pin(async { Ok(()) })
+//!         }
+//!         vec![JobSpec::new("Cleanup-purge", Trigger::Every(Duration::from_secs(60)), JobConfig::default(), purge)]
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let maintenance = Scheduler::leased(MemoryStore::new()).build()?;
+//! registry::configure_with("maintenance", maintenance, RegistryOptions { auto_start: true }).await?;
+//! registry::register(Arc::new(Cleanup), Registration::new().scheduler("maintenance"))?;
+//! assert!(registry::leased("maintenance")?.health().running);
+//! registry::stop_all(Duration::from_secs(5)).await?;
+//! # registry::remove("maintenance");
+//! # Ok::<_, anarchon_core::Error>(())
+//! # }).unwrap();
+//! ```
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::ids::JobName;
+use crate::registration::{JobSpec, Jobs, Registration};
 use crate::scheduler::{ClaimOnly, Leased, Scheduler};
 
 /// A scheduler of either mode.
@@ -37,6 +72,41 @@ use crate::scheduler::{ClaimOnly, Leased, Scheduler};
 enum Entry {
     Leased(Scheduler<Leased>),
     ClaimOnly(Scheduler<ClaimOnly>),
+}
+
+impl Entry {
+    fn running(&self) -> bool {
+        match self {
+            Entry::Leased(s) => s.health().running,
+            Entry::ClaimOnly(s) => s.health().running,
+        }
+    }
+
+    async fn start(&self) -> Result<()> {
+        match self {
+            Entry::Leased(s) => s.start().await,
+            Entry::ClaimOnly(s) => s.start().await,
+        }
+    }
+
+    fn register_specs<T: Jobs>(
+        &self,
+        object: &Arc<T>,
+        specs: Vec<JobSpec<T>>,
+        registration: &Registration,
+    ) -> Result<Vec<JobName>> {
+        match self {
+            Entry::Leased(s) => s.register_specs(object, specs, registration),
+            Entry::ClaimOnly(s) => s.register_specs(object, specs, registration),
+        }
+    }
+
+    fn remove(&self, job: &JobName) {
+        let _ = match self {
+            Entry::Leased(s) => s.remove(job.as_str()),
+            Entry::ClaimOnly(s) => s.remove(job.as_str()),
+        };
+    }
 }
 
 /// A scheduler that can be put in the registry.
@@ -89,6 +159,98 @@ pub fn configure(name: &str, scheduler: impl Registered) -> Result<()> {
     Ok(())
 }
 
+/// How [`configure_with`] puts a scheduler in the registry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryOptions {
+    /// Start the scheduler as it is configured (default false: it waits for
+    /// [`start_all`] or its own `start()`). Jobs registered on it later are added to the
+    /// running scheduler.
+    pub auto_start: bool,
+}
+
+/// Puts `scheduler` in the registry under `name`, as [`configure`], then starts it if
+/// `options.auto_start`.
+///
+/// # Errors
+/// [`Error::DuplicateScheduler`] when the name is taken; the scheduler's start error (the
+/// store unreachable, too old ...), in which case it stays configured, not started, and a
+/// later [`start_all`] tries again.
+pub async fn configure_with(
+    name: &str,
+    scheduler: impl Registered,
+    options: RegistryOptions,
+) -> Result<()> {
+    let entry = scheduler.into_entry().0;
+    {
+        let mut reg = registry();
+        if reg.contains_key(name) {
+            return Err(Error::DuplicateScheduler {
+                name: name.to_owned(),
+            });
+        }
+        reg.insert(name.to_owned(), entry.clone());
+    }
+    if options.auto_start && !entry.running() {
+        entry.start().await?;
+    }
+    Ok(())
+}
+
+/// Registers every job of `object` on the registry scheduler it names: a job's own
+/// `scheduler` (the `scheduler = "..."` option of `#[anarchon::jobs]`), else the
+/// registration's [`Registration::scheduler`]. One object's jobs may so go to several
+/// schedulers. All or nothing, as [`Scheduler::register`]: on an error no job of the object
+/// stays registered anywhere.
+///
+/// # Errors
+/// [`Error::InvalidOption`] (`scheduler`) for a job that names no scheduler,
+/// [`Error::UnknownScheduler`] for a name nobody configured, and every error of
+/// [`Scheduler::register`].
+pub fn register<T: Jobs>(object: Arc<T>, registration: Registration) -> Result<Vec<JobName>> {
+    let mut groups: BTreeMap<String, Vec<JobSpec<T>>> = BTreeMap::new();
+    for spec in T::jobs() {
+        let Some(name) = spec
+            .scheduler
+            .clone()
+            .or_else(|| registration.scheduler_name().map(str::to_owned))
+        else {
+            return Err(Error::invalid_option(
+                "scheduler",
+                format!(
+                    "job {:?} names no registry scheduler: give it `scheduler = \"...\"` or \
+                     register the object with Registration::new().scheduler(\"...\")",
+                    spec.name
+                ),
+            ));
+        };
+        groups.entry(name).or_default().push(spec);
+    }
+    let mut plan = Vec::with_capacity(groups.len());
+    {
+        let reg = registry();
+        for (name, specs) in groups {
+            let entry = reg
+                .get(&name)
+                .cloned()
+                .ok_or(Error::UnknownScheduler { name })?;
+            plan.push((entry, specs));
+        }
+    }
+    let mut done: Vec<(Entry, Vec<JobName>)> = Vec::with_capacity(plan.len());
+    for (entry, specs) in plan {
+        match entry.register_specs(&object, specs, &registration) {
+            Ok(names) => done.push((entry, names)),
+            Err(e) => {
+                for (entry, names) in &done {
+                    names.iter().for_each(|job| entry.remove(job));
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(done.into_iter().flat_map(|(_, names)| names).collect())
+}
+
 /// The lease-store scheduler configured as `name`.
 ///
 /// # Errors
@@ -133,16 +295,8 @@ pub fn remove(name: &str) -> bool {
 pub async fn start_all() -> Result<()> {
     let all: Vec<Entry> = registry().values().cloned().collect();
     for entry in all {
-        let started = match &entry {
-            Entry::Leased(s) => s.health().running,
-            Entry::ClaimOnly(s) => s.health().running,
-        };
-        if started {
-            continue;
-        }
-        match entry {
-            Entry::Leased(s) => s.start().await?,
-            Entry::ClaimOnly(s) => s.start().await?,
+        if !entry.running() {
+            entry.start().await?;
         }
     }
     Ok(())

@@ -262,6 +262,58 @@ pub enum Schedule {
     },
 }
 
+/// `every 10s` (with ` offset 2s` when there is one), `cron 0 9 * * * (Europe/Berlin)`,
+/// `at 2027-01-01T00:00:00Z`: the schedule as a person would write it.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::slot::Schedule;
+///
+/// assert_eq!(Schedule::every(Duration::from_secs(90), 0)?.to_string(), "every 90s");
+/// assert_eq!(Schedule::every(Duration::from_secs(3600), 0)?.to_string(), "every 1h");
+/// let cron = Schedule::cron("0 9 * * 1-5", Some("Europe/Berlin"))?;
+/// assert_eq!(cron.to_string(), "cron 0 9 * * 1-5 (Europe/Berlin)");
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn length(ms: u64) -> String {
+            for (unit, size) in [
+                ("d", 86_400_000),
+                ("h", 3_600_000),
+                ("m", 60_000),
+                ("s", 1_000),
+            ] {
+                if ms >= size && ms.is_multiple_of(size) {
+                    return format!("{}{unit}", ms / size);
+                }
+            }
+            format!("{ms}ms")
+        }
+        match self {
+            Schedule::Every {
+                interval_ms,
+                offset_ms,
+            } => {
+                write!(f, "every {}", length(*interval_ms))?;
+                if *offset_ms != 0 {
+                    write!(f, " offset {}", length(offset_ms.unsigned_abs()))?;
+                }
+                Ok(())
+            }
+            Schedule::Cron(cron) => write!(f, "cron {} ({})", cron.expression(), cron.timezone()),
+            Schedule::At { at_ms } => match chrono::DateTime::from_timestamp_millis(*at_ms) {
+                Some(t) => write!(
+                    f,
+                    "at {}",
+                    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+                ),
+                None => write!(f, "at {at_ms} ms"),
+            },
+        }
+    }
+}
+
 /// A parsed cron expression with its timezone. [B-02, B-06, B-07]
 ///
 /// Its slots are the UTC instants of the expression's occurrences in the timezone, with the
@@ -898,5 +950,101 @@ impl CronSchedule {
             (earlier, earlier_offset) = (probe, offset);
         }
         Some(lowest)
+    }
+}
+
+/// How the daylight-saving rules of the [module docs](self) placed one slot of a cron
+/// schedule, as [`CronSchedule::dst_rule`] reports it. [B-07]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DstRule {
+    /// A wall-clock job's time fell in a spring-forward gap, where it does not exist: it runs
+    /// once, at the first instant after the gap (this slot). `skipped` is the earliest local
+    /// time of the expression inside the gap (the local date and time, without an offset).
+    MovedForward {
+        /// The first local time of the expression that the gap skipped.
+        skipped: chrono::NaiveDateTime,
+    },
+    /// A wall-clock job's time is repeated by a fall-back overlap: it runs once, at its first
+    /// occurrence (this slot), and not in the second pass.
+    RepeatedOnce,
+    /// An elapsed-time job's time is repeated by a fall-back overlap and runs in both passes:
+    /// this slot is the first pass.
+    FirstPass,
+    /// An elapsed-time job's time is repeated by a fall-back overlap and runs in both passes:
+    /// this slot is the second pass.
+    SecondPass,
+    /// An elapsed-time job: a spring-forward gap lies between the previous slot and this
+    /// one, and the expression's local times inside it (from `skipped`) do not exist, so they
+    /// did not run.
+    AfterGap {
+        /// The first local time of the expression that the gap skipped.
+        skipped: chrono::NaiveDateTime,
+    },
+}
+
+impl CronSchedule {
+    /// Which daylight-saving rule placed `slot`, a slot of this schedule; `None` when the
+    /// slot is an ordinary local time (no gap or overlap touched it), or is no slot of this
+    /// schedule's. [B-07]
+    ///
+    /// ```
+    /// use anarchon_core::slot::{DstRule, Schedule};
+    ///
+    /// let Schedule::Cron(cron) = Schedule::cron("30 2 * * *", Some("Europe/Berlin"))? else {
+    ///     unreachable!()
+    /// };
+    /// // 2026-03-29: 02:30 does not exist in Berlin; the run is at 03:00 CEST (01:00Z).
+    /// let slot = cron.next_after(1_774_742_400_000).unwrap(); // after 2026-03-29T00:00Z
+    /// assert_eq!(slot, 1_774_746_000_000);
+    /// assert!(matches!(cron.dst_rule(slot), Some(DstRule::MovedForward { skipped })
+    ///     if skipped.to_string() == "2026-03-29 02:30:00"));
+    /// // The day before is an ordinary day.
+    /// assert_eq!(cron.dst_rule(slot - 86_400_000 + 1_800_000), None);
+    /// # Ok::<(), anarchon_core::Error>(())
+    /// ```
+    pub fn dst_rule(&self, slot: EpochMs) -> Option<DstRule> {
+        let naive = |wall: i64| DateTime::<Utc>::from_timestamp_millis(wall).map(|t| t.naive_utc());
+        let wall = self.wall(slot)?;
+        if let Some(Local::Repeated(first, second)) = self.resolve(wall) {
+            return match (self.elapsed_time, slot) {
+                (false, s) if s == first => Some(DstRule::RepeatedOnce),
+                (true, s) if s == first => Some(DstRule::FirstPass),
+                (true, s) if s == second => Some(DstRule::SecondPass),
+                _ => None,
+            };
+        }
+        if !self.elapsed_time {
+            // A moved slot sits exactly at the end of a gap: the wall clock jumps between the
+            // millisecond before it and it, and the expression matches inside the jump.
+            let before = self.wall(slot.checked_sub(1)?)?;
+            if wall - before <= 1 {
+                return None;
+            }
+            let skipped = self.match_at_or_after(before.checked_add(1)?)?;
+            return if skipped < wall {
+                Some(DstRule::MovedForward {
+                    skipped: naive(skipped)?,
+                })
+            } else {
+                None
+            };
+        }
+        // Elapsed-time job: look for a gap between the previous slot and this one.
+        // Only the last day before the slot is searched: no timezone has two transitions
+        // that close, so one bisection finds the gap.
+        let previous = self
+            .newest_due(slot.checked_sub(1)?)?
+            .max(slot.checked_sub(REACH_HOURS * HOUR_MS)?);
+        let (from, to) = (self.offset(previous)?, self.offset(slot)?);
+        if to <= from {
+            return None;
+        }
+        let change = self.transition_between(previous, slot)?;
+        let gap_start = self.wall(change.checked_sub(1)?)?.checked_add(1)?;
+        let skipped = self.match_at_or_after(gap_start)?;
+        (skipped < self.wall(change)?)
+            .then(|| naive(skipped).map(|skipped| DstRule::AfterGap { skipped }))
+            .flatten()
     }
 }

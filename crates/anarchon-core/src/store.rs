@@ -321,10 +321,54 @@ pub trait LeaseStore: HistoryStore {
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>>;
     /// Records the end of an attempt.
     async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite>;
+    /// Records the ends of several attempts in one call, answers in the order given; each
+    /// behaves exactly as [`LeaseStore::finish`] would. A store that can do it in one round
+    /// trip or transaction overrides this and [`LeaseStore::finish_batch_limit`]; the default
+    /// finishes one after the other and stops at the first error. The driver sends the
+    /// results of runs that end in the same turn of its loop together.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let mut out = Vec::with_capacity(writes.len());
+        for (lease, finish) in writes {
+            out.push(self.finish(lease, finish).await?);
+        }
+        Ok(out)
+    }
+    /// The most results [`LeaseStore::finish_many`] takes in one round trip (1: no batching).
+    fn finish_batch_limit(&self) -> usize {
+        1
+    }
     /// Hands a run over at once (graceful stop).
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite>;
     /// Takes over an unfinished run whose lease ended.
     async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome>;
+    /// Takes over several runs in one call, answers in the order given; each takeover
+    /// behaves exactly as [`LeaseStore::take_over`] would, in the order given. A store that
+    /// can do it in one round trip or transaction overrides this and
+    /// [`LeaseStore::take_over_batch_limit`]; the default takes over one run after the other
+    /// and stops at the first error.
+    ///
+    /// ```
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::memory::MemoryStore;
+    /// use anarchon_core::store::LeaseStore;
+    ///
+    /// let store = MemoryStore::new();
+    /// assert!(store.take_over_many(&[]).await?.is_empty());
+    /// assert!(store.take_over_batch_limit() >= 1);
+    /// # Ok(()) }
+    /// ```
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        let mut out = Vec::with_capacity(takeovers.len());
+        for t in takeovers {
+            out.push(self.take_over(t).await?);
+        }
+        Ok(out)
+    }
+    /// The most takeovers [`LeaseStore::take_over_many`] takes in one round trip (1: no
+    /// batching).
+    fn take_over_batch_limit(&self) -> usize {
+        1
+    }
     /// Reads runs (backup watch); missing runs are left out.
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>>;
     /// Every unfinished run of these jobs (orphans and runs to watch on start).

@@ -501,3 +501,52 @@ fn kinds_and_causes_are_enums() {
         "handed over"
     );
 }
+
+/// [B-14] An instance that dies with several runs leaves them to a backup that takes them
+/// over together: on a store that batches takeovers, in fewer calls than runs.
+#[tokio::test(start_paused = true)]
+async fn b14_runs_of_a_dead_instance_are_taken_over_in_batches() {
+    let clock = Clock::tokio();
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+    assert!(
+        store.take_over_batch_limit() > 1,
+        "the memory store batches"
+    );
+    let (ia, ib) = (Instance::new(store.clone()), Instance::new(store));
+    let long = |_ctx: anarchon_core::JobContext| async move {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok::<(), anarchon_core::HandlerError>(())
+    };
+    let a = node(&ia, "a").clock(clock).build().unwrap();
+    let b = node(&ib, "b").clock(clock).build().unwrap();
+    let jobs = ["t1", "t2", "t3", "t4", "t5"];
+    for job in jobs {
+        a.every(job, "60s").handler(long).unwrap();
+        b.every(job, "60s").handler(long).unwrap();
+    }
+    let eb = record_events(&b);
+    // `a` alone catches every job's last slot up, then `b` starts and watches those runs.
+    a.start().await.unwrap();
+    assert!(wait_for(2_000, || a.health().leases_held == jobs.len() as u64).await);
+    b.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.crash();
+    let all = wait_for(10_000, || {
+        eb.lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, Event::Start(r) if r.reason == Reason::Takeover))
+            .count()
+            == jobs.len()
+    })
+    .await;
+    b.stop(Duration::from_secs(1)).await.ok();
+    assert!(all, "every run was taken over: {:#?}", eb.lock().unwrap());
+    assert_eq!(ib.takeovers(), jobs.len());
+    assert!(
+        ib.takeover_batches() < jobs.len() && ib.takeover_batches() >= 1,
+        "{} takeovers went out in {} calls",
+        ib.takeovers(),
+        ib.takeover_batches()
+    );
+}

@@ -53,6 +53,14 @@ use tokio::sync::broadcast;
 
 const KIND: &str = "libsql";
 
+/// The most claims (or takeovers) one transaction takes (`LeaseStore::claim_many`,
+/// `LeaseStore::take_over_many`). The `libsql` client sends each statement of an interactive
+/// transaction as one HTTP request (about five per claim: clock, check, fence, run row,
+/// history row) while the transaction holds the database's write lock, so a batch saves
+/// the `BEGIN` and `COMMIT` of each claim but not its statements; 64 keeps the lock held
+/// for a few hundred requests at most.
+pub const BATCH_CLAIMS: usize = 64;
+
 /// The default bound of one call.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -697,6 +705,44 @@ impl LeaseStore for LibsqlStore {
             ops::claim(&mut e, sql, claim).await
         })
         .await
+    }
+
+    /// One interactive transaction for the whole batch (one `BEGIN IMMEDIATE`, one
+    /// `COMMIT`), each claim judged as a single claim, in order. Still one HTTP request per
+    /// statement inside it: see [`BATCH_CLAIMS`].
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        let mut out = Vec::with_capacity(claims.len());
+        for chunk in claims.chunks(BATCH_CLAIMS) {
+            out.extend(
+                self.run("claim", |mut e, sql| async move {
+                    ops::claim_many(&mut e, sql, chunk).await
+                })
+                .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    fn claim_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
+    }
+
+    /// One interactive transaction for the whole batch, like `claim_many`.
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        let mut out = Vec::with_capacity(takeovers.len());
+        for chunk in takeovers.chunks(BATCH_CLAIMS) {
+            out.extend(
+                self.run("take_over", |mut e, sql| async move {
+                    ops::take_over_many(&mut e, sql, chunk).await
+                })
+                .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    fn take_over_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {

@@ -8,6 +8,8 @@ conformance kit on a machine without sqld. Each baton is one SQLite connection o
 an interactive transaction keeps its connection until COMMIT/ROLLBACK/close. The server's
 semantics (locking, stream expiry, auth) are SQLite's and this file's, not sqld's: a pass
 here checks the client side (requests, parameters, rows, transactions), not sqld itself.
+`GET /stats` answers `{"requests": n}`: the HTTP requests served so far, for tests that
+count what an operation costs.
 
     python3 hrana_double.py --db /tmp/libsql.db --port 8089 &
     ANARCHON_LIBSQL_URL=http://127.0.0.1:8089 cargo test -p anarchon-libsql
@@ -27,6 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STREAMS = {}
 LOCK = threading.Lock()
+# HTTP requests served (POST), for tests that count what an operation costs: GET /stats.
+REQUESTS = itertools.count(1)
+SERVED = [0]
 COUNTER = itertools.count(1)
 DB = None
 
@@ -202,9 +207,14 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if self.path.split("?")[0].rstrip("/") == "/stats":
+            self.reply(json.dumps({"requests": SERVED[0]}))
+            return
         self.reply("{}")
 
     def do_POST(self):
+        with LOCK:
+            SERVED[0] = next(REQUESTS)
         length = int(self.headers.get("Content-Length", "0"))
         req = json.loads(self.rfile.read(length) or b"{}")
         path = self.path.split("?")[0].rstrip("/")

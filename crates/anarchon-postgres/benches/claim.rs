@@ -336,6 +336,7 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     let takeover_row =
         Measurement::from_samples("handover: release -> taken over", &takeover_samples);
 
+    let [single, batched] = batch_rows(&a, "batch", base).await;
     let rows = [
         baseline,
         floor,
@@ -350,9 +351,17 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
         beat_fifty,
         notify_row,
         takeover_row,
+        single,
+        batched,
     ];
     report("postgres lease store", &rows, "SELECT 1", json);
     if !json {
+        println!(
+            "batch of 256 claims: {:.1} µs per claim, 256 single claims: {:.1} µs per claim (p50; {:.1}x)",
+            rows[14].p50.as_secs_f64() * 1e6,
+            rows[13].p50.as_secs_f64() * 1e6,
+            rows[13].p50.as_secs_f64() / rows[14].p50.as_secs_f64().max(1e-9)
+        );
         let p50 = |name: &str| {
             rows.iter()
                 .find(|r| r.name == name)
@@ -381,7 +390,10 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
             claim_off - floor_off,
             floor - floor_off,
         );
-        let handover = &rows[rows.len() - 1];
+        let handover = rows
+            .iter()
+            .find(|r| r.name == "handover: release -> taken over")
+            .expect("the handover row");
         println!(
             "graceful handover (release -> taken over) p50 {:.2?}, p99 {:.2?} (target < {TARGET_HANDOVER:?}: {})",
             handover.p50,
@@ -409,4 +421,61 @@ async fn main() {
         ops: 2_000,
     });
     run(&url, &cfg, json_requested()).await;
+}
+
+/// Claims per round of the batch rows.
+const BATCH: usize = 256;
+
+/// "256 single claims: per claim" and "batch of 256 claims: per claim", measured in the
+/// same run on the same store: `ANARCHON_BENCH_BATCH_ROUNDS` rounds (default 10, after one
+/// untimed round) of 256 won claims of new jobs each way, alternating which way goes first.
+/// A sample is one round's time divided by 256.
+async fn batch_rows(store: &dyn LeaseStore, prefix: &str, slot: i64) -> [Measurement; 2] {
+    let rounds: usize = std::env::var("ANARCHON_BENCH_BATCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let claims = |kind: &str, round: usize| -> Vec<LeaseClaim> {
+        (0..BATCH)
+            .map(|i| {
+                let job = JobName::new(format!("{prefix}-{kind}-{round}-{i}")).expect("job name");
+                LeaseClaim {
+                    run: RunKey::new(job, slot),
+                    scheduled_at: slot,
+                    instance_id: "a".into(),
+                    lease_ms: 30_000,
+                    not_after: i64::MAX,
+                    overlap: Overlap::Allow,
+                    reason: Reason::Scheduled,
+                    retention: Retention::default(),
+                }
+            })
+            .collect()
+    };
+    let (mut single, mut batched) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let (one, many) = (claims("one", round), claims("many", round));
+        for batch_first in [round % 2 == 1, round % 2 == 0] {
+            let started = Instant::now();
+            if batch_first {
+                let out = store.claim_many(&many).await.expect("claim batch");
+                assert!(out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))));
+                if round > 0 {
+                    batched.push(started.elapsed() / BATCH as u32);
+                }
+            } else {
+                for c in &one {
+                    let out = store.claim(c).await.expect("claim");
+                    assert!(matches!(out, ClaimOutcome::Won(_)));
+                }
+                if round > 0 {
+                    single.push(started.elapsed() / BATCH as u32);
+                }
+            }
+        }
+    }
+    [
+        Measurement::from_samples("256 single claims: per claim", &single),
+        Measurement::from_samples("batch of 256 claims: per claim", &batched),
+    ]
 }

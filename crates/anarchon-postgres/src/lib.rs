@@ -68,7 +68,7 @@ mod store;
 mod tls;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -272,6 +272,12 @@ pub(crate) struct Inner {
     /// Each job's count of won claims since a claim last pruned it, as the last claim of the
     /// job this store sent saw it: it picks the claim variant (see `sql::PRUNE_EVERY`).
     unpruned: Mutex<HashMap<String, i32>>,
+    /// The scheduler's store timeout (`Prepare::call_timeout`) in ms, 0 until `prepare`: a
+    /// claim batch gives up at the shorter of it and `timeout`.
+    caller_limit_ms: AtomicU64,
+    /// Requests this store sent and waited for (a statement, a pipelined batch): the round
+    /// trips, for tests and benchmarks.
+    round_trips: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -503,6 +509,8 @@ impl PostgresStore {
                 shutdown: CancellationToken::new(),
                 closed: AtomicBool::new(false),
                 unpruned: Mutex::new(HashMap::new()),
+                caller_limit_ms: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
             }),
         })
     }
@@ -510,6 +518,14 @@ impl PostgresStore {
     /// The pool the store uses.
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
+    }
+
+    /// How many requests this store has sent and waited for so far (a statement, or a
+    /// pipelined claim batch): its round trips to the server, counted for tests and
+    /// benchmarks.
+    #[doc(hidden)]
+    pub fn round_trips(&self) -> u64 {
+        self.inner.round_trips.load(Ordering::Relaxed)
     }
 
     /// The NOTIFY channel on which releases are announced (payload `<job>:<slot>`).
@@ -593,7 +609,11 @@ impl Inner {
         let work = async {
             let mut tries = 0;
             loop {
+                let cached = client.statement_cache.size();
                 let statement = client.prepare_typed_cached(sql, types).await?;
+                let prepared = client.statement_cache.size().saturating_sub(cached);
+                self.round_trips
+                    .fetch_add(1 + prepared as u64, Ordering::Relaxed);
                 match client.query(&statement, params).await {
                     Err(e) if is_retryable(&e) && tries < MAX_RETRIES => {
                         tries += 1;

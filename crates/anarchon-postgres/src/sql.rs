@@ -168,6 +168,11 @@ pub(crate) struct Sql {
     pub(crate) claim: String,
     /// The claim that also prunes, indexed like `prune`.
     pub(crate) claim_pruning: [String; 2],
+    /// The last statement of a claim batch before its `COMMIT`: fails (SQLSTATE 22P02) when
+    /// the database clock is past `$1`, the batch's latest deadline, so the transaction
+    /// rolls back instead of committing after its caller gave up. (The failing cast reads
+    /// the clock, so the planner cannot fold it into an error of every call.)
+    pub(crate) claim_guard: String,
     pub(crate) heartbeat: String,
     /// Indexed like `prune`.
     pub(crate) finish: [String; 2],
@@ -684,6 +689,11 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             prune: [prune_sql(names, false), prune_sql(names, true)],
             claim: claim_sql(names, false, false),
             claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
+            claim_guard: format!(
+                "SELECT CASE WHEN {now} > $1 \
+                 THEN CAST('anarchon: the claim batch reached its deadline ' || {now} AS int8) \
+                 END"
+            ),
             heartbeat,
             finish: [finish_sql(names, false), finish_sql(names, true)],
             release,

@@ -14,8 +14,11 @@ use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
 use crate::error::KIND;
+use crate::error::{is_connection_lost, is_retryable};
 use crate::sql::PRUNE_EVERY;
-use crate::{Inner, PostgresStore};
+use crate::{Inner, MAX_RETRIES, PostgresStore};
+use deadpool_postgres::Object;
+use tokio_postgres::error::SqlState;
 
 fn corrupt(what: &str, value: &str) -> Error {
     Error::Corrupt {
@@ -43,6 +46,81 @@ fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX / 4)
 }
 
+/// The most claims one pipelined transaction carries (`LeaseStore::claim_batch_limit`).
+pub(crate) const BATCH_CLAIMS: usize = 256;
+
+/// The parameter types of the claim statements.
+const CLAIM_TYPES: [Type; 10] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::BOOL,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+];
+
+/// The bound values of one claim statement, owned so a batch can hold them all.
+struct ClaimParams<'c> {
+    job: &'c str,
+    slot: i64,
+    scheduled_at: i64,
+    instance: &'c str,
+    lease_ms: i64,
+    not_after: i64,
+    skip: bool,
+    reason: &'static str,
+    size: i64,
+    ttl: Option<i64>,
+}
+
+impl ClaimParams<'_> {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
+        [
+            &self.job,
+            &self.slot,
+            &self.scheduled_at,
+            &self.instance,
+            &self.lease_ms,
+            &self.not_after,
+            &self.skip,
+            &self.reason,
+            &self.size,
+            &self.ttl,
+        ]
+    }
+}
+
+fn claim_params(claim: &LeaseClaim) -> ClaimParams<'_> {
+    ClaimParams {
+        job: claim.run.job.as_str(),
+        slot: claim.run.slot,
+        scheduled_at: claim.scheduled_at,
+        instance: &claim.instance_id,
+        lease_ms: ms(claim.lease_ms),
+        not_after: claim.not_after,
+        skip: claim.overlap == Overlap::Skip,
+        reason: claim.reason.as_str(),
+        size: i64::from(claim.retention.size),
+        ttl: ttl(claim.retention),
+    }
+}
+
+/// Why a pipelined claim batch did not commit.
+enum BatchFailure {
+    /// A statement asked to be run again (serialization failure, deadlock): the whole
+    /// transaction rolled back.
+    Retry(tokio_postgres::Error),
+    /// The guard found the database clock past the batch's latest deadline: rolled back.
+    /// The answer rows of the claims, as they were before the rollback.
+    Deadline(Vec<std::result::Result<Row, tokio_postgres::Error>>),
+    /// Any other error: rolled back.
+    Failed(tokio_postgres::Error),
+}
+
 impl Inner {
     /// Whether the next won claim of `job` is due to prune it: its count says so, or this
     /// store has not seen the count yet (a process that claims once and stops, again and
@@ -52,6 +130,196 @@ impl Inner {
         counts
             .get(job.as_str())
             .is_none_or(|n| n + 1 >= PRUNE_EVERY)
+    }
+
+    /// The claim statement for `claim`: the pruning variant when the job is due.
+    fn claim_sql(&self, claim: &LeaseClaim) -> &str {
+        if self.prune_due(&claim.run.job) {
+            &self.sql.claim_pruning[usize::from(claim.retention.ttl_ms.is_some())]
+        } else {
+            &self.sql.claim
+        }
+    }
+
+    /// Reads the answer row of a claim statement.
+    fn claim_outcome(&self, claim: &LeaseClaim, row: &Row) -> Result<ClaimOutcome> {
+        let now: i64 = row.get(0);
+        let late: bool = row.get(1);
+        let existed: bool = row.get(2);
+        let live_slot: Option<i64> = row.get(3);
+        let expires_at: Option<i64> = row.get(4);
+        let fence: Option<i64> = row.get(5);
+        self.saw_unpruned(&claim.run.job, row.get(6));
+        Ok(if late {
+            ClaimOutcome::Late { store_now: now }
+        } else if existed {
+            ClaimOutcome::Taken
+        } else if let Some(running_slot) = live_slot {
+            ClaimOutcome::Overlap { running_slot }
+        } else if let (Some(expires_at), Some(fence)) = (expires_at, fence) {
+            ClaimOutcome::Won(Lease {
+                run: claim.run.clone(),
+                attempt: 1,
+                fence: fence as u64,
+                instance_id: claim.instance_id.clone(),
+                reason: claim.reason,
+                scheduled_at: claim.scheduled_at,
+                started_at: now,
+                expires_at,
+            })
+        } else {
+            // The insert met a run another instance inserted after this statement's snapshot.
+            ClaimOutcome::Taken
+        })
+    }
+
+    /// The answers of a batch's claim statements, `rows` in the order they ran (`order`),
+    /// put back into the order of `claims`.
+    fn claim_outcomes(
+        &self,
+        claims: &[LeaseClaim],
+        order: &[usize],
+        rows: Vec<std::result::Result<Row, tokio_postgres::Error>>,
+    ) -> Result<Vec<ClaimOutcome>> {
+        let mut out: Vec<Option<ClaimOutcome>> = vec![None; claims.len()];
+        for (&i, row) in order.iter().zip(rows) {
+            let row = row.map_err(|e| self.pg(e, "claim"))?;
+            out[i] = Some(self.claim_outcome(&claims[i], &row)?);
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// How long a claim batch may take: the store's timeout, or the scheduler's if shorter.
+    fn batch_timeout(&self) -> std::time::Duration {
+        match self.caller_limit_ms.load(Ordering::Relaxed) {
+            0 => self.timeout,
+            limit => self.timeout.min(std::time::Duration::from_millis(limit)),
+        }
+    }
+
+    /// At most [`BATCH_CLAIMS`] claims in one pipelined transaction (see
+    /// `LeaseStore::claim_many`), run again as a whole after a serialization failure.
+    async fn claim_batch(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Grouped by job, in the given order within a job (a stable sort).
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        order.sort_by(|&a, &b| claims[a].run.job.cmp(&claims[b].run.job));
+        let deadline = claims.iter().map(|c| c.not_after).max().unwrap_or(0);
+        let timeout = self.batch_timeout();
+        let client = self.client("claim").await?;
+        let work = async {
+            // Statements this connection has not prepared yet cost a round trip each.
+            let mut cached = client.statement_cache.size();
+            let begin = client.prepare_typed_cached("BEGIN", &[]).await?;
+            let guard = client
+                .prepare_typed_cached(&self.sql.claim_guard, &[Type::INT8])
+                .await?;
+            let commit = client.prepare_typed_cached("COMMIT", &[]).await?;
+            let mut tries = 0;
+            loop {
+                let mut statements = Vec::with_capacity(order.len());
+                for &i in &order {
+                    statements.push(
+                        client
+                            .prepare_typed_cached(self.claim_sql(&claims[i]), &CLAIM_TYPES)
+                            .await?,
+                    );
+                }
+                let params: Vec<ClaimParams<'_>> =
+                    order.iter().map(|&i| claim_params(&claims[i])).collect();
+                let refs: Vec<_> = params.iter().map(ClaimParams::refs).collect();
+                // Every request goes out before the first answer is read: tokio-postgres
+                // pipelines the queries of futures polled together on one connection.
+                let prepared = client.statement_cache.size().saturating_sub(cached);
+                self.round_trips
+                    .fetch_add(1 + prepared as u64, Ordering::Relaxed);
+                cached = client.statement_cache.size();
+                let client = &*client;
+                let guard_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&deadline];
+                let (began, rows, guarded, committed) = futures::join!(
+                    client.execute(&begin, &[]),
+                    futures::future::join_all(
+                        statements
+                            .iter()
+                            .zip(&refs)
+                            .map(|(st, p)| client.query_one(st, p))
+                    ),
+                    client.execute(&guard, &guard_params),
+                    client.execute(&commit, &[]),
+                );
+                let failure = match (began, guarded, committed) {
+                    (Err(e), _, _) => BatchFailure::Failed(e),
+                    _ if rows.iter().any(Result::is_err) => {
+                        // The first error is the cause; the statements after it only
+                        // found the transaction aborted.
+                        let e = rows
+                            .into_iter()
+                            .find_map(Result::err)
+                            .expect("an error is present");
+                        if is_retryable(&e) {
+                            BatchFailure::Retry(e)
+                        } else {
+                            BatchFailure::Failed(e)
+                        }
+                    }
+                    (_, Err(e), _) if e.code() == Some(&SqlState::INVALID_TEXT_REPRESENTATION) => {
+                        BatchFailure::Deadline(rows)
+                    }
+                    (_, Err(e), _) | (_, _, Err(e)) => {
+                        if is_retryable(&e) {
+                            BatchFailure::Retry(e)
+                        } else {
+                            BatchFailure::Failed(e)
+                        }
+                    }
+                    _ => return Ok(self.claim_outcomes(claims, &order, rows)),
+                };
+                match failure {
+                    BatchFailure::Retry(e) if tries < MAX_RETRIES => {
+                        tries += 1;
+                        tracing::debug!(tries, "postgres claim batch retried: {e}");
+                        tokio::task::yield_now().await;
+                    }
+                    BatchFailure::Retry(e) | BatchFailure::Failed(e) => return Err(e),
+                    BatchFailure::Deadline(rows) => {
+                        // Rolled back. A batch that won nothing lost nothing by that (at
+                        // most the marking of ended runs, which the next claim redoes):
+                        // its answers stand. One that won must not report leases it no
+                        // longer holds.
+                        let answers = self.claim_outcomes(claims, &order, rows);
+                        return Ok(match answers {
+                            Ok(out) if !out.iter().any(|o| matches!(o, ClaimOutcome::Won(_))) => {
+                                Ok(out)
+                            }
+                            _ => Err(Error::Timeout {
+                                store: KIND,
+                                operation: "claim",
+                                after: timeout,
+                            }),
+                        });
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                if is_connection_lost(&e) {
+                    drop(Object::take(client));
+                }
+                Err(self.pg(e, "claim"))
+            }
+            Err(_) => {
+                drop(Object::take(client));
+                Err(Error::Timeout {
+                    store: KIND,
+                    operation: "claim",
+                    after: timeout,
+                })
+            }
+        }
     }
 
     fn saw_unpruned(&self, job: &JobName, count: Option<i32>) {
@@ -85,6 +353,15 @@ impl Store for PostgresStore {
     }
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        // A claim batch ends 10 ms before the scheduler stops waiting for it.
+        let limit = prepare
+            .call_timeout
+            .saturating_sub(std::time::Duration::from_millis(10))
+            .max(std::time::Duration::from_millis(1));
+        self.inner.caller_limit_ms.store(
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         self.inner.prepare_schema(&prepare.jobs).await?;
         // An instance with jobs is a backup: listen for releases from the start. A process
         // that only reads history opens no LISTEN connection unless it subscribes.
@@ -226,73 +503,41 @@ impl HistoryStore for PostgresStore {
 impl LeaseStore for PostgresStore {
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
         let inner = &self.inner;
-        let job = &claim.run.job;
-        let sql = if inner.prune_due(job) {
-            &inner.sql.claim_pruning[usize::from(claim.retention.ttl_ms.is_some())]
-        } else {
-            &inner.sql.claim
-        };
+        let params = claim_params(claim);
         let rows = inner
             .query(
                 "claim",
-                sql,
-                &[
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT8,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT8,
-                    Type::BOOL,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT8,
-                ],
-                &[
-                    &claim.run.job.as_str(),
-                    &claim.run.slot,
-                    &claim.scheduled_at,
-                    &claim.instance_id,
-                    &ms(claim.lease_ms),
-                    &claim.not_after,
-                    &(claim.overlap == Overlap::Skip),
-                    &claim.reason.as_str(),
-                    &i64::from(claim.retention.size),
-                    &ttl(claim.retention),
-                ],
+                inner.claim_sql(claim),
+                &CLAIM_TYPES,
+                &params.refs(),
             )
             .await?;
         let row = rows
             .first()
             .ok_or_else(|| Error::store(KIND, "claim", "no result row"))?;
-        let now: i64 = row.get(0);
-        let late: bool = row.get(1);
-        let existed: bool = row.get(2);
-        let live_slot: Option<i64> = row.get(3);
-        let expires_at: Option<i64> = row.get(4);
-        let fence: Option<i64> = row.get(5);
-        inner.saw_unpruned(job, row.get(6));
-        Ok(if late {
-            ClaimOutcome::Late { store_now: now }
-        } else if existed {
-            ClaimOutcome::Taken
-        } else if let Some(running_slot) = live_slot {
-            ClaimOutcome::Overlap { running_slot }
-        } else if let (Some(expires_at), Some(fence)) = (expires_at, fence) {
-            ClaimOutcome::Won(Lease {
-                run: claim.run.clone(),
-                attempt: 1,
-                fence: fence as u64,
-                instance_id: claim.instance_id.clone(),
-                reason: claim.reason,
-                scheduled_at: claim.scheduled_at,
-                started_at: now,
-                expires_at,
-            })
-        } else {
-            // The insert met a run another instance inserted after this statement's snapshot.
-            ClaimOutcome::Taken
-        })
+        inner.claim_outcome(claim, row)
+    }
+
+    /// One round trip and one transaction per 256 claims: `BEGIN`, the single
+    /// claim's statement for each claim, a deadline guard and `COMMIT`, pipelined on one
+    /// connection. Each statement sees what the ones before it wrote, so every claim is
+    /// judged exactly as a single claim after the earlier ones. The claims run grouped by
+    /// job (in the given order within a job), so instances claiming the same jobs lock their
+    /// rows in one order and never deadlock; the answers come back in the order given.
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        let mut out = Vec::with_capacity(claims.len());
+        for chunk in claims.chunks(BATCH_CLAIMS) {
+            if let [one] = chunk {
+                out.push(self.claim(one).await?);
+            } else {
+                out.extend(self.inner.claim_batch(chunk).await?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn claim_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {

@@ -222,9 +222,19 @@ async fn bench_server(label: &str, url: &str, idmp: Option<&str>, cfg: &BenchCon
         &samples,
     ));
 
+    let [single, batched] = batch_rows(&store, "batch", base).await;
+    rows.push(single);
+    rows.push(batched);
     let title = format!("anarchon-redis claim bench on {label} ({server})");
     report(&title, &rows, "PING", json);
     if !json {
+        println!(
+            "batch of 256 claims: {:.1} µs per claim, 256 single claims: {:.1} µs per claim (p50; {:.1}x)",
+            rows[rows.len() - 1].p50.as_secs_f64() * 1e6,
+            rows[rows.len() - 2].p50.as_secs_f64() * 1e6,
+            rows[rows.len() - 2].p50.as_secs_f64()
+                / rows[rows.len() - 1].p50.as_secs_f64().max(1e-9)
+        );
         let p50 = |name: &str| {
             rows.iter()
                 .find(|r| r.name == name)
@@ -289,4 +299,61 @@ fn main() {
             bench_server(label, u, idmp, &cfg, json).await;
         }
     });
+}
+
+/// Claims per round of the batch rows.
+const BATCH: usize = 256;
+
+/// "256 single claims: per claim" and "batch of 256 claims: per claim", measured in the
+/// same run on the same store: `ANARCHON_BENCH_BATCH_ROUNDS` rounds (default 10, after one
+/// untimed round) of 256 won claims of new jobs each way, alternating which way goes first.
+/// A sample is one round's time divided by 256.
+async fn batch_rows(store: &dyn LeaseStore, prefix: &str, slot: i64) -> [Measurement; 2] {
+    let rounds: usize = std::env::var("ANARCHON_BENCH_BATCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let claims = |kind: &str, round: usize| -> Vec<LeaseClaim> {
+        (0..BATCH)
+            .map(|i| {
+                let job = JobName::new(format!("{prefix}-{kind}-{round}-{i}")).expect("job name");
+                LeaseClaim {
+                    run: RunKey::new(job, slot),
+                    scheduled_at: slot,
+                    instance_id: "a".into(),
+                    lease_ms: 30_000,
+                    not_after: i64::MAX,
+                    overlap: Overlap::Allow,
+                    reason: Reason::Scheduled,
+                    retention: Retention::default(),
+                }
+            })
+            .collect()
+    };
+    let (mut single, mut batched) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let (one, many) = (claims("one", round), claims("many", round));
+        for batch_first in [round % 2 == 1, round % 2 == 0] {
+            let started = Instant::now();
+            if batch_first {
+                let out = store.claim_many(&many).await.expect("claim batch");
+                assert!(out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))));
+                if round > 0 {
+                    batched.push(started.elapsed() / BATCH as u32);
+                }
+            } else {
+                for c in &one {
+                    let out = store.claim(c).await.expect("claim");
+                    assert!(matches!(out, ClaimOutcome::Won(_)));
+                }
+                if round > 0 {
+                    single.push(started.elapsed() / BATCH as u32);
+                }
+            }
+        }
+    }
+    [
+        Measurement::from_samples("256 single claims: per claim", &single),
+        Measurement::from_samples("batch of 256 claims: per claim", &batched),
+    ]
 }

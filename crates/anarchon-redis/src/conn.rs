@@ -129,6 +129,9 @@ pub(crate) struct Conn {
     closed: AtomicBool,
     listeners: Mutex<Vec<JoinHandle<()>>>,
     pub(crate) limiter: std::sync::Arc<LogLimiter>,
+    /// Requests sent and waited for (a command, a script call, a pipeline): the round trips,
+    /// for tests and benchmarks.
+    pub(crate) round_trips: std::sync::atomic::AtomicU64,
 }
 
 impl Conn {
@@ -217,6 +220,7 @@ impl Conn {
             closed: AtomicBool::new(false),
             listeners: Mutex::new(Vec::new()),
             limiter: std::sync::Arc::new(LogLimiter::new(Duration::from_secs(10))),
+            round_trips: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -396,12 +400,14 @@ impl Conn {
         self.ensure().await?;
         let opts = self.call_options();
         let client = self.client.with_options(&opts);
+        self.count_round_trip();
         let first: std::result::Result<Value, _> = client
             .evalsha(script.sha1().clone(), keys.clone(), args.clone())
             .await;
         match first {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 self.load(script).await?;
+                self.count_round_trip();
                 client
                     .evalsha(script.sha1().clone(), keys, args)
                     .await
@@ -409,6 +415,86 @@ impl Conn {
             }
             r => r.map_err(|e| self.map_err(operation, e)),
         }
+    }
+
+    fn count_round_trip(&self) {
+        self.round_trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Several `EVALSHA` calls of one script in one pipeline: written together, answered
+    /// together, one round trip (on a cluster fred sends each call to its node, so one round
+    /// trip per node, in parallel). Calls to one hash slot run in the order given. Calls
+    /// refused with `NOSCRIPT` (a restarted or flushed node) had no effect: the script is
+    /// loaded and they are sent again, in order, in a second pipeline. Bounded by the
+    /// command timeout; the answers come in the order of `calls`.
+    pub(crate) async fn eval_pipeline(
+        &self,
+        operation: &'static str,
+        script: &Script,
+        calls: Vec<(Vec<String>, Vec<String>)>,
+    ) -> Result<Vec<Value>> {
+        self.ensure().await?;
+        let mut answers: Vec<Option<Value>> = vec![None; calls.len()];
+        let mut pending: Vec<usize> = (0..calls.len()).collect();
+        let mut loaded = false;
+        while !pending.is_empty() {
+            let pipeline = self.client.pipeline();
+            for &i in &pending {
+                let (keys, args) = &calls[i];
+                // fred's pipeline has no `evalsha`: the same command, routed by the hash
+                // slot of its first key as `evalsha` routes it.
+                let slot = keys.first().map_or(0, |k| redis_keyslot(k.as_bytes()));
+                let mut words: Vec<String> = Vec::with_capacity(2 + keys.len() + args.len());
+                words.push(script.sha1().to_string());
+                words.push(keys.len().to_string());
+                words.extend(keys.iter().cloned());
+                words.extend(args.iter().cloned());
+                let queued: std::result::Result<(), _> = pipeline
+                    .custom(
+                        CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false),
+                        words,
+                    )
+                    .await;
+                queued.map_err(|e| self.map_err(operation, e))?;
+            }
+            self.count_round_trip();
+            let replies =
+                match tokio::time::timeout(self.opts.command_timeout, pipeline.try_all::<Value>())
+                    .await
+                {
+                    Ok(replies) => replies,
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            store: STORE,
+                            operation,
+                            after: self.opts.command_timeout,
+                        });
+                    }
+                };
+            if replies.len() != pending.len() {
+                // One error for the whole pipeline (not sent, connection lost, timeout).
+                let e = replies.into_iter().find_map(std::result::Result::err);
+                return Err(match e {
+                    Some(e) => self.map_err(operation, e),
+                    None => Error::store(STORE, operation, "a pipeline was answered short"),
+                });
+            }
+            let mut again = Vec::new();
+            for (&i, reply) in pending.iter().zip(replies) {
+                match reply {
+                    Ok(v) => answers[i] = Some(v),
+                    Err(e) if e.details().starts_with("NOSCRIPT") && !loaded => again.push(i),
+                    Err(e) => return Err(self.map_err(operation, e)),
+                }
+            }
+            if !again.is_empty() {
+                self.load(script).await?;
+                loaded = true;
+            }
+            pending = again;
+        }
+        Ok(answers.into_iter().flatten().collect())
     }
 
     /// A plain command, bounded.
@@ -419,6 +505,7 @@ impl Conn {
         args: Vec<Value>,
     ) -> Result<R> {
         self.ensure().await?;
+        self.count_round_trip();
         let hash = ClusterHash::FirstKey;
         self.client
             .with_options(&self.call_options())
@@ -428,6 +515,7 @@ impl Conn {
     }
 
     async fn server_now_raw(&self) -> Result<EpochMs> {
+        self.count_round_trip();
         let t: Vec<String> = self
             .client
             .with_options(&self.call_options())

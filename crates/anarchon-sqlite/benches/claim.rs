@@ -157,10 +157,11 @@ async fn run() {
     })
     .await;
 
+    let [single, batched] = batch_rows(&store, "batch", base_slot).await;
     let ratio = claims.p50.as_secs_f64() / empty.p50.as_secs_f64();
     let throughput = claims.ops_per_sec / empty.ops_per_sec;
     let rows = [
-        empty, claims, finished, taken, heartbeat, raw_empty, raw_update,
+        empty, claims, finished, taken, heartbeat, raw_empty, raw_update, single, batched,
     ];
     report("sqlite claim", &rows, "empty tx", json);
     if !json {
@@ -168,6 +169,69 @@ async fn run() {
             "claim / empty BEGIN IMMEDIATE; COMMIT: p50 {ratio:.2}x, throughput {throughput:.2}x \
              (target: a claim costs at most 2x the empty transaction)"
         );
+        println!(
+            "batch of 256 claims: {:.1} µs per claim, 256 single claims: {:.1} µs per claim (p50; {:.1}x)",
+            rows[8].p50.as_secs_f64() * 1e6,
+            rows[7].p50.as_secs_f64() * 1e6,
+            rows[7].p50.as_secs_f64() / rows[8].p50.as_secs_f64().max(1e-9)
+        );
     }
     store.close().await.expect("close");
+}
+
+/// Claims per round of the batch rows.
+const BATCH: usize = 256;
+
+/// "256 single claims: per claim" and "batch of 256 claims: per claim", measured in the
+/// same run on the same store: `ANARCHON_BENCH_BATCH_ROUNDS` rounds (default 10, after one
+/// untimed round) of 256 won claims of new jobs each way, alternating which way goes first.
+/// A sample is one round's time divided by 256.
+async fn batch_rows(store: &dyn LeaseStore, prefix: &str, slot: i64) -> [Measurement; 2] {
+    let rounds: usize = std::env::var("ANARCHON_BENCH_BATCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let claims = |kind: &str, round: usize| -> Vec<LeaseClaim> {
+        (0..BATCH)
+            .map(|i| {
+                let job = JobName::new(format!("{prefix}-{kind}-{round}-{i}")).expect("job name");
+                LeaseClaim {
+                    run: RunKey::new(job, slot),
+                    scheduled_at: slot,
+                    instance_id: "a".into(),
+                    lease_ms: 30_000,
+                    not_after: i64::MAX,
+                    overlap: Overlap::Allow,
+                    reason: Reason::Scheduled,
+                    retention: Retention::default(),
+                }
+            })
+            .collect()
+    };
+    let (mut single, mut batched) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let (one, many) = (claims("one", round), claims("many", round));
+        for batch_first in [round % 2 == 1, round % 2 == 0] {
+            let started = Instant::now();
+            if batch_first {
+                let out = store.claim_many(&many).await.expect("claim batch");
+                assert!(out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))));
+                if round > 0 {
+                    batched.push(started.elapsed() / BATCH as u32);
+                }
+            } else {
+                for c in &one {
+                    let out = store.claim(c).await.expect("claim");
+                    assert!(matches!(out, ClaimOutcome::Won(_)));
+                }
+                if round > 0 {
+                    single.push(started.elapsed() / BATCH as u32);
+                }
+            }
+        }
+    }
+    [
+        Measurement::from_samples("256 single claims: per claim", &single),
+        Measurement::from_samples("batch of 256 claims: per claim", &batched),
+    ]
 }

@@ -36,9 +36,10 @@ const KIND: &str = "sqlite";
 /// How long a statement waits for another connection's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The most claims one transaction takes (`LeaseStore::claim_many`): enough to absorb the
-/// slots of thousands of jobs falling due together in a few transactions, small enough that
-/// one transaction holds the write lock for about a millisecond.
+/// The most claims, takeovers or results one transaction takes (`LeaseStore::claim_many`,
+/// `take_over_many`, `finish_many`): enough to absorb the slots of thousands of jobs falling
+/// due together in a few transactions, small enough that one transaction holds the write
+/// lock for about a millisecond.
 const BATCH_CLAIMS: usize = 256;
 
 /// Options of a [`SqliteStore`], for [`SqliteStore::connect_with`].
@@ -920,6 +921,18 @@ impl LeaseStore for SqliteStore {
         ))
     }
 
+    /// One transaction for the whole batch: one write lock and one commit.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let writes = writes.to_vec();
+        on_worker!(self, "finish", |e, sql| ops::finish_many(
+            &mut e, sql, &writes
+        ))
+    }
+
+    fn finish_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
+    }
+
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
         let l = lease.clone();
         let r = on_worker!(self, "release", |e, sql| ops::release(&mut e, sql, &l))?;
@@ -933,6 +946,21 @@ impl LeaseStore for SqliteStore {
     async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
         let t = takeover.clone();
         on_worker!(self, "take_over", |e, sql| ops::take_over(&mut e, sql, &t))
+    }
+
+    /// One transaction for the whole batch, like `claim_many`.
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        if takeovers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let takeovers = takeovers.to_vec();
+        on_worker!(self, "take_over", |e, sql| ops::take_over_many(
+            &mut e, sql, &takeovers
+        ))
+    }
+
+    fn take_over_batch_limit(&self) -> usize {
+        BATCH_CLAIMS
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::run::{InterruptCause, Note, OwnerEffect, OwnerInput, OwnerRun, Write, WriteAnswer};
+use super::telemetry;
 use super::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote, WatchState};
 use super::{Backend, Command, JobDef, Shared};
 use crate::context::{Data, JobContext, RunControl};
@@ -34,6 +35,9 @@ use crate::store::{
     ClaimOutcome, Finish, Lease, LeaseClaim, OwnerWrite, Prepare, Renewal, RunView, SlotClaim,
     SlotOutcome, Takeover, TakeoverOutcome,
 };
+
+/// Messages the loop handles in one turn beyond the first (see `run`).
+const INBOX_DRAIN: usize = 1024;
 
 /// Consecutive failed store calls after which `health()` reports the store unreachable.
 pub(crate) const UNREACHABLE_AFTER: u32 = 3;
@@ -169,6 +173,16 @@ enum Msg {
         id: u64,
         result: Result<OwnerWrite>,
     },
+    /// A batch of finishes was answered (one call).
+    WrittenMany {
+        ids: Vec<u64>,
+        result: Result<Vec<OwnerWrite>>,
+    },
+    /// A batch of takeovers was answered (one call).
+    TookOverMany {
+        keys: Vec<RunKey>,
+        result: Result<Vec<TakeoverOutcome>>,
+    },
     /// A release sent on the side (won while stopping, an orphan of ours) was answered.
     SideReleased {
         key: RunKey,
@@ -187,6 +201,8 @@ struct Active {
     started: Instant,
     started_at: EpochMs,
     scheduled_at: EpochMs,
+    /// The run's `anarchon.run` span: its store writes are children of it.
+    span: tracing::Span,
     last_renewed: Instant,
     /// Resolves when the `running` history record of a manual or claim-only run is written,
     /// so its final record is never written before it (a pooled store could reorder them).
@@ -250,8 +266,30 @@ struct Driver {
     missed: HashSet<JobName>,
     /// What the store was last told by `set_watching`.
     watching: bool,
+    /// Runs owned and watched as last published to the metrics gauges.
+    gauges: (usize, usize),
     /// Claims of this loop turn, sent together at its end (stores that batch claims).
     claim_queue: Vec<(Arc<JobDef>, EpochMs, Reason, LeaseClaim)>,
+    /// Results of this loop turn, sent together at its end (stores that batch finishes).
+    finish_queue: Vec<(u64, Lease, Finish)>,
+    /// Takeovers of this loop turn, sent together at its end (stores that batch them).
+    takeover_queue: Vec<Takeover>,
+}
+
+/// How many slots from `from` (included) to `to` (excluded): counted one by one up to a cap,
+/// so a process paused for a day costs bounded work (the count then says "at least").
+fn slots_between(schedule: &Schedule, from: EpochMs, to: EpochMs) -> u64 {
+    const CAP: u64 = 100_000;
+    let mut n = 0;
+    let mut at = from;
+    while at < to && n < CAP {
+        n += 1;
+        match schedule.next_after(at) {
+            Some(next) if next > at => at = next,
+            _ => break,
+        }
+    }
+    n
 }
 
 /// The driver task's body.
@@ -295,7 +333,10 @@ pub(crate) async fn run(
         failures: 0,
         missed: HashSet::new(),
         watching: false,
+        gauges: (usize::MAX, usize::MAX),
         claim_queue: Vec::new(),
+        finish_queue: Vec::new(),
+        takeover_queue: Vec::new(),
     };
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
@@ -314,7 +355,18 @@ pub(crate) async fn run(
                 let timeout = d.shared.cfg.default_stop_timeout;
                 d.begin_stop(timeout);
             }
-            Some(msg) = inbox.recv() => d.message(msg),
+            Some(msg) = inbox.recv() => {
+                d.message(msg);
+                // Answers that arrived together are handled in one turn, so what they
+                // cause (results to write, claims) goes out in one batch. Bounded, so
+                // commands and timers wait at most one such turn.
+                for _ in 0..INBOX_DRAIN {
+                    match inbox.try_recv() {
+                        Ok(msg) => d.message(msg),
+                        Err(_) => break,
+                    }
+                }
+            }
             Some(key) = recv_release(&mut releases) => d.released(key),
             _ = sleep_until(next) => {
                 let now = Instant::now();
@@ -329,10 +381,15 @@ pub(crate) async fn run(
                 }
             }
             // Let joined store tasks go (their results came through `inbox`).
-            Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {}
+            Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {
+                while d.tasks.try_join_next().is_some() {}
+            }
         }
         d.flush_claims();
+        d.flush_takeovers();
+        d.flush_finishes();
         d.announce_watching();
+        d.publish_gauges();
         if d.stopping && (d.stop_forced || d.settled()) {
             break;
         }
@@ -494,6 +551,7 @@ impl Driver {
     }
 
     fn emit(&self, event: Event) {
+        telemetry::event(&self.shared.cfg.instance_id, &event);
         match &event {
             Event::Error {
                 operation,
@@ -525,7 +583,8 @@ impl Driver {
         self.emit(Event::Error {
             operation,
             job: job.cloned(),
-            message: e.to_string(),
+            // The whole source chain: "claim: connection reset: os error 104".
+            message: telemetry::error_chain(e),
         });
     }
 
@@ -564,6 +623,24 @@ impl Driver {
         }
     }
 
+    /// Publishes runs owned and watched when they changed (two map lengths: O(1)).
+    fn publish_gauges(&mut self) {
+        let now = (self.held.len(), self.watches.len());
+        if now != self.gauges {
+            self.gauges = now;
+            telemetry::gauges(&self.shared.cfg.instance_id, now.0, now.1);
+        }
+    }
+
+    /// `count` slots of `job` not claimed in time: counted for `health()` and metrics.
+    fn note_late(&self, job: &JobName, count: u64) {
+        self.shared
+            .health
+            .slots_late
+            .fetch_add(count, Ordering::Relaxed);
+        telemetry::slots_late(&self.shared.cfg.instance_id, job.as_str(), count);
+    }
+
     fn count(&mut self, ok: bool) {
         if ok {
             self.store_answered();
@@ -579,12 +656,44 @@ impl Driver {
         F: std::future::Future<Output = Result<T>> + Send + 'static,
         M: FnOnce(Result<T>) -> Msg + Send + 'static,
     {
+        self.call_in(tracing::Span::none(), operation, fut, to_msg);
+    }
+
+    /// [`Self::call`] inside a `anarchon.store` span (at debug) whose parent is `parent`
+    /// (the run's span for a run's own writes).
+    fn call_in<T, F, M>(
+        &mut self,
+        parent: tracing::Span,
+        operation: &'static str,
+        fut: F,
+        to_msg: M,
+    ) where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T>> + Send + 'static,
+        M: FnOnce(Result<T>) -> Msg + Send + 'static,
+    {
+        use tracing::Instrument;
         let shared = self.shared.clone();
         let tx = self.msgs.clone();
-        self.tasks.spawn(async move {
-            let result = bounded(&shared, operation, fut).await;
-            let _ = tx.send(to_msg(result));
-        });
+        let span = tracing::debug_span!(
+            parent: &parent,
+            "anarchon.store",
+            operation,
+            store = shared.backend.history().kind(),
+            error = tracing::field::Empty,
+        );
+        self.tasks.spawn(
+            async move {
+                let sent = Instant::now();
+                let result = bounded(&shared, operation, fut).await;
+                telemetry::store_call(&shared.cfg.instance_id, operation, sent.elapsed());
+                if let Err(e) = &result {
+                    tracing::Span::current().record("error", telemetry::error_chain(e).as_str());
+                }
+                let _ = tx.send(to_msg(result));
+            }
+            .instrument(span),
+        );
     }
 
     fn is_here(&self, key: &RunKey) -> bool {
@@ -880,6 +989,14 @@ impl Driver {
         let key = RunKey::new(job.name.clone(), slot);
         self.flight_end(&key);
         self.count(result.is_ok());
+        let outcome = match &result {
+            Ok(ClaimOutcome::Won(_)) => "won",
+            Ok(ClaimOutcome::Taken) => "taken",
+            Ok(ClaimOutcome::Late { .. }) => "late",
+            Ok(ClaimOutcome::Overlap { .. }) => "overlap",
+            Err(_) => "error",
+        };
+        telemetry::claim(&self.shared.cfg.instance_id, job.name.as_str(), outcome);
         let catching_up = reason == Reason::CatchUp;
         let skip = |reason| Event::Skip {
             job: job.name.clone(),
@@ -903,6 +1020,7 @@ impl Driver {
                 self.watch(key, Watch::live());
             }
             Ok(ClaimOutcome::Late { .. }) => {
+                self.note_late(&job.name, 1);
                 self.emit(skip(SkipReason::Late));
                 // Another instance may have claimed it in time, or may still (catch-up).
                 let until = self.claimable_until(&job, slot);
@@ -931,6 +1049,17 @@ impl Driver {
 
     fn slot_claimed(&mut self, job: Arc<JobDef>, slot: EpochMs, result: Result<SlotOutcome>) {
         self.count(result.is_ok());
+        let outcome = match &result {
+            Ok(SlotOutcome::Won) => "won",
+            Ok(SlotOutcome::Late) => "late",
+            Ok(SlotOutcome::Unknown) => "unknown",
+            Ok(_) => "taken",
+            Err(_) => "error",
+        };
+        telemetry::claim(&self.shared.cfg.instance_id, job.name.as_str(), outcome);
+        if matches!(result, Ok(SlotOutcome::Late)) {
+            self.note_late(&job.name, 1);
+        }
         match result {
             Ok(SlotOutcome::Won) => {
                 if self.stopping {
@@ -985,7 +1114,24 @@ impl Driver {
                 }
                 // Only the newest due slot is ever claimed. [B-10]
                 let now = self.now_ms();
-                let slot = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
+                let newest = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
+                if newest > slot {
+                    // The timer fired after a newer slot was due (an overloaded or paused
+                    // process): the armed slot and any between are not claimed here. Say so,
+                    // and back the armed slot up in case another instance claimed it. [B-10]
+                    let skipped = slots_between(&job.schedule, slot, newest);
+                    self.note_late(&job.name, skipped);
+                    self.emit(Event::Skip {
+                        job: job.name.clone(),
+                        slot: to_datetime(slot),
+                        reason: SkipReason::Late,
+                    });
+                    if matches!(self.shared.backend, Backend::Lease(_)) {
+                        let until = self.claimable_until(&job, slot);
+                        self.watch(RunKey::new(job.name.clone(), slot), Watch::pending(until));
+                    }
+                }
+                let slot = newest;
                 let not_after =
                     slot.saturating_add(job.opts.max_late_ms().min(i64::MAX as u64) as EpochMs);
                 self.claim(job.clone(), slot, Reason::Scheduled, not_after);
@@ -1104,6 +1250,26 @@ impl Driver {
             self.held.insert(l.run.clone(), id);
         }
         let leased = lease.is_some();
+        // Every run executes in a span naming it; its store writes are child spans.
+        let span = tracing::info_span!(
+            "anarchon.run",
+            job = %info.job,
+            slot = %info.slot.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            attempt = info.attempt,
+            fence = info.fence,
+            reason = info.reason.as_str(),
+            instance = %info.instance_id,
+            status = tracing::field::Empty,
+        );
+        if !info.manual {
+            let lag = self.now_ms().saturating_sub(info.slot_ms()).max(0);
+            telemetry::start_lag(
+                &self.shared.cfg.instance_id,
+                info.job.as_str(),
+                info.reason,
+                Duration::from_millis(lag as u64),
+            );
+        }
         self.emit(Event::Start(info.clone()));
         let ctx = JobContext {
             name: info.job.clone(),
@@ -1121,43 +1287,47 @@ impl Driver {
         let scheduler_data = self.shared.cfg.data.clone();
         let tx = self.msgs.clone();
         let run_job = job.clone();
-        let handle = tokio::spawn(async move {
-            let job = run_job;
-            let work = async move {
-                // Data functions run at each run's start; if one fails, the run fails. [B-31]
-                let mut data = Data::new();
-                for source in [scheduler_data.as_ref(), job.data.as_ref()]
-                    .into_iter()
-                    .flatten()
-                {
-                    let d = source.resolve().await.map_err(|source| Error::Data {
-                        job: job.name.to_string(),
-                        source,
-                    })?;
-                    data = data.merged_with(&d);
-                }
-                if let Some(m) = manual_data {
-                    data = data.merged_with(&m);
-                }
-                let ctx = JobContext {
-                    data: Arc::new(data),
-                    ..ctx
+        use tracing::Instrument;
+        let handle = tokio::spawn(
+            async move {
+                let job = run_job;
+                let work = async move {
+                    // Data functions run at each run's start; if one fails, the run fails. [B-31]
+                    let mut data = Data::new();
+                    for source in [scheduler_data.as_ref(), job.data.as_ref()]
+                        .into_iter()
+                        .flatten()
+                    {
+                        let d = source.resolve().await.map_err(|source| Error::Data {
+                            job: job.name.to_string(),
+                            source,
+                        })?;
+                        data = data.merged_with(&d);
+                    }
+                    if let Some(m) = manual_data {
+                        data = data.merged_with(&m);
+                    }
+                    let ctx = JobContext {
+                        data: Arc::new(data),
+                        ..ctx
+                    };
+                    (job.handler)(ctx).await
                 };
-                (job.handler)(ctx).await
-            };
-            let result = match AssertUnwindSafe(work).catch_unwind().await {
-                Ok(r) => r,
-                Err(panic) => {
-                    let msg = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err(format!("handler panicked: {msg}").into())
-                }
-            };
-            let _ = tx.send(Msg::HandlerDone { id, result });
-        });
+                let result = match AssertUnwindSafe(work).catch_unwind().await {
+                    Ok(r) => r,
+                    Err(panic) => {
+                        let msg = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err(format!("handler panicked: {msg}").into())
+                    }
+                };
+                let _ = tx.send(Msg::HandlerDone { id, result });
+            }
+            .instrument(span.clone()),
+        );
         self.active.insert(
             id,
             Active {
@@ -1170,6 +1340,7 @@ impl Driver {
                 started: now,
                 started_at,
                 scheduled_at,
+                span,
                 last_renewed: now,
                 start_written: None,
                 manual_reply: None,
@@ -1348,6 +1519,7 @@ impl Driver {
         };
         let retention = a.job.opts.retention();
         let finished_at = self.shared.cfg.clock.now_ms();
+        let span = a.span.clone();
         let Some(lease) = a.lease.clone() else {
             // Manual runs and claim-only runs: history only.
             let (status, error) = match &write {
@@ -1358,7 +1530,8 @@ impl Driver {
             let store = self.shared.backend.clone();
             let manual = a.info.manual;
             let start_written = a.start_written.take();
-            self.call(
+            self.call_in(
+                span,
                 "record",
                 async move {
                     if let Some(started) = start_written {
@@ -1384,19 +1557,110 @@ impl Driver {
                     error,
                     retention,
                 };
-                self.call(
+                if store.finish_batch_limit() > 1 {
+                    // Results of runs that end in one turn of the loop go out together.
+                    self.finish_queue.push((id, lease, finish));
+                    return;
+                }
+                self.call_in(
+                    span,
                     "finish",
                     async move { store.finish(&lease, &finish).await },
                     move |result| Msg::Written { id, result },
                 );
             }
             Write::Release => {
-                self.call(
+                self.call_in(
+                    span,
                     "release",
                     async move { store.release(&lease).await },
                     move |result| Msg::Written { id, result },
                 );
             }
+        }
+    }
+
+    /// Sends the takeovers queued in this turn, in batches the store takes in one round trip.
+    fn flush_takeovers(&mut self) {
+        if self.takeover_queue.is_empty() {
+            return;
+        }
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
+        };
+        let limit = store.take_over_batch_limit().max(1);
+        let mut queue = std::mem::take(&mut self.takeover_queue);
+        while !queue.is_empty() {
+            let rest = queue.split_off(queue.len().min(limit));
+            let batch = std::mem::replace(&mut queue, rest);
+            let keys: Vec<RunKey> = batch.iter().map(|t| t.run.clone()).collect();
+            let store = store.clone();
+            self.call(
+                "take_over",
+                async move { store.take_over_many(&batch).await },
+                move |result| Msg::TookOverMany { keys, result },
+            );
+        }
+    }
+
+    /// Sends the results queued in this turn, in batches the store takes in one round trip.
+    fn flush_finishes(&mut self) {
+        if self.finish_queue.is_empty() {
+            return;
+        }
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
+        };
+        let limit = store.finish_batch_limit().max(1);
+        let mut queue = std::mem::take(&mut self.finish_queue);
+        while !queue.is_empty() {
+            let rest = queue.split_off(queue.len().min(limit));
+            let batch = std::mem::replace(&mut queue, rest);
+            let (ids, writes): (Vec<u64>, Vec<(Lease, Finish)>) = batch
+                .into_iter()
+                .map(|(id, lease, finish)| (id, (lease, finish)))
+                .unzip();
+            // A batch of one stays in its run's span; a larger one has no single parent.
+            let parent = match ids.as_slice() {
+                [id] => self
+                    .active
+                    .get(id)
+                    .map_or_else(tracing::Span::none, |a| a.span.clone()),
+                _ => tracing::Span::none(),
+            };
+            let store = store.clone();
+            self.call_in(
+                parent,
+                "finish",
+                async move { store.finish_many(&writes).await },
+                move |result| Msg::WrittenMany { ids, result },
+            );
+        }
+    }
+
+    fn written_many(&mut self, ids: Vec<u64>, result: Result<Vec<OwnerWrite>>) {
+        // One call, however many results it carried: health counts calls.
+        self.count(result.is_ok());
+        let answers: Vec<WriteAnswer> = match result {
+            Ok(writes) if writes.len() == ids.len() => writes
+                .into_iter()
+                .map(|w| match w {
+                    OwnerWrite::Done => WriteAnswer::Done,
+                    OwnerWrite::Lost => WriteAnswer::Lost,
+                })
+                .collect(),
+            Ok(writes) => {
+                let message = format!(
+                    "a batch of {} results was answered with {} outcomes",
+                    ids.len(),
+                    writes.len()
+                );
+                vec![WriteAnswer::Failed(message); ids.len()]
+            }
+            Err(e) => vec![WriteAnswer::Failed(telemetry::error_chain(&e)); ids.len()],
+        };
+        for (id, answer) in ids.into_iter().zip(answers) {
+            self.feed_owner(id, OwnerInput::WriteAnswered(answer));
         }
     }
 
@@ -1416,7 +1680,19 @@ impl Driver {
         };
         a.handler = None;
         let cause = a.control.cause();
-        let result = result.map_err(|e| e.to_string());
+        let status = match (&result, cause) {
+            (Ok(()), _) => "success",
+            (Err(_), Some(_)) => "interrupted",
+            (Err(_), None) => "failure",
+        };
+        a.span.record("status", status);
+        telemetry::handler(
+            &self.shared.cfg.instance_id,
+            a.info.job.as_str(),
+            status,
+            a.started.elapsed(),
+        );
+        let result = result.map_err(|e| telemetry::error_chain(&*e));
         self.feed_owner(id, OwnerInput::HandlerReturned { result, cause });
     }
 
@@ -1681,6 +1957,12 @@ impl Driver {
                     not_after: self.call_deadline(),
                 };
                 self.flight_start(key);
+                if store.take_over_batch_limit() > 1 {
+                    // Takeovers decided in one turn (an instance with many runs died) go
+                    // out together.
+                    self.takeover_queue.push(takeover);
+                    return;
+                }
                 let key = key.clone();
                 self.call(
                     "take_over",
@@ -1783,6 +2065,28 @@ impl Driver {
                 let answer = result.map_err(|e| e.to_string());
                 self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
             }
+            Msg::TookOverMany { keys, result } => {
+                // One call, however many takeovers it carried: health counts calls.
+                self.count(result.is_ok());
+                let answers: Vec<std::result::Result<TakeoverOutcome, String>> = match result {
+                    Ok(outcomes) if outcomes.len() == keys.len() => {
+                        outcomes.into_iter().map(Ok).collect()
+                    }
+                    Ok(outcomes) => {
+                        let message = format!(
+                            "a batch of {} takeovers was answered with {} outcomes",
+                            keys.len(),
+                            outcomes.len()
+                        );
+                        vec![Err(message); keys.len()]
+                    }
+                    Err(e) => vec![Err(telemetry::error_chain(&e)); keys.len()],
+                };
+                for (key, answer) in keys.into_iter().zip(answers) {
+                    self.flight_end(&key);
+                    self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
+                }
+            }
             Msg::Unfinished { result } => {
                 self.count(result.is_ok());
                 match result {
@@ -1800,6 +2104,7 @@ impl Driver {
             }
             Msg::HandlerDone { id, result } => self.handler_done(id, result),
             Msg::Written { id, result } => self.written(id, result),
+            Msg::WrittenMany { ids, result } => self.written_many(ids, result),
             Msg::SideReleased { key, result } => {
                 self.side_releases = self.side_releases.saturating_sub(1);
                 self.count(result.is_ok());

@@ -8,6 +8,7 @@
 
 mod driver;
 mod run;
+mod telemetry;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -205,6 +206,8 @@ pub(crate) struct HealthState {
     pub(crate) last_error: Mutex<Option<String>>,
     /// Set after consecutive failed store calls, cleared by the next answer.
     pub(crate) store_unreachable: std::sync::atomic::AtomicBool,
+    /// Slots not claimed in time (see [`Health::slots_late`]).
+    pub(crate) slots_late: AtomicU64,
 }
 
 /// The driver ended by itself (stopped through the shutdown token): later `stop()` calls
@@ -243,6 +246,10 @@ pub struct Health {
     pub last_error: Option<String>,
     /// False after several consecutive store calls failed; true again at the next answer.
     pub store_reachable: bool,
+    /// Slots this instance could not claim in time since it was built: its timer fired after
+    /// a newer slot was already due (an overloaded or paused process), or the store judged
+    /// the claim late. Each is also reported as a `skip` event with reason `late`.
+    pub slots_late: u64,
 }
 
 impl Health {
@@ -259,6 +266,9 @@ pub struct JobInfo {
     pub name: JobName,
     /// `every`, `cron` or `at`.
     pub kind: JobKind,
+    /// The schedule as a person would write it: `every 10s`, `cron 0 9 * * * (Europe/Berlin)`,
+    /// `at 2027-01-01T00:00:00Z`.
+    pub schedule: String,
     /// The next slot after now, if any.
     pub next_run: Option<DateTime<Utc>>,
 }
@@ -1390,6 +1400,7 @@ impl<M: Mode> Scheduler<M> {
             .map(|j| JobInfo {
                 name: j.name.clone(),
                 kind: j.kind,
+                schedule: j.schedule.to_string(),
                 next_run: j.schedule.next_after(now).map(to_datetime),
             })
             .collect()
@@ -1444,6 +1455,7 @@ impl<M: Mode> Scheduler<M> {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             store_reachable: !h.store_unreachable.load(Ordering::Relaxed),
+            slots_late: h.slots_late.load(Ordering::Relaxed),
         }
     }
 }

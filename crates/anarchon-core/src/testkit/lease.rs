@@ -24,6 +24,9 @@ macro_rules! __lease_store_tests {
             b11_one_of_concurrent_claims_wins,
             b11_claim_of_a_claimed_slot_is_taken_even_after_finish,
             b11_claim_many_answers_each_claim_as_claim_would,
+            b11_claim_many_mixes_every_outcome_in_the_order_given,
+            b11_claim_many_takes_a_batch_larger_than_its_limit,
+            b14_take_over_many_answers_each_takeover_as_take_over_would,
             b12_overlap_skip_refuses_while_an_earlier_lease_is_live,
             b12_overlap_allow_starts_beside_a_live_run,
             b13_batched_heartbeat_renews_only_current_owners,
@@ -34,6 +37,7 @@ macro_rules! __lease_store_tests {
             b15_next_slot_interrupts_an_expired_run,
             b15_superseded_takeover_marks_run_interrupted,
             b16_stale_owner_cannot_heartbeat_or_finish,
+            b16_finish_many_answers_each_result_as_finish_would,
             b17_release_hands_over_without_counting_against_max_attempts,
             b19_unfinished_runs_lists_orphans_and_live_runs,
             b20_store_clock_is_sane,
@@ -342,6 +346,171 @@ pub async fn b11_claim_many_answers_each_claim_as_claim_would(store: Arc<dyn Lea
     assert_eq!(store.claim_many(&[]).await.unwrap(), vec![]);
 }
 
+/// [B-11, B-12, B-15] One batch holds every outcome, answered in the order given, each
+/// claim judged after the ones before it: won; taken by another instance earlier; late;
+/// overlap with a live run claimed earlier; the same slot twice (the second is taken); two
+/// slots of one job (the second meets the first's live lease); an expired run interrupted by
+/// the next slot.
+pub async fn b11_claim_many_mixes_every_outcome_in_the_order_given(store: Arc<dyn LeaseStore>) {
+    let jobs: Vec<JobName> = (0..6).map(|_| unique_job("mix")).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    // jobs[5]: a run whose lease will have ended when the batch claims the next slot.
+    let expired = won(&store, &claim(&jobs[5], t - 2_000, "x", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let t = now(&store).await;
+    // jobs[1]: slot t already claimed by another instance.
+    won(&store, &claim(&jobs[1], t, "b", t)).await;
+    // jobs[2]: an earlier run holds a live lease.
+    let live = won(&store, &claim(&jobs[2], t - 1_000, "b", t)).await;
+    let mut late = claim(&jobs[3], t - 120_000, "a", t);
+    late.not_after = t - 60_000;
+    let claims = vec![
+        claim(&jobs[0], t, "a", t),         // won
+        claim(&jobs[1], t, "a", t),         // taken by b before the batch
+        late,                               // late
+        claim(&jobs[2], t, "a", t),         // overlap with b's live run
+        claim(&jobs[0], t, "a", t),         // the same slot again in this batch: taken
+        claim(&jobs[4], t, "a", t),         // won
+        claim(&jobs[4], t + 1_000, "a", t), // overlap with the claim just before it
+        claim(&jobs[5], t, "a", t),         // won, and interrupts the expired run
+    ];
+    let out = store.claim_many(&claims).await.unwrap();
+    assert_eq!(out.len(), claims.len(), "{out:?}");
+    assert!(
+        matches!(&out[0], ClaimOutcome::Won(l) if l.run == claims[0].run && l.attempt == 1),
+        "{out:?}"
+    );
+    assert_eq!(out[1], ClaimOutcome::Taken, "{out:?}");
+    assert!(matches!(out[2], ClaimOutcome::Late { .. }), "{out:?}");
+    assert_eq!(
+        out[3],
+        ClaimOutcome::Overlap {
+            running_slot: live.run.slot
+        },
+        "{out:?}"
+    );
+    assert_eq!(out[4], ClaimOutcome::Taken, "{out:?}");
+    let first = match &out[5] {
+        ClaimOutcome::Won(l) if l.run == claims[5].run => l.clone(),
+        other => panic!("expected to win {}: {other:?}", claims[5].run),
+    };
+    assert_eq!(
+        out[6],
+        ClaimOutcome::Overlap {
+            running_slot: first.run.slot
+        },
+        "{out:?}"
+    );
+    assert!(
+        matches!(&out[7], ClaimOutcome::Won(l) if l.run == claims[7].run && l.fence > expired.fence),
+        "{out:?}"
+    );
+    // What the batch wrote: one attempt per won claim, nothing for the others.
+    let h0 = store.history(&jobs[0], 10).await.unwrap();
+    assert_eq!(h0.len(), 1, "{h0:?}");
+    assert_eq!(
+        (h0[0].instance_id.as_str(), h0[0].status),
+        ("a", RunStatus::Running)
+    );
+    let h1 = store.history(&jobs[1], 10).await.unwrap();
+    assert_eq!(h1.len(), 1, "{h1:?}");
+    assert_eq!(h1[0].instance_id, "b");
+    assert!(store.history(&jobs[3], 10).await.unwrap().is_empty());
+    assert_eq!(store.history(&jobs[2], 10).await.unwrap().len(), 1);
+    assert_eq!(store.history(&jobs[4], 10).await.unwrap().len(), 1);
+    let old = store
+        .runs(std::slice::from_ref(&expired.run))
+        .await
+        .unwrap();
+    assert_eq!(old[0].status, RunStatus::Interrupted, "{old:?}");
+}
+
+/// [B-11] A batch longer than [`LeaseStore::claim_batch_limit`] is still answered whole and
+/// in order (the store splits it as it needs); claiming it again finds every slot taken.
+pub async fn b11_claim_many_takes_a_batch_larger_than_its_limit(store: Arc<dyn LeaseStore>) {
+    let limit = store.claim_batch_limit();
+    assert!(limit >= 1);
+    let n = limit.min(1_024) + 3;
+    let jobs: Vec<JobName> = (0..n).map(|_| unique_job("big")).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
+    let out = store.claim_many(&claims).await.unwrap();
+    assert_eq!(out.len(), n);
+    for (c, o) in claims.iter().zip(&out) {
+        assert!(
+            matches!(o, ClaimOutcome::Won(l) if l.run == c.run),
+            "{}: {o:?}",
+            c.run
+        );
+    }
+    let again: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "b", t)).collect();
+    let out = store.claim_many(&again).await.unwrap();
+    assert_eq!(out.len(), n);
+    assert!(out.iter().all(|o| *o == ClaimOutcome::Taken), "{out:?}");
+}
+
+/// [B-14, B-15] A batch of takeovers answers each as a single takeover would, in order: an
+/// expired run (won), a live one, a finished one, the same expired run again (now live: the
+/// first takeover holds it), a superseded one (interrupted), a late one; and an empty batch.
+pub async fn b14_take_over_many_answers_each_takeover_as_take_over_would(
+    store: Arc<dyn LeaseStore>,
+) {
+    let jobs: Vec<JobName> = (0..5).map(|_| unique_job("tkm")).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let expired = won(&store, &claim(&jobs[0], t, "a", t)).await;
+    let finished = won(&store, &claim(&jobs[2], t, "a", t)).await;
+    assert_eq!(
+        store.finish(&finished, &done()).await.unwrap(),
+        OwnerWrite::Done
+    );
+    let superseded = won(&store, &claim(&jobs[3], t, "a", t)).await;
+    let late = won(&store, &claim(&jobs[4], t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let t = now(&store).await;
+    let live = won(&store, &claim(&jobs[1], t, "a", t)).await;
+    let mut sup = takeover(&superseded, "b", 3);
+    sup.superseded = true;
+    let mut too_late = takeover(&late, "b", 3);
+    too_late.not_after = t - 1_000;
+    let batch = vec![
+        takeover(&expired, "b", 3),
+        takeover(&live, "b", 3),
+        takeover(&finished, "b", 3),
+        takeover(&expired, "c", 3),
+        sup,
+        too_late,
+    ];
+    let out = store.take_over_many(&batch).await.unwrap();
+    assert_eq!(out.len(), batch.len(), "{out:?}");
+    assert!(
+        matches!(&out[0], TakeoverOutcome::Won(l) if l.attempt == 2 && l.instance_id == "b" && l.fence > expired.fence),
+        "{out:?}"
+    );
+    assert_eq!(out[1], TakeoverOutcome::Live, "{out:?}");
+    assert_eq!(
+        out[2],
+        TakeoverOutcome::Finished(RunStatus::Succeeded),
+        "{out:?}"
+    );
+    assert_eq!(out[3], TakeoverOutcome::Live, "{out:?}");
+    assert_eq!(out[4], TakeoverOutcome::Interrupted, "{out:?}");
+    assert_eq!(out[5], TakeoverOutcome::Late, "{out:?}");
+    let h = store.history(&jobs[0], 10).await.unwrap();
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert_eq!((h[0].attempt, h[0].status), (2, RunStatus::Running));
+    assert_eq!((h[1].attempt, h[1].status), (1, RunStatus::Interrupted));
+    let h = store.history(&jobs[4], 10).await.unwrap();
+    assert_eq!((h.len(), h[0].status), (1, RunStatus::Running), "{h:?}");
+    assert!(store.take_over_many(&[]).await.unwrap().is_empty());
+    assert!(store.take_over_batch_limit() >= 1);
+}
+
 /// [B-14] A crashed run starts at most `max_attempts` times, then it is `failed`.
 pub async fn b14_crash_budget_is_exhausted_after_max_attempts(store: Arc<dyn LeaseStore>) {
     let job = unique_job("exh");
@@ -441,6 +610,71 @@ pub async fn b16_stale_owner_cannot_heartbeat_or_finish(store: Arc<dyn LeaseStor
     let h = store.history(&job, 10).await.unwrap();
     assert_eq!(h[0].status, RunStatus::Succeeded);
     assert_eq!(h[1].status, RunStatus::Interrupted);
+}
+
+/// [B-16] `finish_many` writes each result as `finish` would, in order: a current owner's
+/// result is `Done`, a stale owner's `Lost` (and changes nothing), and a failed run's error
+/// is kept; a batch beyond `finish_batch_limit` and an empty batch work too.
+pub async fn b16_finish_many_answers_each_result_as_finish_would(store: Arc<dyn LeaseStore>) {
+    let jobs: Vec<JobName> = (0..3).map(|i| unique_job(&format!("fmany{i}"))).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let a = won(&store, &claim(&jobs[0], t, "a", t)).await;
+    let b = won(&store, &claim(&jobs[1], t, "a", t)).await;
+    let stale = won(&store, &claim(&jobs[2], t, "a", t)).await;
+    sleep_ms(PAST_LEASE_MS).await;
+    let TakeoverOutcome::Won(current) = store.take_over(&takeover(&stale, "b", 3)).await.unwrap()
+    else {
+        panic!("takeover")
+    };
+    let failed = Finish {
+        status: RunStatus::Failed,
+        error: Some("boom".into()),
+        retention: Retention::default(),
+    };
+    let out = store
+        .finish_many(&[
+            (a.clone(), done()),
+            (stale.clone(), done()),
+            (b.clone(), failed),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![OwnerWrite::Done, OwnerWrite::Lost, OwnerWrite::Done]
+    );
+    let h = store.history(&jobs[0], 10).await.unwrap();
+    assert_eq!(h[0].status, RunStatus::Succeeded);
+    let h = store.history(&jobs[1], 10).await.unwrap();
+    assert_eq!(
+        (h[0].status, h[0].error.as_deref()),
+        (RunStatus::Failed, Some("boom"))
+    );
+    // The stale owner's result changed nothing: attempt 2 still runs, owned by `b`.
+    let v = store
+        .runs(std::slice::from_ref(&current.run))
+        .await
+        .unwrap();
+    assert_eq!((v[0].status, v[0].attempt), (RunStatus::Running, 2));
+    assert_eq!(v[0].owner.as_deref(), Some("b"));
+    assert_eq!(store.finish_many(&[]).await.unwrap(), vec![]);
+
+    // More results than one batch takes: every one is written.
+    let n = store.finish_batch_limit().clamp(1, 300) + 2;
+    let many: Vec<JobName> = (0..n).map(|i| unique_job(&format!("fbig{i}"))).collect();
+    let refs: Vec<&JobName> = many.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let mut writes = Vec::new();
+    for job in &many {
+        writes.push((won(&store, &claim(job, t, "a", t)).await, done()));
+    }
+    let out = store.finish_many(&writes).await.unwrap();
+    assert_eq!(out, vec![OwnerWrite::Done; n]);
+    let last = store.history(&many[n - 1], 1).await.unwrap();
+    assert_eq!(last[0].status, RunStatus::Succeeded);
 }
 
 /// [B-17] A released run is takeable at once, the takeover does not count against

@@ -90,6 +90,8 @@ struct Faults {
     write_delay: std::sync::atomic::AtomicU64,
     /// Takeovers sent through this handle.
     takeovers: AtomicUsize,
+    /// `take_over_many` calls sent through this handle.
+    takeover_batches: AtomicUsize,
     /// The most runs one `runs` call asked for (the backup poll's size).
     max_runs_asked: AtomicUsize,
 }
@@ -137,6 +139,10 @@ impl Instance {
     /// Takeovers sent through this handle so far.
     pub fn takeovers(&self) -> usize {
         self.faults.takeovers.load(Ordering::SeqCst)
+    }
+    /// `take_over_many` calls sent through this handle (each counts its takeovers too).
+    pub fn takeover_batches(&self) -> usize {
+        self.faults.takeover_batches.load(Ordering::SeqCst)
     }
     fn failing(&self) -> Result<()> {
         if self.faults.fail.load(Ordering::SeqCst) {
@@ -257,11 +263,33 @@ impl LeaseStore for Instance {
         self.write_delay().await;
         self.inner.finish(l, f).await
     }
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        // One call: the faults apply once, as to one round trip.
+        self.gate().await;
+        self.failing()?;
+        self.write_delay().await;
+        self.inner.finish_many(writes).await
+    }
+    fn finish_batch_limit(&self) -> usize {
+        self.inner.finish_batch_limit()
+    }
     async fn release(&self, l: &Lease) -> Result<OwnerWrite> {
         self.gate().await;
         self.failing()?;
         self.write_delay().await;
         self.inner.release(l).await
+    }
+    async fn take_over_many(&self, ts: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        // Each takeover of the batch meets the same faults as a single one.
+        self.faults.takeover_batches.fetch_add(1, Ordering::SeqCst);
+        let mut out = Vec::with_capacity(ts.len());
+        for t in ts {
+            out.push(self.take_over(t).await?);
+        }
+        Ok(out)
+    }
+    fn take_over_batch_limit(&self) -> usize {
+        self.inner.take_over_batch_limit()
     }
     async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
         self.gate().await;

@@ -240,7 +240,34 @@ pub async fn heartbeat<E: Exec>(
 /// [`anarchon_core::LeaseStore::finish`]. [B-16, B-37]
 pub async fn finish<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
     e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = finish_in_tx(e, sql, l, f).await;
+    finish_tx(e, r).await
+}
+
+/// Several results in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
+/// each written as [`finish`] writes it, in the order given.
+pub async fn finish_many<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    writes: &[(Lease, Finish)],
+) -> Result<Vec<OwnerWrite>> {
+    if writes.is_empty() {
+        return Ok(Vec::new());
+    }
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
     let r = async {
+        let mut out = Vec::with_capacity(writes.len());
+        for (l, f) in writes {
+            out.push(finish_in_tx(e, sql, l, f).await?);
+        }
+        Ok(out)
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+async fn finish_in_tx<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
+    {
         let now = e.now().await?;
         let st = &sql.st;
         let job = l.run.job.as_str();
@@ -275,8 +302,6 @@ pub async fn finish<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> Res
         prune(e, sql, job, f.retention, now).await?;
         Ok(OwnerWrite::Done)
     }
-    .await;
-    finish_tx(e, r).await
 }
 
 /// [`anarchon_core::LeaseStore::release`]: the graceful handover. [B-17]
@@ -321,6 +346,28 @@ pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWr
 pub async fn take_over<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
     e.execute("BEGIN IMMEDIATE", &[]).await?;
     let r = take_over_in_tx(e, sql, t).await;
+    finish_tx(e, r).await
+}
+
+/// Several takeovers in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
+/// each judged as [`take_over`] judges it, in the order given.
+pub async fn take_over_many<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    takeovers: &[Takeover],
+) -> Result<Vec<TakeoverOutcome>> {
+    if takeovers.is_empty() {
+        return Ok(Vec::new());
+    }
+    e.execute("BEGIN IMMEDIATE", &[]).await?;
+    let r = async {
+        let mut out = Vec::with_capacity(takeovers.len());
+        for t in takeovers {
+            out.push(take_over_in_tx(e, sql, t).await?);
+        }
+        Ok(out)
+    }
+    .await;
     finish_tx(e, r).await
 }
 

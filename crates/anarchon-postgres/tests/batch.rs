@@ -1,0 +1,213 @@
+//! Claim batches on PostgreSQL: one round trip per batch, answers that stand when the batch
+//! reached its deadline, and concurrent batches over the same jobs in different orders.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, HistoryStore, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
+    Retention, Store,
+};
+use anarchon_core::testkit::{key, unique_job};
+use anarchon_postgres::{PostgresOptions, PostgresStore};
+
+fn claim(job: &JobName, slot: EpochMs, instance: &str, not_after: EpochMs) -> LeaseClaim {
+    LeaseClaim {
+        run: key(job, slot),
+        scheduled_at: slot,
+        instance_id: instance.into(),
+        lease_ms: 30_000,
+        not_after,
+        overlap: Overlap::Skip,
+        reason: Reason::Scheduled,
+        retention: Retention::default(),
+    }
+}
+
+/// A prepared store on a fresh schema with `pool` connections.
+async fn store(url: &str, schema: &str, pool: usize, jobs: &[JobName]) -> PostgresStore {
+    let store = PostgresStore::connect_with(
+        url,
+        PostgresOptions::default().schema(schema).pool_size(pool),
+    )
+    .await
+    .expect("connect");
+    store
+        .prepare(&Prepare {
+            jobs: jobs.to_vec(),
+            instance_id: "batch".into(),
+            call_timeout: Duration::from_secs(5),
+        })
+        .await
+        .expect("prepare");
+    store
+}
+
+#[tokio::test]
+async fn a_batch_of_claims_is_one_round_trip_and_single_claims_are_one_each() {
+    let Some(url) = common::url() else { return };
+    common::drop_old_schemas(&url).await;
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..203).map(|_| unique_job("rt")).collect();
+    // One connection, so the statements prepared by the warm-up are cached for the rest.
+    let s = store(&url, &schema, 1, &jobs).await;
+    let t = s.now().await.unwrap();
+    // Warm-up: prepares the batch's statements on the connection.
+    let warm: Vec<LeaseClaim> = jobs[..3]
+        .iter()
+        .map(|j| claim(j, t, "a", t + 60_000))
+        .collect();
+    s.claim_many(&warm).await.unwrap();
+    let batch: Vec<LeaseClaim> = jobs[3..103]
+        .iter()
+        .map(|j| claim(j, t, "a", t + 60_000))
+        .collect();
+    let before = s.round_trips();
+    let out = s.claim_many(&batch).await.unwrap();
+    let batch_trips = s.round_trips() - before;
+    assert!(
+        out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))),
+        "{out:?}"
+    );
+    assert_eq!(batch_trips, 1, "100 claims in one batch");
+    s.claim(&claim(&jobs[103], t, "a", t + 60_000))
+        .await
+        .unwrap();
+    let before = s.round_trips();
+    for j in &jobs[104..] {
+        s.claim(&claim(j, t, "a", t + 60_000)).await.unwrap();
+    }
+    assert_eq!(s.round_trips() - before, 99, "99 single claims");
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn a_batch_past_its_deadline_that_won_nothing_keeps_its_answers() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let (j1, j2) = (unique_job("dl"), unique_job("dl"));
+    let s = store(&url, &schema, 2, &[j1.clone(), j2.clone()]).await;
+    let t = s.now().await.unwrap();
+    // Both late: the guard before COMMIT finds the clock past the batch's deadline, the
+    // transaction rolls back, and the answers (nothing won) are still the right ones.
+    let out = s
+        .claim_many(&[claim(&j1, t, "a", t - 1_000), claim(&j2, t, "a", t - 2_000)])
+        .await
+        .unwrap();
+    assert!(
+        out.iter().all(|o| matches!(o, ClaimOutcome::Late { .. })),
+        "{out:?}"
+    );
+    assert!(s.history(&j1, 10).await.unwrap().is_empty());
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn concurrent_batches_over_the_same_jobs_in_other_orders_win_each_slot_once() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..150).map(|_| unique_job("cc")).collect();
+    let first = store(&url, &schema, 2, &jobs).await;
+    let t = first.now().await.unwrap();
+    let mut stores: Vec<Arc<PostgresStore>> = vec![Arc::new(first)];
+    for _ in 0..2 {
+        stores.push(Arc::new(store(&url, &schema, 2, &jobs).await));
+    }
+    let mut tasks = Vec::new();
+    for (n, s) in stores.iter().enumerate() {
+        let mut mine: Vec<LeaseClaim> = jobs
+            .iter()
+            .map(|j| claim(j, t, &format!("i{n}"), t + 60_000))
+            .collect();
+        // Each instance sends the jobs in another order.
+        mine.rotate_left(n * 50);
+        if n == 1 {
+            mine.reverse();
+        }
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let out = s.claim_many(&mine).await.expect("batch");
+            (mine, out)
+        }));
+    }
+    let mut winners = std::collections::HashMap::new();
+    for task in tasks {
+        let (claims, out) = task.await.unwrap();
+        assert_eq!(claims.len(), out.len());
+        for (c, o) in claims.iter().zip(out) {
+            match o {
+                ClaimOutcome::Won(l) => {
+                    assert_eq!(l.run, c.run);
+                    assert!(
+                        winners
+                            .insert(c.run.clone(), c.instance_id.clone())
+                            .is_none(),
+                        "{} won twice",
+                        c.run
+                    );
+                }
+                ClaimOutcome::Taken => {}
+                other => panic!("{}: {other:?}", c.run),
+            }
+        }
+    }
+    assert_eq!(winners.len(), jobs.len(), "every slot won once");
+    for s in &stores {
+        s.close().await.unwrap();
+    }
+    common::drop_schema(&url, &schema).await;
+}
+
+/// A batch that won a claim but reached its deadline before `COMMIT` rolls back and says
+/// so: another transaction holds the fence row of the batch's last job (in lock order)
+/// past the batch's deadline, so the first job's claim is judged in time and won, and the
+/// guard before `COMMIT` finds the clock past the deadline.
+#[tokio::test]
+async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    // Sorted by job, `ga-...` runs before `gz-...`.
+    let (first, last) = (unique_job("ga"), unique_job("gz"));
+    let s = store(&url, &schema, 2, &[first.clone(), last.clone()]).await;
+    let t = s.now().await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let conn_task = tokio::spawn(connection);
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .execute(
+            &format!("SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = $1 FOR UPDATE"),
+            &[&last.as_str()],
+        )
+        .await
+        .unwrap();
+    let deadline = s.now().await.unwrap() + 400;
+    let batch = vec![
+        claim(&last, t, "a", deadline),
+        claim(&first, t, "a", deadline),
+    ];
+    let claims = tokio::spawn({
+        let s = s.clone();
+        async move { s.claim_many(&batch).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let result = claims.await.unwrap();
+    assert!(
+        matches!(result, Err(anarchon_core::Error::Timeout { .. })),
+        "{result:?}"
+    );
+    assert!(
+        s.history(&first, 10).await.unwrap().is_empty(),
+        "the won claim was rolled back"
+    );
+    drop(client);
+    let _ = conn_task.await;
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}

@@ -1,0 +1,112 @@
+//! Claim batches on Redis (and a Redis Cluster where `ANARCHON_REDIS_CLUSTER_URL` is set):
+//! one pipeline per batch, the claim script once per claim.
+
+use std::time::Duration;
+
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason, Retention,
+    Store,
+};
+use anarchon_core::testkit::{key, server_url, unique_job};
+use anarchon_redis::fred::prelude::*;
+use anarchon_redis::fred::types::InfoKind;
+use anarchon_redis::{RedisOptions, RedisStore};
+
+fn claim(job: &JobName, slot: EpochMs, instance: &str, now: EpochMs) -> LeaseClaim {
+    LeaseClaim {
+        run: key(job, slot),
+        scheduled_at: slot,
+        instance_id: instance.into(),
+        lease_ms: 30_000,
+        not_after: now + 60_000,
+        overlap: Overlap::Skip,
+        reason: Reason::Scheduled,
+        retention: Retention::default(),
+    }
+}
+
+/// `EVALSHA` calls a single server has run so far (`INFO commandstats`); `None` on a cluster.
+async fn evalsha_calls(url: &str) -> Option<u64> {
+    let config = Config::from_url(url).expect("url");
+    let client = Builder::from_config(config).build().expect("client");
+    client.init().await.expect("connect");
+    if client.is_clustered() {
+        let _ = client.quit().await;
+        return None;
+    }
+    let info: String = client
+        .info(Some(InfoKind::CommandStats))
+        .await
+        .expect("info");
+    let _ = client.quit().await;
+    Some(
+        info.lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+async fn one_round_trip_per_batch(var: &str) {
+    let Some(url) = server_url(var) else { return };
+    let store = RedisStore::connect_with(
+        &url,
+        RedisOptions::default().prefix(format!("anarchon-test-{:016x}:", rand::random::<u64>())),
+    )
+    .await
+    .expect("store");
+    let jobs: Vec<JobName> = (0..300).map(|_| unique_job("rt")).collect();
+    store
+        .prepare(&Prepare {
+            jobs: jobs.clone(),
+            instance_id: "a".into(),
+            call_timeout: Duration::from_secs(5),
+        })
+        .await
+        .expect("prepare");
+    let t = store.now().await.unwrap();
+    // Warm-up: loads the script where needed.
+    store.claim(&claim(&jobs[0], t, "a", t)).await.unwrap();
+    let batch: Vec<LeaseClaim> = jobs[1..201].iter().map(|j| claim(j, t, "a", t)).collect();
+    let calls_before = evalsha_calls(&url).await;
+    let before = store.round_trips();
+    let out = store.claim_many(&batch).await.unwrap();
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "200 claims in one pipeline"
+    );
+    if let (Some(after), Some(before)) = (evalsha_calls(&url).await, calls_before) {
+        // Other tests may share the server: at least one script call per claim ran.
+        assert!(after - before >= 200, "{} EVALSHA calls", after - before);
+    }
+    assert!(
+        out.iter()
+            .zip(&batch)
+            .all(|(o, c)| matches!(o, ClaimOutcome::Won(l) if l.run == c.run)),
+        "{out:?}"
+    );
+    // Again from another instance: all taken, still one round trip.
+    let again: Vec<LeaseClaim> = jobs[1..201].iter().map(|j| claim(j, t, "b", t)).collect();
+    let before = store.round_trips();
+    let out = store.claim_many(&again).await.unwrap();
+    assert_eq!(store.round_trips() - before, 1);
+    assert!(out.iter().all(|o| *o == ClaimOutcome::Taken), "{out:?}");
+    // Single claims: one round trip each.
+    let before = store.round_trips();
+    for j in &jobs[201..] {
+        store.claim(&claim(j, t, "a", t)).await.unwrap();
+    }
+    assert_eq!(store.round_trips() - before, 99);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_of_claims_is_one_pipeline_on_redis() {
+    one_round_trip_per_batch("ANARCHON_REDIS_URL").await;
+}
+
+#[tokio::test]
+async fn a_batch_of_claims_is_one_pipeline_on_a_cluster() {
+    one_round_trip_per_batch("ANARCHON_REDIS_CLUSTER_URL").await;
+}

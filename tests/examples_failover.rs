@@ -1,0 +1,342 @@
+//! The slow test of the multi-process examples: runs `cargo run --example failover`'s binary
+//! to completion on an SQLite file of its own and checks its output against the history it
+//! leaves in that file; runs `quick-start` to completion too. Runs with `ANARCHON_SLOW=1`
+//! (`cargo xtask test --slow`), about 45 s (the two run one after the other, since both
+//! measure takeover times).
+//!
+//! The examples are built with `cargo build --workspace --example ...` into this test's own
+//! target directory (found from the test binary's path), with the features this test was
+//! built with; after `cargo test --workspace [--all-features]` (`cargo xtask test`), which
+//! builds the examples too, that build has nothing left to do.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anarchon::sqlite::SqliteStore;
+use anarchon::{HistoryRecord, Reason, RunStatus, Scheduler};
+use support::{TempDb, slow_enabled};
+
+fn slow(test: &str) -> bool {
+    if !slow_enabled() {
+        eprintln!("SKIP {test}: set ANARCHON_SLOW=1 (cargo xtask test --slow)");
+    }
+    slow_enabled()
+}
+
+/// The feature arguments that build the examples as this test binary was built: with every
+/// store and the kit on, it was built with `--all-features` (as `cargo xtask test` does), so
+/// that is passed on; else the facade features beyond the default, as `anarchon/<feature>`.
+/// Matching them lets cargo find the examples already built, instead of rebuilding the
+/// workspace with other features.
+fn feature_args() -> Vec<String> {
+    let on = [
+        ("libsql", cfg!(feature = "libsql")),
+        ("postgres", cfg!(feature = "postgres")),
+        ("redis", cfg!(feature = "redis")),
+        ("amqp", cfg!(feature = "amqp")),
+        ("nats", cfg!(feature = "nats")),
+        ("testkit", cfg!(feature = "testkit")),
+    ];
+    if on.iter().all(|(_, on)| *on) {
+        return vec!["--all-features".to_owned()];
+    }
+    let on: Vec<String> = on
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(name, _)| format!("anarchon/{name}"))
+        .collect();
+    if on.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--features".to_owned(), on.join(",")]
+    }
+}
+
+/// Builds the example `name` in this test's target directory and profile; returns its path.
+fn build_example(name: &str) -> PathBuf {
+    // <target>/<profile>/deps/examples_failover-<hash>
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in <target>/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("a target directory");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_owned(),
+        Some(other) => other.to_owned(),
+        None => panic!("no profile folder in {}", exe.display()),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+    let started = Instant::now();
+    let mut command = Command::new(cargo);
+    // The variables cargo sets for a test process are not the build's: a build script that
+    // watches one (ring watches CARGO_MANIFEST_DIR) would make cargo rebuild it and all that
+    // depends on it, here and again in the next ordinary build.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let status = command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", target_dir)
+        .args(["build", "--quiet", "--workspace", "--example", name])
+        .args(["--profile", &profile])
+        .args(feature_args())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build --example {name} failed");
+    eprintln!(
+        "built example {name} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "cargo build did not make {}", path.display());
+    path
+}
+
+/// Runs `exe` with `args` until it exits (killed after `limit`); returns its exit code and
+/// stdout. Its stderr goes to ours.
+fn run(exe: &Path, args: &[&Path], limit: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the example") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = reader.join().unwrap_or_default();
+            panic!(
+                "{} did not finish within {limit:?}; its output:\n{text}",
+                exe.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status.code(), reader.join().expect("the stdout reader"))
+}
+
+/// One row of the history table the example prints.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Row {
+    slot: String,
+    attempt: u32,
+    instance: String,
+    status: String,
+    reason: String,
+}
+
+impl From<&HistoryRecord> for Row {
+    fn from(r: &HistoryRecord) -> Self {
+        Row {
+            slot: r.slot.format("%H:%M:%S%.3f").to_string(),
+            attempt: r.attempt,
+            instance: r.instance_id.clone(),
+            status: r.status.as_str().to_owned(),
+            reason: r.reason.as_str().to_owned(),
+        }
+    }
+}
+
+/// The rows of the table under `history of ...`, after its header line.
+fn table(output: &str) -> Vec<Row> {
+    output
+        .lines()
+        .skip_while(|l| !l.starts_with("history of `long`"))
+        .skip(2)
+        .take_while(|l| l.starts_with("  ") && !l.trim().is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            assert!(cells.len() >= 6, "a table row has 6 cells: {l:?}");
+            Row {
+                slot: cells[0].to_owned(),
+                attempt: cells[1].parse().expect("an attempt number"),
+                instance: cells[2].to_owned(),
+                status: cells[3].to_owned(),
+                reason: cells[4].to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The word after `prefix` on the first line that contains it.
+fn word_after<'a>(output: &'a str, prefix: &str) -> Option<&'a str> {
+    output.lines().find_map(|l| {
+        let at = l.find(prefix)? + prefix.len();
+        l[at..].split_whitespace().next()
+    })
+}
+
+/// The node named at the start of a story line ending in `suffix` (after `[  6.0s] `).
+fn node_before<'a>(output: &'a str, suffix: &str) -> Option<&'a str> {
+    output
+        .lines()
+        .find(|l| l.contains(suffix))
+        .and_then(|l| l.split_once("] "))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+}
+
+async fn history(db: &Path) -> Vec<HistoryRecord> {
+    let store = SqliteStore::connect(db)
+        .await
+        .expect("open the example's file");
+    let reader = Scheduler::leased(store).build().expect("a reader");
+    let mut runs = reader.history("long", 1_000).await.expect("the history");
+    runs.sort_by_key(|r| (r.slot, r.attempt));
+    runs
+}
+
+/// One test, so the two examples run one after the other under any runner (nextest runs
+/// each test in a process of its own): both measure takeover delays, which running them at
+/// once would skew.
+#[test]
+fn b14_failover_and_quick_start_examples_run_to_completion() {
+    if !slow("examples_failover") {
+        return;
+    }
+    failover_example_shows_a_takeover_on_another_instance();
+    quick_start_example_runs_to_completion();
+}
+
+fn failover_example_shows_a_takeover_on_another_instance() {
+    let exe = build_example("failover");
+    let db = TempDb::new("failover-example");
+    let (code, out) = run(&exe, &[&db.0], Duration::from_secs(60));
+    eprintln!("{out}");
+    assert_eq!(code, Some(0), "the example reported a failure:\n{out}");
+
+    // From the output: who was killed, who took over, and the table.
+    let killed = word_after(&out, "SIGKILL -> ").expect("a `SIGKILL -> <node>` line");
+    let taker = node_before(&out, "starts attempt 2 (takeover)").expect("a takeover line");
+    assert_ne!(
+        killed, taker,
+        "the killed instance cannot take over its own run"
+    );
+    let printed = table(&out);
+    let killed_slot = printed
+        .iter()
+        .find(|r| r.attempt == 1 && r.instance == killed && r.status == "interrupted")
+        .unwrap_or_else(|| panic!("no interrupted attempt 1 of {killed} in the table:\n{out}"))
+        .slot
+        .clone();
+    assert!(
+        printed.iter().any(|r| r.slot == killed_slot
+            && r.attempt == 2
+            && r.instance == taker
+            && r.reason == "takeover"
+            && r.status == "succeeded"),
+        "the table shows no succeeded attempt 2 of {killed_slot} on {taker}:\n{out}"
+    );
+    assert!(
+        out.contains("Every slot started once, and again only by a takeover."),
+        "{out}"
+    );
+
+    // From the file: the table is the history, and the history shows the takeover.
+    let runs = tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(history(&db.0));
+    let stored: Vec<Row> = runs.iter().map(Row::from).collect();
+    assert_eq!(
+        printed, stored,
+        "the printed table is not the stored history"
+    );
+    let of_killed: Vec<&HistoryRecord> = runs
+        .iter()
+        .filter(|r| Row::from(*r).slot == killed_slot)
+        .collect();
+    assert_eq!(
+        of_killed.len(),
+        2,
+        "two attempts of the killed slot: {of_killed:#?}"
+    );
+    let (first, second) = (of_killed[0], of_killed[1]);
+    assert_eq!((first.attempt, first.instance_id.as_str()), (1, killed));
+    assert_eq!(first.status, RunStatus::Interrupted);
+    assert_eq!(first.error.as_deref(), Some("lease expired"));
+    assert_eq!(second.attempt, 2);
+    assert_ne!(
+        second.instance_id, first.instance_id,
+        "attempt 2 ran on another instance"
+    );
+    assert_eq!(second.reason, Reason::Takeover);
+    assert_eq!(second.status, RunStatus::Succeeded);
+    assert!(
+        second.fence > first.fence,
+        "a takeover carries a newer fence"
+    );
+
+    // No slot started twice without a takeover: per slot, attempts 1..n once each, and
+    // every start after the first is a takeover.
+    let mut slots: BTreeMap<i64, Vec<&HistoryRecord>> = BTreeMap::new();
+    for run in &runs {
+        slots.entry(run.slot_ms()).or_default().push(run);
+    }
+    assert!(
+        slots.len() >= 2,
+        "the killed slot and the next one: {runs:#?}"
+    );
+    for (slot, attempts) in &slots {
+        let numbers: Vec<u32> = attempts.iter().map(|r| r.attempt).collect();
+        let expected: Vec<u32> = (1..=attempts.len() as u32).collect();
+        assert_eq!(numbers, expected, "slot {slot}: attempts {numbers:?}");
+        let fresh = attempts
+            .iter()
+            .filter(|r| r.reason != Reason::Takeover)
+            .count();
+        assert_eq!(
+            fresh, 1,
+            "slot {slot} started {fresh} times without a takeover"
+        );
+    }
+}
+
+fn quick_start_example_runs_to_completion() {
+    let exe = build_example("quick-start");
+    let (code, out) = run(&exe, &[], Duration::from_secs(60));
+    eprintln!("{out}");
+    assert_eq!(code, Some(0), "the quick start reported a failure:\n{out}");
+    assert!(
+        out.contains("every slot started once; a stopped or killed runner was replaced"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("  ok   ").count(),
+        6,
+        "six checks passed:\n{out}"
+    );
+}
