@@ -36,15 +36,25 @@ fn snapshot(recorder: &DebuggingRecorder) -> HashMap<Key, DebugValue> {
         .collect()
 }
 
-fn counter(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) -> u64 {
+/// The values of `name` whose labels include every one of `labels`.
+fn matching<'a>(
+    m: &'a HashMap<Key, DebugValue>,
+    name: &'a str,
+    labels: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = &'a DebugValue> + 'a {
     m.iter()
-        .filter(|((n, l), _)| {
+        .filter(move |((n, l), _)| {
             n == name
                 && labels
                     .iter()
                     .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
         })
-        .map(|(_, v)| match v {
+        .map(|(_, v)| v)
+}
+
+fn counter(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) -> u64 {
+    matching(m, name, labels)
+        .map(|v| match v {
             DebugValue::Counter(c) => *c,
             other => panic!("{name} is not a counter: {other:?}"),
         })
@@ -52,14 +62,8 @@ fn counter(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) ->
 }
 
 fn histogram_len(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) -> usize {
-    m.iter()
-        .filter(|((n, l), _)| {
-            n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
-        })
-        .map(|(_, v)| match v {
+    matching(m, name, labels)
+        .map(|v| match v {
             DebugValue::Histogram(h) => h.len(),
             other => panic!("{name} is not a histogram: {other:?}"),
         })

@@ -292,6 +292,35 @@ fn slots_between(schedule: &Schedule, from: EpochMs, to: EpochMs) -> u64 {
     n
 }
 
+/// `queue` in chunks of at most `limit` (at least 1), in order.
+fn in_batches<T>(queue: Vec<T>, limit: usize) -> Vec<Vec<T>> {
+    let limit = limit.max(1);
+    let mut out = Vec::with_capacity(queue.len().div_ceil(limit));
+    let mut queue = queue.into_iter().peekable();
+    while queue.peek().is_some() {
+        out.push(queue.by_ref().take(limit).collect());
+    }
+    out
+}
+
+/// The answer of a batch call, one per item: the item's outcome, or the batch's error text
+/// for each item when the call failed or answered the wrong number of items.
+fn per_item<T>(
+    items: usize,
+    what: &str,
+    result: Result<Vec<T>>,
+) -> Vec<std::result::Result<T, String>> {
+    let failed = |message: String| (0..items).map(|_| Err(message.clone())).collect();
+    match result {
+        Ok(outcomes) if outcomes.len() == items => outcomes.into_iter().map(Ok).collect(),
+        Ok(outcomes) => failed(format!(
+            "a batch of {items} {what} was answered with {} outcomes",
+            outcomes.len()
+        )),
+        Err(e) => failed(telemetry::error_chain(&e)),
+    }
+}
+
 /// The driver task's body.
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -893,11 +922,10 @@ impl Driver {
         let Backend::Lease(store) = self.shared.backend.clone() else {
             return;
         };
-        let limit = store.claim_batch_limit().max(1);
-        let mut queue = std::mem::take(&mut self.claim_queue);
-        while !queue.is_empty() {
-            let rest = queue.split_off(queue.len().min(limit));
-            let batch = std::mem::replace(&mut queue, rest);
+        for batch in in_batches(
+            std::mem::take(&mut self.claim_queue),
+            store.claim_batch_limit(),
+        ) {
             let (items, claims): (Vec<_>, Vec<_>) = batch
                 .into_iter()
                 .map(|(job, slot, reason, claim)| ((job, slot, reason), claim))
@@ -1588,11 +1616,10 @@ impl Driver {
         let Backend::Lease(store) = self.shared.backend.clone() else {
             return;
         };
-        let limit = store.take_over_batch_limit().max(1);
-        let mut queue = std::mem::take(&mut self.takeover_queue);
-        while !queue.is_empty() {
-            let rest = queue.split_off(queue.len().min(limit));
-            let batch = std::mem::replace(&mut queue, rest);
+        for batch in in_batches(
+            std::mem::take(&mut self.takeover_queue),
+            store.take_over_batch_limit(),
+        ) {
             let keys: Vec<RunKey> = batch.iter().map(|t| t.run.clone()).collect();
             let store = store.clone();
             self.call(
@@ -1611,11 +1638,10 @@ impl Driver {
         let Backend::Lease(store) = self.shared.backend.clone() else {
             return;
         };
-        let limit = store.finish_batch_limit().max(1);
-        let mut queue = std::mem::take(&mut self.finish_queue);
-        while !queue.is_empty() {
-            let rest = queue.split_off(queue.len().min(limit));
-            let batch = std::mem::replace(&mut queue, rest);
+        for batch in in_batches(
+            std::mem::take(&mut self.finish_queue),
+            store.finish_batch_limit(),
+        ) {
             let (ids, writes): (Vec<u64>, Vec<(Lease, Finish)>) = batch
                 .into_iter()
                 .map(|(id, lease, finish)| (id, (lease, finish)))
@@ -1641,24 +1667,13 @@ impl Driver {
     fn written_many(&mut self, ids: Vec<u64>, result: Result<Vec<OwnerWrite>>) {
         // One call, however many results it carried: health counts calls.
         self.count(result.is_ok());
-        let answers: Vec<WriteAnswer> = match result {
-            Ok(writes) if writes.len() == ids.len() => writes
-                .into_iter()
-                .map(|w| match w {
-                    OwnerWrite::Done => WriteAnswer::Done,
-                    OwnerWrite::Lost => WriteAnswer::Lost,
-                })
-                .collect(),
-            Ok(writes) => {
-                let message = format!(
-                    "a batch of {} results was answered with {} outcomes",
-                    ids.len(),
-                    writes.len()
-                );
-                vec![WriteAnswer::Failed(message); ids.len()]
-            }
-            Err(e) => vec![WriteAnswer::Failed(telemetry::error_chain(&e)); ids.len()],
-        };
+        let answers = per_item(ids.len(), "results", result)
+            .into_iter()
+            .map(|a| match a {
+                Ok(OwnerWrite::Done) => WriteAnswer::Done,
+                Ok(OwnerWrite::Lost) => WriteAnswer::Lost,
+                Err(message) => WriteAnswer::Failed(message),
+            });
         for (id, answer) in ids.into_iter().zip(answers) {
             self.feed_owner(id, OwnerInput::WriteAnswered(answer));
         }
@@ -2068,20 +2083,7 @@ impl Driver {
             Msg::TookOverMany { keys, result } => {
                 // One call, however many takeovers it carried: health counts calls.
                 self.count(result.is_ok());
-                let answers: Vec<std::result::Result<TakeoverOutcome, String>> = match result {
-                    Ok(outcomes) if outcomes.len() == keys.len() => {
-                        outcomes.into_iter().map(Ok).collect()
-                    }
-                    Ok(outcomes) => {
-                        let message = format!(
-                            "a batch of {} takeovers was answered with {} outcomes",
-                            keys.len(),
-                            outcomes.len()
-                        );
-                        vec![Err(message); keys.len()]
-                    }
-                    Err(e) => vec![Err(telemetry::error_chain(&e)); keys.len()],
-                };
+                let answers = per_item(keys.len(), "takeovers", result);
                 for (key, answer) in keys.into_iter().zip(answers) {
                     self.flight_end(&key);
                     self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
