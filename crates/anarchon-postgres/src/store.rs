@@ -1,5 +1,6 @@
 //! The store traits on PostgreSQL: every call is one statement (record_manual two), bounded
-//! by the store's timeout. See [`crate::sql`] for the statements.
+//! by the store's timeout, except the claim and result batches: one pipelined transaction of
+//! the single call's statements. See [`crate::sql`] for the statements.
 
 use std::sync::atomic::Ordering;
 
@@ -253,7 +254,8 @@ impl Inner {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// How long a claim batch may take: the store's timeout, or the scheduler's if shorter.
+    /// How long a claim or result batch may take: the store's timeout, or the scheduler's if
+    /// shorter.
     fn batch_timeout(&self) -> std::time::Duration {
         match self.caller_limit_ms.load(Ordering::Relaxed) {
             0 => self.timeout,

@@ -283,7 +283,7 @@ impl RedisStore {
     }
 
     /// How many requests this store has sent and waited for so far (a command, a script
-    /// call, a pipelined claim batch): its round trips, counted for tests and benchmarks.
+    /// call, a pipelined claim or result batch): its round trips, counted for tests and benchmarks.
     #[doc(hidden)]
     pub fn round_trips(&self) -> u64 {
         self.conn()
