@@ -61,6 +61,12 @@ const KIND: &str = "libsql";
 /// for a few hundred requests at most.
 pub const BATCH_CLAIMS: usize = 64;
 
+/// The most results one transaction takes (`LeaseStore::finish_many`): as for
+/// [`BATCH_CLAIMS`], a batch saves the `BEGIN` and `COMMIT` of each result but not its
+/// statements (clock, run, history row, pruning), so 64 keeps the write lock held for a few
+/// hundred requests at most.
+pub const BATCH_FINISHES: usize = 64;
+
 /// The default bound of one call.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -760,6 +766,26 @@ impl LeaseStore for LibsqlStore {
             ops::finish(&mut e, sql, lease, finish).await
         })
         .await
+    }
+
+    /// One interactive transaction per [`BATCH_FINISHES`] results (one `BEGIN IMMEDIATE`,
+    /// one `COMMIT`), each written, fenced and pruned as a single finish, in order. Still
+    /// one HTTP request per statement inside it, like `claim_many`.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let mut out = Vec::with_capacity(writes.len());
+        for chunk in writes.chunks(BATCH_FINISHES) {
+            out.extend(
+                self.run("finish", |mut e, sql| async move {
+                    ops::finish_many(&mut e, sql, chunk).await
+                })
+                .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    fn finish_batch_limit(&self) -> usize {
+        BATCH_FINISHES
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {

@@ -1,5 +1,6 @@
-//! What a claim costs in HTTP requests, counted by the Hrana test double (`GET /stats`):
-//! a single claim, a batch of claims in one transaction, and the same claims one by one.
+//! What a claim and a result cost in HTTP requests, counted by the Hrana test double
+//! (`GET /stats`): a single claim, a batch of claims in one transaction, the same claims one
+//! by one, and likewise for results (finish).
 //! Runs on a double of its own (this test binary's only test), so no other test's requests
 //! are counted. Without python3 it prints a SKIP line.
 
@@ -9,8 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason, Retention,
-    Store,
+    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
+    OwnerWrite, Prepare, Reason, Retention, RunStatus, Store,
 };
 use anarchon_core::testkit::{key, unique_job};
 use anarchon_libsql::{LibsqlOptions, LibsqlStore};
@@ -95,7 +96,7 @@ fn claim(job: &JobName, slot: EpochMs, now: EpochMs) -> LeaseClaim {
 }
 
 #[tokio::test]
-async fn a_batch_of_claims_costs_fewer_requests_than_single_claims() {
+async fn batches_of_claims_and_results_cost_fewer_requests_than_single_calls() {
     let Some(double) = tokio::task::spawn_blocking(start_double).await.unwrap() else {
         return;
     };
@@ -128,9 +129,12 @@ async fn a_batch_of_claims_costs_fewer_requests_than_single_claims() {
     let before = tokio::task::spawn_blocking(move || served(port))
         .await
         .unwrap();
+    let mut single_leases = Vec::new();
     for j in &jobs[1..21] {
-        let out = store.claim(&claim(j, t, t)).await.unwrap();
-        assert!(matches!(out, ClaimOutcome::Won(_)), "{out:?}");
+        match store.claim(&claim(j, t, t)).await.unwrap() {
+            ClaimOutcome::Won(l) => single_leases.push(l),
+            other => panic!("{other:?}"),
+        }
     }
     let singles = count(before).await.unwrap();
 
@@ -144,7 +148,45 @@ async fn a_batch_of_claims_costs_fewer_requests_than_single_claims() {
         "{out:?}"
     );
     let batched = count(before).await.unwrap();
+    let batch_leases: Vec<Lease> = out
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect();
 
+    // Results: the 20 runs claimed one by one are finished one by one, the 20 claimed in a
+    // batch in one batch.
+    let finish = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    let before = tokio::task::spawn_blocking(move || served(port))
+        .await
+        .unwrap();
+    for l in &single_leases {
+        assert_eq!(store.finish(l, &finish).await.unwrap(), OwnerWrite::Done);
+    }
+    let single_finishes = count(before).await.unwrap();
+    let writes: Vec<(Lease, Finish)> = batch_leases
+        .iter()
+        .map(|l| (l.clone(), finish.clone()))
+        .collect();
+    let before = tokio::task::spawn_blocking(move || served(port))
+        .await
+        .unwrap();
+    let out = store.finish_many(&writes).await.unwrap();
+    let batched_finishes = count(before).await.unwrap();
+    assert_eq!(out, vec![OwnerWrite::Done; 20]);
+    for (l, _) in &writes {
+        let row = store.history(&l.run.job, 1).await.unwrap().remove(0);
+        assert_eq!(row.status, RunStatus::Succeeded, "{}", l.run);
+    }
+    // The same results again: every run is final, so all are lost and nothing changes.
+    let out = store.finish_many(&writes).await.unwrap();
+    assert_eq!(out, vec![OwnerWrite::Lost; 20]);
     eprintln!(
         "libSQL HTTP requests: one claim {one}; 20 single claims {singles} ({:.1} each); \
          a batch of 20 claims {batched} ({:.1} each)",
@@ -161,6 +203,17 @@ async fn a_batch_of_claims_costs_fewer_requests_than_single_claims() {
         batched + 19 <= singles,
         "a batch saves at least a request per claim (the transaction's BEGIN and COMMIT): \
          {batched} vs {singles}"
+    );
+    eprintln!(
+        "libSQL HTTP requests: 20 single finishes {single_finishes} ({:.1} each); \
+         a batch of 20 results {batched_finishes} ({:.1} each)",
+        single_finishes as f64 / 20.0,
+        batched_finishes as f64 / 20.0
+    );
+    assert!(
+        batched_finishes + 19 <= single_finishes,
+        "a batch of results saves at least a request per result (the transaction's BEGIN and \
+         COMMIT): {batched_finishes} vs {single_finishes}"
     );
     store.close().await.unwrap();
 }

@@ -273,7 +273,7 @@ pub(crate) struct Inner {
     /// job this store sent saw it: it picks the claim variant (see `sql::PRUNE_EVERY`).
     unpruned: Mutex<HashMap<String, i32>>,
     /// The scheduler's store timeout (`Prepare::call_timeout`) in ms, 0 until `prepare`: a
-    /// claim batch gives up at the shorter of it and `timeout`.
+    /// claim or result batch gives up at the shorter of it and `timeout`.
     caller_limit_ms: AtomicU64,
     /// Requests this store sent and waited for (a statement, a pipelined batch): the round
     /// trips, for tests and benchmarks.
@@ -521,7 +521,7 @@ impl PostgresStore {
     }
 
     /// How many requests this store has sent and waited for so far (a statement, or a
-    /// pipelined claim batch): its round trips to the server, counted for tests and
+    /// pipelined claim or result batch): its round trips to the server, counted for tests and
     /// benchmarks.
     #[doc(hidden)]
     pub fn round_trips(&self) -> u64 {

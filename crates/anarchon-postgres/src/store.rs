@@ -1,5 +1,6 @@
 //! The store traits on PostgreSQL: every call is one statement (record_manual two), bounded
-//! by the store's timeout. See [`crate::sql`] for the statements.
+//! by the store's timeout, except the claim and result batches: one pipelined transaction of
+//! the single call's statements. See [`crate::sql`] for the statements.
 
 use std::sync::atomic::Ordering;
 
@@ -109,6 +110,70 @@ fn claim_params(claim: &LeaseClaim) -> ClaimParams<'_> {
     }
 }
 
+/// The most results one pipelined transaction carries (`LeaseStore::finish_batch_limit`).
+pub(crate) const BATCH_FINISHES: usize = 256;
+
+/// The parameter types of the finish statements.
+const FINISH_TYPES: [Type; 8] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+];
+
+/// The bound values of one finish statement, owned so a batch can hold them all.
+struct FinishParams<'f> {
+    job: &'f str,
+    slot: i64,
+    attempt: i32,
+    owner: &'f str,
+    status: &'static str,
+    error: Option<&'f str>,
+    size: i64,
+    ttl: Option<i64>,
+}
+
+impl FinishParams<'_> {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 8] {
+        [
+            &self.job,
+            &self.slot,
+            &self.attempt,
+            &self.owner,
+            &self.status,
+            &self.error,
+            &self.size,
+            &self.ttl,
+        ]
+    }
+}
+
+fn finish_params<'f>(lease: &'f Lease, finish: &'f Finish) -> FinishParams<'f> {
+    FinishParams {
+        job: lease.run.job.as_str(),
+        slot: lease.run.slot,
+        attempt: lease.attempt as i32,
+        owner: &lease.instance_id,
+        status: finish.status.as_str(),
+        error: finish.error.as_deref(),
+        size: i64::from(finish.retention.size),
+        ttl: ttl(finish.retention),
+    }
+}
+
+/// Reads the answer row of a finish statement.
+fn owner_write(row: &Row) -> OwnerWrite {
+    if row.get::<_, bool>(0) {
+        OwnerWrite::Done
+    } else {
+        OwnerWrite::Lost
+    }
+}
+
 /// Why a pipelined claim batch did not commit.
 enum BatchFailure {
     /// A statement asked to be run again (serialization failure, deadlock): the whole
@@ -189,7 +254,8 @@ impl Inner {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// How long a claim batch may take: the store's timeout, or the scheduler's if shorter.
+    /// How long a claim or result batch may take: the store's timeout, or the scheduler's if
+    /// shorter.
     fn batch_timeout(&self) -> std::time::Duration {
         match self.caller_limit_ms.load(Ordering::Relaxed) {
             0 => self.timeout,
@@ -316,6 +382,98 @@ impl Inner {
                 Err(Error::Timeout {
                     store: KIND,
                     operation: "claim",
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// At most [`BATCH_FINISHES`] results in one pipelined transaction (see
+    /// `LeaseStore::finish_many`), run again as a whole after a serialization failure or a
+    /// deadlock, all within the batch timeout.
+    async fn finish_batch(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Grouped by job, in the given order within a job (a stable sort), like claims.
+        let mut order: Vec<usize> = (0..writes.len()).collect();
+        order.sort_by(|&a, &b| writes[a].0.run.job.cmp(&writes[b].0.run.job));
+        let timeout = self.batch_timeout();
+        let client = self.client("finish").await?;
+        let work = async {
+            let mut cached = client.statement_cache.size();
+            let begin = client.prepare_typed_cached("BEGIN", &[]).await?;
+            let commit = client.prepare_typed_cached("COMMIT", &[]).await?;
+            let mut tries = 0;
+            loop {
+                let mut statements = Vec::with_capacity(order.len());
+                for &i in &order {
+                    let ttl = writes[i].1.retention.ttl_ms.is_some();
+                    statements.push(
+                        client
+                            .prepare_typed_cached(&self.sql.finish[usize::from(ttl)], &FINISH_TYPES)
+                            .await?,
+                    );
+                }
+                let params: Vec<FinishParams<'_>> = order
+                    .iter()
+                    .map(|&i| finish_params(&writes[i].0, &writes[i].1))
+                    .collect();
+                let refs: Vec<_> = params.iter().map(FinishParams::refs).collect();
+                // One round trip: every request goes out before the first answer is read.
+                let prepared = client.statement_cache.size().saturating_sub(cached);
+                self.round_trips
+                    .fetch_add(1 + prepared as u64, Ordering::Relaxed);
+                cached = client.statement_cache.size();
+                let client = &*client;
+                let (began, rows, committed) = futures::join!(
+                    client.execute(&begin, &[]),
+                    futures::future::join_all(
+                        statements
+                            .iter()
+                            .zip(&refs)
+                            .map(|(st, p)| client.query_one(st, p))
+                    ),
+                    client.execute(&commit, &[]),
+                );
+                // The first error is the cause: the statements after it only found the
+                // transaction aborted (and its COMMIT answered with a rollback).
+                let failed = match (began, committed) {
+                    (Err(e), _) => e,
+                    _ if rows.iter().any(Result::is_err) => rows
+                        .into_iter()
+                        .find_map(Result::err)
+                        .expect("an error is present"),
+                    (_, Err(e)) => e,
+                    _ => {
+                        let mut out = vec![OwnerWrite::Lost; writes.len()];
+                        for (&i, row) in order.iter().zip(rows) {
+                            out[i] = owner_write(&row.expect("every statement answered"));
+                        }
+                        return Ok(out);
+                    }
+                };
+                if !is_retryable(&failed) || tries >= MAX_RETRIES {
+                    return Err(failed);
+                }
+                tries += 1;
+                tracing::debug!(tries, "postgres finish batch retried: {failed}");
+                tokio::task::yield_now().await;
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                if is_connection_lost(&e) {
+                    drop(Object::take(client));
+                }
+                Err(self.pg(e, "finish"))
+            }
+            Err(_) => {
+                drop(Object::take(client));
+                Err(Error::Timeout {
+                    store: KIND,
+                    operation: "finish",
                     after: timeout,
                 })
             }
@@ -579,38 +737,38 @@ impl LeaseStore for PostgresStore {
 
     async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
         let inner = &self.inner;
+        let params = finish_params(lease, finish);
         let rows = inner
             .query(
                 "finish",
                 &inner.sql.finish[usize::from(finish.retention.ttl_ms.is_some())],
-                &[
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT4,
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT8,
-                ],
-                &[
-                    &lease.run.job.as_str(),
-                    &lease.run.slot,
-                    &(lease.attempt as i32),
-                    &lease.instance_id,
-                    &finish.status.as_str(),
-                    &finish.error,
-                    &i64::from(finish.retention.size),
-                    &ttl(finish.retention),
-                ],
+                &FINISH_TYPES,
+                &params.refs(),
             )
             .await?;
-        let done = rows.first().is_some_and(|r| r.get::<_, bool>(0));
-        Ok(if done {
-            OwnerWrite::Done
-        } else {
-            OwnerWrite::Lost
-        })
+        Ok(rows.first().map_or(OwnerWrite::Lost, owner_write))
+    }
+
+    /// One round trip and one transaction per 256 results: `BEGIN`, the single finish's
+    /// statement for each result and `COMMIT`, pipelined on one connection. Each statement
+    /// sees what the ones before it wrote, so every result is fenced, recorded and pruned
+    /// exactly as a single finish after the earlier ones (a stale owner's result is `Lost`
+    /// and changes nothing). The results run grouped by job (in the given order within a
+    /// job), the order claim batches lock in; the answers come back in the order given.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let mut out = Vec::with_capacity(writes.len());
+        for chunk in writes.chunks(BATCH_FINISHES) {
+            if let [(lease, finish)] = chunk {
+                out.push(self.finish(lease, finish).await?);
+            } else {
+                out.extend(self.inner.finish_batch(chunk).await?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn finish_batch_limit(&self) -> usize {
+        BATCH_FINISHES
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {

@@ -1,5 +1,6 @@
-//! Claim batches on PostgreSQL: one round trip per batch, answers that stand when the batch
-//! reached its deadline, and concurrent batches over the same jobs in different orders.
+//! Claim and result batches on PostgreSQL: one round trip per batch, answers that stand when
+//! a claim batch reached its deadline, concurrent batches over the same jobs in different
+//! orders, and results fenced like single finishes.
 
 mod common;
 
@@ -7,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, HistoryStore, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason,
-    Retention, Store,
+    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
+    OwnerWrite, Prepare, Reason, Retention, RunStatus, Store,
 };
 use anarchon_core::testkit::{key, unique_job};
 use anarchon_postgres::{PostgresOptions, PostgresStore};
@@ -209,5 +210,175 @@ async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout()
     drop(client);
     let _ = conn_task.await;
     s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
+fn result(n: usize) -> Finish {
+    if n % 2 == 0 {
+        Finish {
+            status: RunStatus::Succeeded,
+            error: None,
+            retention: Retention::default(),
+        }
+    } else {
+        Finish {
+            status: RunStatus::Failed,
+            error: Some(format!("boom {n}")),
+            retention: Retention::default(),
+        }
+    }
+}
+
+/// Claims one slot of every job in one batch and answers the leases, all won.
+async fn leases(s: &PostgresStore, jobs: &[JobName], t: EpochMs) -> Vec<Lease> {
+    let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t + 60_000)).collect();
+    s.claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn b16_a_batch_of_results_is_one_round_trip_and_fenced_like_single_finishes() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..204).map(|_| unique_job("fin")).collect();
+    let s = store(&url, &schema, 1, &jobs).await;
+    let t = s.now().await.unwrap();
+    let held = leases(&s, &jobs, t).await;
+    // Warm-up: prepares the batch's statements on the (only) connection.
+    let warm: Vec<(Lease, Finish)> = held[..3].iter().map(|l| (l.clone(), result(0))).collect();
+    assert_eq!(
+        s.finish_many(&warm).await.unwrap(),
+        vec![OwnerWrite::Done; 3]
+    );
+    // 100 results, every tenth from a stale owner (another instance, or an old attempt).
+    let batch: Vec<(Lease, Finish)> = held[3..103]
+        .iter()
+        .enumerate()
+        .map(|(n, l)| {
+            let mut l = l.clone();
+            if n % 10 == 3 {
+                l.instance_id = "not-the-owner".into();
+            } else if n % 10 == 7 {
+                l.attempt += 1;
+            }
+            (l, result(n))
+        })
+        .collect();
+    let before = s.round_trips();
+    let out = s.finish_many(&batch).await.unwrap();
+    assert_eq!(s.round_trips() - before, 1, "100 results in one batch");
+    for (n, ((lease, finish), answer)) in batch.iter().zip(&out).enumerate() {
+        let history = s.history(&lease.run.job, 10).await.unwrap();
+        assert_eq!(history.len(), 1, "{}", lease.run);
+        if n % 10 == 3 || n % 10 == 7 {
+            assert_eq!(*answer, OwnerWrite::Lost, "{}", lease.run);
+            assert_eq!(history[0].status, RunStatus::Running, "nothing written");
+            assert_eq!(history[0].finished_at, None);
+        } else {
+            assert_eq!(*answer, OwnerWrite::Done, "{}", lease.run);
+            assert_eq!(history[0].status, finish.status);
+            assert_eq!(history[0].error, finish.error);
+            assert!(history[0].finished_at.is_some());
+        }
+    }
+    // The same results again: every run is final now, so all are lost.
+    assert_eq!(
+        s.finish_many(&batch).await.unwrap(),
+        vec![OwnerWrite::Lost; batch.len()]
+    );
+    let before = s.round_trips();
+    for l in &held[103..] {
+        s.finish(l, &result(0)).await.unwrap();
+    }
+    assert_eq!(s.round_trips() - before, 101, "101 single finishes");
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn b37_a_batch_of_results_of_one_job_prunes_to_its_retention() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let job = unique_job("prune");
+    let s = store(&url, &schema, 1, std::slice::from_ref(&job)).await;
+    let t = s.now().await.unwrap();
+    // Five overlapping runs of one job.
+    let mut held = Vec::new();
+    for slot in 0..5 {
+        let mut c = claim(&job, t + slot * 1_000, "a", t + 60_000);
+        c.overlap = Overlap::Allow;
+        let ClaimOutcome::Won(l) = s.claim(&c).await.unwrap() else {
+            panic!("claim {slot}")
+        };
+        held.push(l);
+    }
+    let keep_two = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention {
+            size: 2,
+            ttl_ms: None,
+        },
+    };
+    let batch: Vec<(Lease, Finish)> = held.iter().map(|l| (l.clone(), keep_two.clone())).collect();
+    let out = s.finish_many(&batch).await.unwrap();
+    assert_eq!(out, vec![OwnerWrite::Done; 5]);
+    // Each result pruned as a single finish does: the two newest runs are left.
+    let history = s.history(&job, 10).await.unwrap();
+    let slots: Vec<EpochMs> = history.iter().map(|r| r.slot).collect();
+    assert_eq!(slots, vec![t + 4_000, t + 3_000], "{history:?}");
+    assert!(history.iter().all(|r| r.status == RunStatus::Succeeded));
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn concurrent_result_batches_over_the_same_jobs_in_other_orders_finish_each_run_once() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..150).map(|_| unique_job("fc")).collect();
+    let first = store(&url, &schema, 2, &jobs).await;
+    let t = first.now().await.unwrap();
+    let held = leases(&first, &jobs, t).await;
+    let mut stores: Vec<Arc<PostgresStore>> = vec![Arc::new(first)];
+    for _ in 0..2 {
+        stores.push(Arc::new(store(&url, &schema, 2, &jobs).await));
+    }
+    let mut tasks = Vec::new();
+    for (n, s) in stores.iter().enumerate() {
+        // Every store sends every result (as the owner), each in another order: the first
+        // result of a run to commit is done, the others find the run final.
+        let mut mine: Vec<(Lease, Finish)> = held.iter().map(|l| (l.clone(), result(n))).collect();
+        mine.rotate_left(n * 50);
+        if n == 1 {
+            mine.reverse();
+        }
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let out = s.finish_many(&mine).await.expect("batch");
+            (mine, out)
+        }));
+    }
+    let mut done = std::collections::HashSet::new();
+    for task in tasks {
+        let (writes, out) = task.await.unwrap();
+        assert_eq!(writes.len(), out.len());
+        for ((l, _), o) in writes.iter().zip(out) {
+            if o == OwnerWrite::Done {
+                assert!(done.insert(l.run.clone()), "{} finished twice", l.run);
+            }
+        }
+    }
+    assert_eq!(done.len(), jobs.len(), "every run finished once");
+    for s in &stores {
+        s.close().await.unwrap();
+    }
     common::drop_schema(&url, &schema).await;
 }

@@ -201,6 +201,9 @@ impl RedisStore {
 /// The most claims one pipeline carries (`LeaseStore::claim_batch_limit`).
 const BATCH_CLAIMS: usize = 256;
 
+/// The most results one pipeline carries (`LeaseStore::finish_batch_limit`).
+const BATCH_FINISHES: usize = 256;
+
 impl RedisStore {
     /// The keys and arguments of the claim script for `c`.
     fn claim_call(&self, c: &LeaseClaim) -> Result<(Vec<String>, Vec<String>)> {
@@ -226,6 +229,25 @@ impl RedisStore {
             c.retention.ttl_ms.unwrap_or(0).to_string(),
         ];
         Ok((keys, args))
+    }
+
+    /// The keys and arguments of the finish script for one result.
+    fn finish_call(&self, lease: &Lease, finish: &Finish) -> (Vec<String>, Vec<String>) {
+        let (base, rk) = self.run_keys(&lease.run);
+        let keys = vec![rk];
+        let args = vec![
+            base,
+            self.conn().deadline(),
+            lease.run.slot.to_string(),
+            lease.attempt.to_string(),
+            lease.instance_id.clone(),
+            finish.status.as_str().into(),
+            finish.error.clone().unwrap_or_default(),
+            if finish.error.is_some() { "1" } else { "0" }.into(),
+            finish.retention.size.max(1).to_string(),
+            finish.retention.ttl_ms.unwrap_or(0).to_string(),
+        ];
+        (keys, args)
     }
 
     /// Reads the claim script's reply.
@@ -261,7 +283,7 @@ impl RedisStore {
     }
 
     /// How many requests this store has sent and waited for so far (a command, a script
-    /// call, a pipelined claim batch): its round trips, counted for tests and benchmarks.
+    /// call, a pipelined claim or result batch): its round trips, counted for tests and benchmarks.
     #[doc(hidden)]
     pub fn round_trips(&self) -> u64 {
         self.conn()
@@ -411,27 +433,42 @@ impl LeaseStore for RedisStore {
     }
 
     async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let conn = self.conn();
-        let (base, rk) = self.run_keys(&lease.run);
-        let slot = lease.run.slot;
-        let keys = vec![rk];
-        let args = vec![
-            base,
-            conn.deadline(),
-            slot.to_string(),
-            lease.attempt.to_string(),
-            lease.instance_id.clone(),
-            finish.status.as_str().into(),
-            finish.error.clone().unwrap_or_default(),
-            if finish.error.is_some() { "1" } else { "0" }.into(),
-            finish.retention.size.max(1).to_string(),
-            finish.retention.ttl_ms.unwrap_or(0).to_string(),
-        ];
-        let v = conn
+        let (keys, args) = self.finish_call(lease, finish);
+        let v = self
+            .conn()
             .eval("finish", &scripts::FINISH, keys, args)
             .await?
             .into_array();
         owner_write(self, "finish", &v)
+    }
+
+    /// The finish script once per result, 256 calls in one pipeline: one round trip per
+    /// batch (per node on a cluster). Each call is the single finish's script, so it is
+    /// fenced and prunes exactly as a single finish; calls of one job share a hash slot and
+    /// run in the order given.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        let conn = self.conn();
+        let mut out = Vec::with_capacity(writes.len());
+        for chunk in writes.chunks(BATCH_FINISHES) {
+            let calls: Vec<_> = chunk
+                .iter()
+                .map(|(lease, finish)| self.finish_call(lease, finish))
+                .collect();
+            let replies = conn
+                .eval_pipeline("finish", &scripts::FINISH, calls)
+                .await?;
+            if replies.len() != chunk.len() {
+                return Err(bad_reply("finish", &replies));
+            }
+            for reply in replies {
+                out.push(owner_write(self, "finish", &reply.into_array())?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn finish_batch_limit(&self) -> usize {
+        BATCH_FINISHES
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {

@@ -1,11 +1,11 @@
-//! Claim batches on Redis (and a Redis Cluster where `ANARCHON_REDIS_CLUSTER_URL` is set):
-//! one pipeline per batch, the claim script once per claim.
+//! Claim and result batches on Redis (and a Redis Cluster where `ANARCHON_REDIS_CLUSTER_URL`
+//! is set): one pipeline per batch, the claim (or finish) script once per claim (or result).
 
 use std::time::Duration;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, JobName, LeaseClaim, LeaseStore, Overlap, Prepare, Reason, Retention,
-    Store,
+    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
+    OwnerWrite, Prepare, Reason, Retention, RunStatus, Store,
 };
 use anarchon_core::testkit::{key, server_url, unique_job};
 use anarchon_redis::fred::prelude::*;
@@ -109,4 +109,100 @@ async fn a_batch_of_claims_is_one_pipeline_on_redis() {
 #[tokio::test]
 async fn a_batch_of_claims_is_one_pipeline_on_a_cluster() {
     one_round_trip_per_batch("ANARCHON_REDIS_CLUSTER_URL").await;
+}
+
+async fn one_round_trip_per_result_batch(var: &str) {
+    let Some(url) = server_url(var) else { return };
+    let store = RedisStore::connect_with(
+        &url,
+        RedisOptions::default().prefix(format!("anarchon-test-{:016x}:", rand::random::<u64>())),
+    )
+    .await
+    .expect("store");
+    let jobs: Vec<JobName> = (0..300).map(|_| unique_job("fin")).collect();
+    store
+        .prepare(&Prepare {
+            jobs: jobs.clone(),
+            instance_id: "a".into(),
+            call_timeout: Duration::from_secs(5),
+        })
+        .await
+        .expect("prepare");
+    let t = store.now().await.unwrap();
+    let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
+    let held: Vec<Lease> = store
+        .claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let finish = |n: usize| Finish {
+        status: if n % 2 == 0 {
+            RunStatus::Succeeded
+        } else {
+            RunStatus::Failed
+        },
+        error: (n % 2 == 1).then(|| format!("boom {n}")),
+        retention: Retention::default(),
+    };
+    // Warm-up: loads the finish script where needed.
+    assert_eq!(
+        store.finish(&held[0], &finish(0)).await.unwrap(),
+        OwnerWrite::Done
+    );
+    // 200 results, every tenth from a stale owner (another instance, or an old attempt).
+    let stale = |n: usize| n % 10 == 3 || n % 10 == 7;
+    let batch: Vec<(Lease, Finish)> = held[1..201]
+        .iter()
+        .enumerate()
+        .map(|(n, l)| {
+            let mut l = l.clone();
+            if n % 10 == 3 {
+                l.instance_id = "not-the-owner".into();
+            } else if n % 10 == 7 {
+                l.attempt += 1;
+            }
+            (l, finish(n))
+        })
+        .collect();
+    let before = store.round_trips();
+    let out = store.finish_many(&batch).await.unwrap();
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "200 results in one pipeline"
+    );
+    for (n, ((lease, f), answer)) in batch.iter().zip(&out).enumerate() {
+        let history = store.history(&lease.run.job, 10).await.unwrap();
+        assert_eq!(history.len(), 1, "{}", lease.run);
+        if stale(n) {
+            assert_eq!(*answer, OwnerWrite::Lost, "{}", lease.run);
+            assert_eq!(history[0].status, RunStatus::Running, "nothing written");
+        } else {
+            assert_eq!(*answer, OwnerWrite::Done, "{}", lease.run);
+            assert_eq!(history[0].status, f.status);
+            assert_eq!(history[0].error, f.error);
+        }
+    }
+    // Single finishes: one round trip each.
+    let before = store.round_trips();
+    for l in &held[201..] {
+        store.finish(l, &finish(0)).await.unwrap();
+    }
+    assert_eq!(store.round_trips() - before, 99);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn b16_a_batch_of_results_is_one_pipeline_on_redis() {
+    one_round_trip_per_result_batch("ANARCHON_REDIS_URL").await;
+}
+
+#[tokio::test]
+async fn b16_a_batch_of_results_is_one_pipeline_on_a_cluster() {
+    one_round_trip_per_result_batch("ANARCHON_REDIS_CLUSTER_URL").await;
 }
