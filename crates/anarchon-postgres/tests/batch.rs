@@ -214,7 +214,7 @@ async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout()
 }
 
 fn result(n: usize) -> Finish {
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         Finish {
             status: RunStatus::Succeeded,
             error: None,
