@@ -141,7 +141,7 @@ async fn one_round_trip_per_result_batch(var: &str) {
         })
         .collect();
     let finish = |n: usize| Finish {
-        status: if n % 2 == 0 {
+        status: if n.is_multiple_of(2) {
             RunStatus::Succeeded
         } else {
             RunStatus::Failed
