@@ -36,6 +36,9 @@ use crate::store::{
     SlotOutcome, Takeover, TakeoverOutcome,
 };
 
+/// `start()`'s `prepare` call may take this many store timeouts (see `prepare`).
+const PREPARE_BOUND_FACTOR: u32 = 4;
+
 /// Messages the loop handles in one turn beyond the first (see `run`).
 const INBOX_DRAIN: usize = 1024;
 
@@ -98,7 +101,23 @@ pub(crate) async fn prepare(shared: &Arc<Shared>, jobs: &[Arc<JobDef>]) -> Resul
         instance_id: shared.cfg.instance_id.to_string(),
         call_timeout: shared.cfg.store_timeout,
     };
-    bounded(shared, "prepare", store.prepare(&prep)).await?;
+    // Preparing creates the schema and registers every job, possibly waiting for other
+    // instances doing the same at once (thousands of jobs on a few instances): it gets
+    // `PREPARE_BOUND_FACTOR` store timeouts, every other call one.
+    let after = shared
+        .cfg
+        .store_timeout
+        .saturating_mul(PREPARE_BOUND_FACTOR);
+    match tokio::time::timeout(after, store.prepare(&prep)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                store: store.kind(),
+                operation: "prepare",
+                after,
+            });
+        }
+    }
     let sent = Instant::now();
     let store_now = bounded(shared, "now", store.now()).await?;
     check_skew(shared, store_now, 0);

@@ -391,7 +391,8 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.data = Some(data.into());
         self
     }
-    /// Bound on every store call (default 5 s). [G-04]
+    /// Bound on every store call (default 5 s); `start()`'s `prepare` (the schema and every
+    /// job registered, maybe while other instances do the same) gets four times it. [G-04]
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
         self
