@@ -26,6 +26,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
 
+use crate::store::{
+    ClaimOutcome, Finish, JobName, LeaseClaim, LeaseStore, Overlap, OwnerWrite, Reason, Retention,
+    RunKey, RunStatus,
+};
+
 /// How many operations a measurement runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BenchConfig {
@@ -250,6 +255,128 @@ fn human(duration: Duration) -> String {
         format!("{:.2}ms", nanos as f64 / 1e6)
     } else {
         format!("{:.3}s", duration.as_secs_f64())
+    }
+}
+
+// ----- batch versus single calls, on any lease store -------------------------------------
+
+/// Claims or results in one batch of [`batch_rows`].
+pub const BATCH: usize = 256;
+
+/// "256 single claims: per claim", "batch of 256 claims: per claim", "256 single finishes:
+/// per finish" and "batch of 256 finishes: per finish", measured in the same run on the same
+/// store: `ANARCHON_BENCH_BATCH_ROUNDS` rounds (default 10, after one untimed round) of 256
+/// won claims of new jobs each way, alternating which way goes first, then the results of
+/// those runs each way (the singly claimed runs finished singly, the batch in a batch). A
+/// sample is one round's time divided by 256.
+pub async fn batch_rows(store: &dyn LeaseStore, prefix: &str, slot: i64) -> [Measurement; 4] {
+    let rounds: usize = std::env::var("ANARCHON_BENCH_BATCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let claims = |kind: &str, round: usize| -> Vec<LeaseClaim> {
+        (0..BATCH)
+            .map(|i| {
+                let job = JobName::new(format!("{prefix}-{kind}-{round}-{i}")).expect("job name");
+                LeaseClaim {
+                    run: RunKey::new(job, slot),
+                    scheduled_at: slot,
+                    instance_id: "a".into(),
+                    lease_ms: 30_000,
+                    not_after: i64::MAX,
+                    overlap: Overlap::Allow,
+                    reason: Reason::Scheduled,
+                    retention: Retention::default(),
+                }
+            })
+            .collect()
+    };
+    let won = |o: ClaimOutcome| match o {
+        ClaimOutcome::Won(lease) => lease,
+        other => panic!("expected to win, got {other:?}"),
+    };
+    let result = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    let (mut single, mut batched) = (Vec::new(), Vec::new());
+    let (mut single_finish, mut batched_finish) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let (one, many) = (claims("one", round), claims("many", round));
+        let (mut one_leases, mut many_writes) = (Vec::new(), Vec::new());
+        for batch_first in [round % 2 == 1, round % 2 == 0] {
+            let started = Instant::now();
+            if batch_first {
+                let out = store.claim_many(&many).await.expect("claim batch");
+                if round > 0 {
+                    batched.push(started.elapsed() / BATCH as u32);
+                }
+                many_writes = out.into_iter().map(|o| (won(o), result.clone())).collect();
+            } else {
+                for c in &one {
+                    one_leases.push(won(store.claim(c).await.expect("claim")));
+                }
+                if round > 0 {
+                    single.push(started.elapsed() / BATCH as u32);
+                }
+            }
+        }
+        for batch_first in [round % 2 == 1, round % 2 == 0] {
+            let started = Instant::now();
+            if batch_first {
+                let out = store.finish_many(&many_writes).await.expect("finish batch");
+                assert!(out.iter().all(|o| *o == OwnerWrite::Done));
+                if round > 0 {
+                    batched_finish.push(started.elapsed() / BATCH as u32);
+                }
+            } else {
+                for lease in &one_leases {
+                    let out = store.finish(lease, &result).await.expect("finish");
+                    assert_eq!(out, OwnerWrite::Done);
+                }
+                if round > 0 {
+                    single_finish.push(started.elapsed() / BATCH as u32);
+                }
+            }
+        }
+    }
+    [
+        Measurement::from_samples("256 single claims: per claim", &single),
+        Measurement::from_samples("batch of 256 claims: per claim", &batched),
+        Measurement::from_samples("256 single finishes: per finish", &single_finish),
+        Measurement::from_samples("batch of 256 finishes: per finish", &batched_finish),
+    ]
+}
+
+/// Prints the batch rows as "batch: x µs per claim, single: y µs per claim (p50; ratio)", for
+/// claims and for results.
+pub fn print_batch_ratios(rows: &[Measurement]) {
+    let p50 = |name: &str| {
+        rows.iter()
+            .find(|r| r.name == name)
+            .map_or(f64::NAN, |r| r.p50.as_secs_f64() * 1e6)
+    };
+    for (what, plural, single, batched) in [
+        (
+            "claim",
+            "claims",
+            "256 single claims: per claim",
+            "batch of 256 claims: per claim",
+        ),
+        (
+            "finish",
+            "finishes",
+            "256 single finishes: per finish",
+            "batch of 256 finishes: per finish",
+        ),
+    ] {
+        let (single, batched) = (p50(single), p50(batched));
+        println!(
+            "batch of 256 {plural}: {batched:.1} µs per {what}, 256 single {plural}: \
+             {single:.1} µs per {what} (p50; {:.1}x)",
+            single / batched.max(1e-3)
+        );
     }
 }
 
