@@ -70,6 +70,8 @@ fn histogram_len(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str
         .sum()
 }
 
+/// [G-12, B-14, B-17] Claims by outcome, the graceful handover, the backup's takeover,
+/// latencies and gauges reach the metrics recorder.
 #[test]
 fn claims_handover_takeover_and_latencies_are_counted() {
     let recorder = DebuggingRecorder::new();
@@ -210,6 +212,8 @@ fn claims_handover_takeover_and_latencies_are_counted() {
     assert!(gauges.len() >= 2, "both gauges are published: {gauges:?}");
 }
 
+/// [B-10, B-38] A slot the timer reached after a newer one was due is a `skip: late` event
+/// and counted, in `health()` and the metric alike.
 #[test]
 fn a_timer_that_fires_after_the_next_slot_is_due_counts_the_slots_late() {
     let recorder = DebuggingRecorder::new();

@@ -109,6 +109,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     }
 }
 
+/// [G-12] A run's span names it; the handler's own lines and the run's writes are inside it.
 #[tokio::test(start_paused = true)]
 async fn every_run_executes_in_a_span_naming_it_and_its_store_writes_are_child_spans() {
     let capture = Capture::default();
@@ -192,6 +193,7 @@ async fn every_run_executes_in_a_span_naming_it_and_its_store_writes_are_child_s
         && r.fields.contains("operation=claim")));
 }
 
+/// [G-12] A failed store call records its error chain on its span.
 #[tokio::test(start_paused = true)]
 async fn a_failed_store_call_carries_its_error_in_its_span() {
     let capture = Capture::default();
