@@ -121,6 +121,13 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 pub(crate) fn event(instance: &str, event: &Event) {
     #[cfg(feature = "metrics")]
     {
+        // Events that count nothing (skips, the watchdog's) allocate nothing.
+        if matches!(
+            event,
+            Event::Skip { .. } | Event::Stalled { .. } | Event::ClockSkew { .. }
+        ) {
+            return;
+        }
         let instance = instance.to_string();
         match event {
             Event::Start(run) => match run.reason {
