@@ -204,7 +204,17 @@ pub(crate) fn build_node() -> Result<PathBuf> {
     if !path.is_file() {
         bail!("the bench node was built but {} is missing", path.display());
     }
-    Ok(path)
+    // Several checkouts may share one release target folder (CARGO_TARGET_DIR): each runs a
+    // copy of its own, so another checkout's build cannot replace the binary between spawns.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&util::project_root(), &mut hasher);
+    let own = path.with_file_name(format!(
+        "bench-node-{:016x}",
+        std::hash::Hasher::finish(&hasher)
+    ));
+    std::fs::copy(&path, &own)
+        .with_context(|| format!("copying {} to {}", path.display(), own.display()))?;
+    Ok(own)
 }
 
 /// One bench node process; killed if still running when dropped.
