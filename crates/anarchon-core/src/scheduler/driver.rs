@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::run::{InterruptCause, Note, OwnerEffect, OwnerInput, OwnerRun, Write, WriteAnswer};
 use super::telemetry;
+use super::wake::PreciseWake;
 use super::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote, WatchState};
 use super::{Backend, Command, JobDef, Shared};
 use crate::context::{Data, JobContext, RunControl};
@@ -389,12 +390,21 @@ pub(crate) async fn run(
     d.begin(jobs);
     let tick = (d.shared.cfg.stall_after / 4).max(Duration::from_millis(50));
     d.arm(Instant::now() + tick, Timer::Tick);
+    // On the system clock a thread wakes the driver at its timers to the tens of µs; tokio's
+    // wheel (1 ms, rounded up) stays armed beside it. See `wake`.
+    let mut precise = match d.shared.cfg.clock {
+        super::Clock::System | super::Clock::SystemShifted { .. } => PreciseWake::start(),
+        super::Clock::Tokio { .. } => None,
+    };
     loop {
         d.shared
             .health
             .last_turn_ms
             .store(mono_ms(), Ordering::Relaxed);
         let next = d.timers.keys().next().map(|(t, _)| *t);
+        if let Some(p) = precise.as_mut() {
+            p.set(next);
+        }
         tokio::select! {
             biased;
             Some(cmd) = commands.recv() => d.command(cmd),
@@ -416,18 +426,8 @@ pub(crate) async fn run(
                 }
             }
             Some(key) = recv_release(&mut releases) => d.released(key),
-            _ = sleep_until(next) => {
-                let now = Instant::now();
-                while let Some(entry) = d.timers.first_entry() {
-                    if entry.key().0 > now { break; }
-                    let timer = entry.remove();
-                    if let Timer::Tick = timer {
-                        d.arm(now + tick, Timer::Tick);
-                    } else {
-                        d.timer(timer);
-                    }
-                }
-            }
+            _ = sleep_until(next) => d.timers_due(tick),
+            _ = precise_due(precise.as_ref()), if next.is_some() => d.timers_due(tick),
             // Let joined store tasks go (their results came through `inbox`).
             Some(_) = d.tasks.join_next(), if !d.tasks.is_empty() => {
                 while d.tasks.try_join_next().is_some() {}
@@ -460,6 +460,13 @@ pub(crate) async fn run(
     super::driver_ended(&d.shared);
     for reply in d.stop_replies.drain(..) {
         let _ = reply.send(());
+    }
+}
+
+async fn precise_due(wake: Option<&PreciseWake>) {
+    match wake {
+        Some(w) => w.due().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -534,8 +541,28 @@ impl Driver {
     /// The tokio instant at which the instance clock reads `epoch_ms`, or `None` when that
     /// is too far ahead to represent (never due).
     fn instant_at(&self, epoch_ms: EpochMs) -> Option<Instant> {
-        let delta = epoch_ms.saturating_sub(self.now_ms()).max(0) as u64;
-        Instant::now().checked_add(Duration::from_millis(delta))
+        // In µs: a clock read in whole ms would put the timer up to 1 ms after the instant.
+        let delta = epoch_ms
+            .saturating_mul(1_000)
+            .saturating_sub(self.shared.cfg.clock.now_micros())
+            .max(0) as u64;
+        Instant::now().checked_add(Duration::from_micros(delta))
+    }
+
+    /// Handles the timers that are due now (the tick re-arms itself).
+    fn timers_due(&mut self, tick: Duration) {
+        let now = Instant::now();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let timer = entry.remove();
+            if let Timer::Tick = timer {
+                self.arm(now + tick, Timer::Tick);
+            } else {
+                self.timer(timer);
+            }
+        }
     }
 
     fn arm(&mut self, at: Instant, timer: Timer) {

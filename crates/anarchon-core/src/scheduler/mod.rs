@@ -9,6 +9,7 @@
 mod driver;
 mod run;
 mod telemetry;
+mod wake;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -125,6 +126,29 @@ impl Clock {
             Clock::SystemShifted { offset_ms } => system_ms().saturating_add(*offset_ms),
         }
     }
+}
+
+impl Clock {
+    /// Epoch µs now (timers are armed from this, so a slot's timer is not up to 1 ms late
+    /// for a clock read in whole ms).
+    pub(crate) fn now_micros(&self) -> i64 {
+        match self {
+            Clock::System => system_micros(),
+            Clock::Tokio { anchor_ms, anchor } => anchor_ms
+                .saturating_mul(1_000)
+                .saturating_add(anchor.elapsed().as_micros() as i64),
+            Clock::SystemShifted { offset_ms } => {
+                system_micros().saturating_add(offset_ms.saturating_mul(1_000))
+            }
+        }
+    }
+}
+
+fn system_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 fn system_ms() -> EpochMs {
