@@ -409,8 +409,10 @@ fn config_duration(key: &str, value: &serde_json::Value) -> std::result::Result<
         }),
         serde_json::Value::String(text) => {
             let trimmed = text.trim();
-            if !trimmed.is_empty() && trimmed.trim_end_matches(['m', 's', 'h', 'd']).chars().all(|c| c == '0') {
-                // "0", "0s", "0ms": zero is a valid length for some options (jitter).
+            let number = trimmed.trim_end_matches(['m', 's', 'h', 'd']);
+            if !number.is_empty() && number.chars().all(|c| c == '0') {
+                // "0", "0s", "0ms": zero is a valid length for some options (jitter). A unit
+                // with no number ("ms") is not zero: it goes on to the parser's error.
                 return Ok(Duration::ZERO);
             }
             crate::slot::parse_interval(text).map_err(|e| format!("`{key}`: {e}"))

@@ -81,6 +81,22 @@ fn b39_a_duration_option_beyond_a_year_names_the_value_and_the_limit() {
 }
 
 #[test]
+fn b22_a_configured_duration_that_is_a_unit_without_a_number_is_refused() {
+    for text in ["ms", "s", "m", "h", "d", " ms "] {
+        let json = format!(r#"{{"jitter": "{text}"}}"#);
+        let err = serde_json::from_str::<JobConfig>(&json)
+            .expect_err(&format!("{json} was read as a duration"));
+        assert!(err.to_string().contains("jitter"), "{err}");
+    }
+    // Zero written with a unit stays zero.
+    for text in ["0", "0s", "0ms", "00m"] {
+        let json = format!(r#"{{"jitter": "{text}"}}"#);
+        let cfg: JobConfig = serde_json::from_str(&json).expect(&json);
+        assert_eq!(cfg.jitter, Some(Duration::ZERO), "{json}");
+    }
+}
+
+#[test]
 fn b09_jitter_longer_than_max_late_is_refused() {
     let s = Scheduler::leased(MemoryStore::new()).build().unwrap();
     let err = s
