@@ -15,7 +15,7 @@
 //!
 //! - `run`: one leased scheduler with N distinct `every 1s` jobs (jitter 0, other options at
 //!   their defaults). Each handler start appends `<job> <slot ms> <start µs> <attempt> <id>`
-//!   to a buffer that goes to FILE on SIGTERM/SIGINT. Prints `BASE rss_kb=` (store connected,
+//!   to FILE through a fixed 256 KiB buffer (flushed after SIGTERM/SIGINT). Prints `BASE rss_kb=` (store connected,
 //!   scheduler built, no job yet), `REGISTERED rss_kb=` (jobs registered, not started),
 //!   `READY pid= t= rss_kb=`, and after the stop `COUNTS ...` (events by kind, skips by
 //!   reason, store errors by operation, lagged events) and `EXIT`.
@@ -280,8 +280,13 @@ async fn run(args: &Args) -> Result<()> {
     });
     println!("BASE rss_kb={}", rss_kb());
 
-    // ~40 bytes a line; the buffer grows as needed and is written once, at the end.
-    let log = Arc::new(Mutex::new(Vec::<u8>::with_capacity(1 << 20)));
+    // ~40 bytes a line, written through a fixed buffer as the run goes, so the node's memory
+    // holds no log that grows with the run (RSS per job reads the scheduler alone).
+    let file = std::fs::File::create(&log_path).with_context(|| format!("creating {log_path}"))?;
+    let log = Arc::new(Mutex::new(std::io::BufWriter::with_capacity(
+        256 * 1024,
+        file,
+    )));
     let node: Arc<str> = id.clone().into();
     for j in 0..jobs {
         let log = log.clone();
@@ -291,9 +296,11 @@ async fn run(args: &Args) -> Result<()> {
             .handler(move |ctx| {
                 let started = now_us();
                 let line = format!("{j} {} {started} {} {node}\n", ctx.slot_ms(), ctx.attempt);
-                log.lock()
-                    .expect("log buffer")
-                    .extend_from_slice(line.as_bytes());
+                // A failed write shows as missing starts in the judge's counts.
+                let _ = std::io::Write::write_all(
+                    &mut *log.lock().expect("log buffer"),
+                    line.as_bytes(),
+                );
                 async { Ok(()) }
             })?;
     }
@@ -310,8 +317,8 @@ async fn run(args: &Args) -> Result<()> {
     let stopped = scheduler.stop(Duration::from_secs(10)).await;
     drop(scheduler);
     let _ = tokio::time::timeout(Duration::from_secs(2), counter).await;
-    let buffer = std::mem::take(&mut *log.lock().expect("log buffer"));
-    std::fs::write(&log_path, &buffer).with_context(|| format!("writing {log_path}"))?;
+    std::io::Write::flush(&mut *log.lock().expect("log buffer"))
+        .with_context(|| format!("writing {log_path}"))?;
     counts.print();
     if let Err(e) = stopped {
         println!("STOP_ERROR {}", e.to_string().replace('\n', " "));

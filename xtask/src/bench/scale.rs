@@ -304,6 +304,27 @@ fn report_text(
         ratio,
         session.load_end.split_whitespace().next().unwrap_or("?"),
     );
+    // Memory once warm: the sample 60 s after READY against the last one, so a run of ten
+    // minutes shows whether the steady state is flat.
+    let warm: Vec<(u64, u64, u64)> = session
+        .nodes
+        .iter()
+        .filter(|n| n.rss_series.len() > 6)
+        .map(|n| (n.rss_base, n.rss_series[5], n.rss_end()))
+        .collect();
+    if !warm.is_empty() {
+        let at_60 = mean(warm.iter().map(|&(b, w, _)| per_job(w, b, jobs)));
+        let grown = mean(
+            warm.iter()
+                .map(|&(_, w, e)| (e as f64 - w as f64) / f64::from(jobs)),
+        );
+        let span = (session.nodes[0].rss_series.len() - 6) * 10;
+        let _ = writeln!(
+            out,
+            "memory once warm: RSS {at_60:.2} KiB per job 60 s after start, then {grown:+.2} KiB \
+             per job over the next {span} s (mean of the nodes)"
+        );
+    }
     let _ = writeln!(
         out,
         "\nslots judged: every job's whole seconds from 1 s after all nodes were ready to 2 s \
