@@ -1,0 +1,584 @@
+//! Claims, results and takeovers as one Hrana batch: the rules of the single calls
+//! (`anarchon_sqlite::sql::ops`) written as conditional statements that run in input order
+//! inside one `BEGIN IMMEDIATE ... COMMIT`, sent as one HTTP request.
+//!
+//! What the `libsql` 0.10 remote client offers decides the shape. `Connection::execute_batch`
+//! sends every statement of a string as one Hrana `batch` request (with `get_autocommit` and,
+//! when the string opens and ends its transaction, `close`, all in one HTTP request), each
+//! step conditioned on the one before (a failed step skips the rest, so `COMMIT` never runs
+//! after a failure and the closed stream rolls back). But it binds no parameters, and it sends
+//! each step with `want_rows: false`, so the server returns no rows. Hence:
+//! - every value is a literal formatted here (integers by Rust, text quoted with `'` doubled,
+//!   text with control characters as a hex blob cast to text);
+//! - the store's clock is read once per batch on the server and kept in a stash row of the
+//!   meta table, which every later statement reads (one `now` per batch);
+//! - each item's decision (won, taken, live, ...) is computed once by a statement from the
+//!   tables as they are at that point of the batch (so items of one job see the items before
+//!   them) and kept in a stash row; every write of the item is conditioned on it;
+//! - the outcomes (codes, fences, the clock) stay in stash rows `batch:<token>:...` of the
+//!   meta table, committed with the batch, and one follow-up statement
+//!   (`DELETE ... RETURNING`, through the client's `query`: a `describe` and a `cursor`
+//!   request, and the stream's `close`) reads and removes them.
+//!
+//! Stash rows never collide with job keys (`job:<name>`) or `schema_version`, and a batch
+//! removes stash rows left more than an hour ago (by the writer's clock) by a call whose
+//! read never arrived.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use anarchon_core::store::{
+    ClaimOutcome, EpochMs, Finish, Lease, LeaseClaim, Overlap, OwnerWrite, Reason, Retention,
+    RunStatus, Takeover, TakeoverOutcome,
+};
+use anarchon_sqlite::sql::Tables;
+use anarchon_sqlite::sql::ops::PRUNE_EVERY;
+
+/// The store's clock on the server, epoch ms, as an expression.
+const NOW_EXPR: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+/// Stash rows older than this (by the writer's clock) are removed by any later batch.
+const STALE_STASH_MS: i64 = 3_600_000;
+
+/// An integer literal (`i64::MIN` has no literal form in SQLite: `-9223372036854775808`
+/// would be read as a real).
+pub(crate) fn int(v: i64) -> String {
+    if v == i64::MIN {
+        "(-9223372036854775807 - 1)".to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
+fn ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A text literal. Text without control characters is quoted with `'` doubled (SQLite has
+/// no backslash escapes, so nothing else can end the literal); text with a control character
+/// (NUL among them, which would end the SQL text in C) becomes `CAST(X'..' AS TEXT)`, whose
+/// hex digits cannot end anything either.
+pub(crate) fn text(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        let mut out = String::with_capacity(s.len() * 2 + 20);
+        out.push_str("CAST(X'");
+        for b in s.bytes() {
+            let _ = write!(out, "{b:02X}");
+        }
+        out.push_str("' AS TEXT)");
+        out
+    } else {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('\'');
+        out.push_str(&s.replace('\'', "''"));
+        out.push('\'');
+        out
+    }
+}
+
+fn opt_text(s: Option<&str>) -> String {
+    s.map_or_else(|| "NULL".to_owned(), text)
+}
+
+/// The statements of one batch, and the token its stash rows carry.
+pub(crate) struct Script {
+    sql: String,
+    /// `batch:<writer ms>-<random>`: the stash rows are `<base>:...`.
+    base: String,
+    runs: String,
+    running: String,
+    attempts: String,
+    meta: String,
+    /// `(SELECT value FROM meta WHERE key = '<base>:now')`.
+    now: String,
+}
+
+impl Script {
+    /// A batch that opens its transaction, removes stale stash rows and reads the clock.
+    pub(crate) fn new(t: &Tables) -> Self {
+        let writer_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let base = format!("batch:{writer_ms:015}-{:016x}", rand_token());
+        let meta = format!("\"{}\"", t.meta);
+        let now = format!(
+            "(SELECT value FROM {meta} WHERE key = {})",
+            text(&format!("{base}:now"))
+        );
+        let mut s = Script {
+            sql: String::with_capacity(16 * 1024),
+            base,
+            runs: format!("\"{}\"", t.runs),
+            running: format!("\"{}_running\"", t.runs),
+            attempts: format!("\"{}\"", t.attempts),
+            meta,
+            now,
+        };
+        s.push("BEGIN IMMEDIATE");
+        let stale = format!(
+            "batch:{:015}",
+            writer_ms.saturating_sub(STALE_STASH_MS).max(0)
+        );
+        let stmt = format!(
+            "DELETE FROM {m} WHERE key >= 'batch:' AND key < {}",
+            text(&stale),
+            m = s.meta
+        );
+        s.push(&stmt);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) VALUES ({}, {NOW_EXPR})",
+            text(&format!("{}:now", s.base)),
+            m = s.meta
+        );
+        s.push(&stmt);
+        s
+    }
+
+    /// The stash rows' range: `key >= from AND key < to`.
+    pub(crate) fn stash_range(&self) -> (String, String) {
+        (format!("{}:", self.base), format!("{};", self.base))
+    }
+
+    fn push(&mut self, stmt: &str) {
+        self.sql.push_str(stmt);
+        self.sql.push_str(";\n");
+    }
+
+    /// The literal key of stash row `name` of item `i`.
+    fn key(&self, i: usize, name: &str) -> String {
+        text(&format!("{}:{i:05}:{name}", self.base))
+    }
+
+    /// The value of stash row `name` of item `i`, as an expression.
+    fn stash(&self, i: usize, name: &str) -> String {
+        format!(
+            "(SELECT value FROM {} WHERE key = {})",
+            self.meta,
+            self.key(i, name)
+        )
+    }
+
+    /// The statements with the closing `COMMIT`.
+    pub(crate) fn finish(mut self) -> String {
+        self.push("COMMIT");
+        self.sql
+    }
+
+    /// `now + lease_ms`, saturating like `i64::saturating_add`.
+    fn expires(&self, lease_ms: u64) -> String {
+        let l = ms(lease_ms);
+        format!(
+            "CASE WHEN {l} > 9223372036854775807 - {n} THEN 9223372036854775807 ELSE {n} + {l} END",
+            n = self.now
+        )
+    }
+
+    /// [B-37] Prunes job `j` (a literal) to its retention when `cond` holds, as the single
+    /// calls prune: the attempts beyond the `size` newest runs and those that finished before
+    /// the age cut (never those of running runs), then the finished runs left without an
+    /// attempt. (The single calls remove the runs of the slots whose attempts they just
+    /// removed; a finished run never lacks an attempt otherwise, so this is the same set.)
+    fn prune(&mut self, j: &str, retention: Retention, cond: &str) {
+        let (r, a) = (self.runs.clone(), self.attempts.clone());
+        let size = i64::from(retention.size.max(1));
+        let keep_running = format!(
+            "NOT (manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
+             WHERE r.job = {j} AND r.slot = {a}.slot AND r.status = 'running'))"
+        );
+        let stmt = format!(
+            "DELETE FROM {a} WHERE job = {j} AND (slot, manual) < \
+             (SELECT slot, manual FROM {a} WHERE job = {j} GROUP BY slot, manual \
+              ORDER BY slot DESC, manual DESC LIMIT 1 OFFSET {}) \
+             AND {keep_running} AND {cond}",
+            size - 1
+        );
+        self.push(&stmt);
+        if let Some(ttl) = retention.ttl_ms {
+            let stmt = format!(
+                "DELETE FROM {a} WHERE job = {j} AND finished_at < ({} - {}) \
+                 AND {keep_running} AND {cond}",
+                self.now,
+                ms(ttl)
+            );
+            self.push(&stmt);
+        }
+        let stmt = format!(
+            "DELETE FROM {r} WHERE job = {j} AND status <> 'running' \
+             AND NOT EXISTS (SELECT 1 FROM {a} AS a \
+               WHERE a.job = {j} AND a.slot = {r}.slot AND a.manual = 0) AND {cond}"
+        );
+        self.push(&stmt);
+    }
+
+    /// A new history row (as `ops::insert_attempt`: an upsert on its unique key).
+    fn insert_attempt(&mut self, select: &str) {
+        let stmt = format!(
+            "INSERT INTO {} (job, slot, manual, attempt, instance_id, scheduled_at, reason, \
+             status, fence, started_at, finished_at, error) {select} \
+             ON CONFLICT (job, slot, manual, attempt, instance_id) DO UPDATE SET \
+             scheduled_at = excluded.scheduled_at, reason = excluded.reason, \
+             status = excluded.status, fence = excluded.fence, \
+             started_at = excluded.started_at, finished_at = excluded.finished_at, \
+             error = excluded.error",
+            self.attempts
+        );
+        self.push(&stmt);
+    }
+
+    /// Item `i`: [`anarchon_core::LeaseStore::claim`]. [B-10, B-11, B-12, B-15, B-37]
+    /// Stash: `c` the outcome ([`claim_code`]), `v` the running slot of an overlap, `f` the
+    /// fence of a won claim.
+    pub(crate) fn claim(&mut self, i: usize, c: &LeaseClaim) {
+        let (r, ri, m, n) = (
+            self.runs.clone(),
+            self.running.clone(),
+            self.meta.clone(),
+            self.now.clone(),
+        );
+        let j = text(c.run.job.as_str());
+        let jk = text(&format!("job:{}", c.run.job.as_str()));
+        let s = int(c.run.slot);
+        let live_earlier = format!(
+            "FROM {r} INDEXED BY {ri} WHERE job = {j} AND slot < {s} \
+             AND status = 'running' AND owner IS NOT NULL AND expires_at > {n}"
+        );
+        let overlap = match c.overlap {
+            Overlap::Skip => format!("WHEN EXISTS (SELECT 1 {live_earlier}) THEN 3 "),
+            _ => String::new(),
+        };
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, CASE WHEN {n} > {} THEN 1 \
+             WHEN EXISTS (SELECT 1 FROM {r} WHERE job = {j} AND slot = {s}) THEN 2 \
+             {overlap}ELSE 0 END",
+            self.key(i, "c"),
+            int(c.not_after)
+        );
+        self.push(&stmt);
+        let code = self.stash(i, "c");
+        if matches!(c.overlap, Overlap::Skip) {
+            let stmt = format!(
+                "INSERT INTO {m} (key, value) SELECT {}, (SELECT MIN(slot) {live_earlier}) \
+                 WHERE {code} = 3",
+                self.key(i, "v")
+            );
+            self.push(&stmt);
+        }
+        // [B-15] Earlier runs whose lease ended: their running history rows, then the runs.
+        let ended_earlier = format!(
+            "job = {j} AND slot < {s} AND status = 'running' \
+             AND (owner IS NULL OR expires_at <= {n})"
+        );
+        let stmt = format!(
+            "UPDATE {a} SET status = 'interrupted', finished_at = {n}, \
+             error = 'replaced by the next slot' \
+             WHERE job = {j} AND manual = 0 AND status = 'running' AND {code} <> 1 \
+             AND EXISTS (SELECT 1 FROM {r} AS p WHERE p.job = {j} AND p.slot < {s} \
+               AND p.slot = {a}.slot AND p.attempt = {a}.attempt AND p.status = 'running' \
+               AND (p.owner IS NULL OR p.expires_at <= {n}))",
+            a = self.attempts,
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "UPDATE {r} INDEXED BY {ri} SET status = 'interrupted', owner = NULL \
+             WHERE {ended_earlier} AND {code} <> 1"
+        );
+        self.push(&stmt);
+        // Known job; then the fence (a claim's: +1), the run, its first history row.
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {jk}, 0 WHERE {code} <> 1 \
+             ON CONFLICT (key) DO NOTHING"
+        );
+        self.push(&stmt);
+        let stmt = format!("UPDATE {m} SET value = value + 1 WHERE key = {jk} AND {code} = 0");
+        self.push(&stmt);
+        let fence = format!("(SELECT value FROM {m} WHERE key = {jk})");
+        let stmt = format!(
+            "INSERT INTO {r} (job, slot, scheduled_at, status, attempt, starts, owner, reason, \
+             fence, started_at, expires_at, error) \
+             SELECT {j}, {s}, {}, 'running', 1, 1, {}, {}, {fence}, {n}, {}, NULL \
+             WHERE {code} = 0",
+            int(c.scheduled_at),
+            text(&c.instance_id),
+            text(c.reason.as_str()),
+            self.expires(c.lease_ms),
+        );
+        self.push(&stmt);
+        let select = format!(
+            "SELECT {j}, {s}, 0, 1, {}, {}, {}, 'running', {fence}, {n}, NULL, NULL \
+             WHERE {code} = 0",
+            text(&c.instance_id),
+            int(c.scheduled_at),
+            text(c.reason.as_str()),
+        );
+        self.insert_attempt(&select);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, {fence} WHERE {code} = 0",
+            self.key(i, "f")
+        );
+        self.push(&stmt);
+        // [B-37] One won claim in PRUNE_EVERY prunes its job (see `ops::PRUNE_EVERY`).
+        let cond = format!(
+            "{code} = 0 AND {fence} % {} = 0",
+            i64::try_from(PRUNE_EVERY).unwrap_or(16)
+        );
+        self.prune(&j, c.retention, &cond);
+    }
+
+    /// Item `i`: [`anarchon_core::LeaseStore::finish`]. [B-16, B-37] Stash: `c` 0 done,
+    /// 1 lost.
+    pub(crate) fn finish_one(&mut self, i: usize, l: &Lease, f: &Finish) {
+        let (r, a, m, n) = (
+            self.runs.clone(),
+            self.attempts.clone(),
+            self.meta.clone(),
+            self.now.clone(),
+        );
+        let j = text(l.run.job.as_str());
+        let s = int(l.run.slot);
+        let att = i64::from(l.attempt);
+        let owned = format!(
+            "job = {j} AND slot = {s} AND attempt = {att} AND owner = {} \
+             AND status = 'running'",
+            text(&l.instance_id)
+        );
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, \
+             CASE WHEN EXISTS (SELECT 1 FROM {r} WHERE {owned}) THEN 0 ELSE 1 END",
+            self.key(i, "c")
+        );
+        self.push(&stmt);
+        let code = self.stash(i, "c");
+        let status = text(f.status.as_str());
+        let error = opt_text(f.error.as_deref());
+        let stmt = format!(
+            "UPDATE {r} SET status = {status}, owner = NULL, error = {error} WHERE {owned}"
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "UPDATE {a} SET status = {status}, finished_at = {n}, error = {error} \
+             WHERE job = {j} AND slot = {s} AND manual = 0 AND attempt = {att} \
+             AND {code} = 0"
+        );
+        self.push(&stmt);
+        self.prune(&j, f.retention, &format!("{code} = 0"));
+    }
+
+    /// Item `i`: [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17] Stash: `c` the
+    /// outcome ([`takeover_code`]), `f` the fence and `s` the run's scheduled time of a won
+    /// takeover.
+    pub(crate) fn take_over(&mut self, i: usize, t: &Takeover) {
+        let (r, m, n) = (self.runs.clone(), self.meta.clone(), self.now.clone());
+        let j = text(t.run.job.as_str());
+        let jk = text(&format!("job:{}", t.run.job.as_str()));
+        let s = int(t.run.slot);
+        let seen = i64::from(t.seen_attempt);
+        let counted = "CASE WHEN r.owner IS NULL THEN r.starts ELSE r.starts + 1 END";
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, CASE \
+             WHEN {n} > {} THEN 1 \
+             WHEN r.job IS NULL THEN 2 \
+             WHEN r.status = 'succeeded' THEN 10 \
+             WHEN r.status = 'failed' THEN 11 \
+             WHEN r.status = 'interrupted' THEN 12 \
+             WHEN r.status <> 'running' THEN 13 \
+             WHEN r.attempt <> {seen} OR (r.owner IS NOT NULL AND r.expires_at > {n}) THEN 3 \
+             WHEN {} THEN 4 \
+             WHEN {counted} > {} THEN 5 \
+             ELSE 0 END \
+             FROM (SELECT 1) LEFT JOIN {r} AS r ON r.job = {j} AND r.slot = {s}",
+            self.key(i, "c"),
+            int(t.not_after),
+            if t.superseded { "1" } else { "0" },
+            i64::from(t.max_attempts),
+        );
+        self.push(&stmt);
+        let code = self.stash(i, "c");
+        let stmt = format!(
+            "UPDATE {a} SET status = 'interrupted', finished_at = {n}, error = 'lease expired' \
+             WHERE job = {j} AND slot = {s} AND manual = 0 AND attempt = {seen} \
+             AND status = 'running' AND {code} IN (0, 4, 5)",
+            a = self.attempts
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "UPDATE {r} SET status = 'interrupted', error = NULL \
+             WHERE job = {j} AND slot = {s} AND {code} = 4"
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "UPDATE {r} SET status = 'failed', error = 'exhausted' \
+             WHERE job = {j} AND slot = {s} AND {code} = 5"
+        );
+        self.push(&stmt);
+        // A takeover's fence: PRUNE_EVERY above the last one (see `ops::PRUNE_EVERY`).
+        let every = i64::try_from(PRUNE_EVERY).unwrap_or(16);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {jk}, {every} WHERE {code} = 0 \
+             ON CONFLICT (key) DO UPDATE SET value = value + {every}"
+        );
+        self.push(&stmt);
+        let fence = format!("(SELECT value FROM {m} WHERE key = {jk})");
+        let stmt = format!(
+            "UPDATE {r} SET status = 'running', attempt = {seen} + 1, \
+             starts = CASE WHEN owner IS NULL THEN starts ELSE starts + 1 END, \
+             owner = {}, reason = 'takeover', fence = {fence}, started_at = {n}, \
+             expires_at = {}, error = NULL WHERE job = {j} AND slot = {s} AND {code} = 0",
+            text(&t.instance_id),
+            self.expires(t.lease_ms),
+        );
+        self.push(&stmt);
+        let select = format!(
+            "SELECT {j}, {s}, 0, {seen} + 1, {}, r.scheduled_at, 'takeover', 'running', \
+             r.fence, {n}, NULL, NULL FROM {r} AS r WHERE r.job = {j} AND r.slot = {s} \
+             AND {code} = 0",
+            text(&t.instance_id),
+        );
+        self.insert_attempt(&select);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, r.fence FROM {r} AS r \
+             WHERE r.job = {j} AND r.slot = {s} AND {code} = 0",
+            self.key(i, "f")
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, r.scheduled_at FROM {r} AS r \
+             WHERE r.job = {j} AND r.slot = {s} AND {code} = 0",
+            self.key(i, "s")
+        );
+        self.push(&stmt);
+    }
+}
+
+fn rand_token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u64(u64::from(std::process::id()));
+    h.finish()
+}
+
+/// The stash rows of a batch, read back: the clock and each item's named values.
+#[derive(Debug, Default)]
+pub(crate) struct Stash {
+    pub(crate) now: Option<EpochMs>,
+    pub(crate) items: HashMap<(usize, String), i64>,
+}
+
+impl Stash {
+    /// Files one `(key, value)` row of the batch with stash range `from`.
+    pub(crate) fn put(&mut self, from: &str, key: &str, value: i64) -> Result<(), String> {
+        let rest = key
+            .strip_prefix(from)
+            .ok_or_else(|| format!("stash key {key:?} outside {from:?}"))?;
+        if rest == "now" {
+            self.now = Some(value);
+            return Ok(());
+        }
+        let (i, name) = rest
+            .split_once(':')
+            .ok_or_else(|| format!("stash key {key:?} has no item"))?;
+        let i: usize = i
+            .parse()
+            .map_err(|_| format!("stash key {key:?} has no item number"))?;
+        self.items.insert((i, name.to_owned()), value);
+        Ok(())
+    }
+
+    fn get(&self, i: usize, name: &str) -> Result<i64, String> {
+        self.items
+            .get(&(i, name.to_owned()))
+            .copied()
+            .ok_or_else(|| format!("the batch left no stash row {name:?} for item {i}"))
+    }
+
+    fn now(&self) -> Result<EpochMs, String> {
+        self.now
+            .ok_or_else(|| "the batch left no clock reading".to_owned())
+    }
+
+    /// The outcome of claim `i`.
+    pub(crate) fn claim(&self, i: usize, c: &LeaseClaim) -> Result<ClaimOutcome, String> {
+        let now = self.now()?;
+        Ok(match self.get(i, "c")? {
+            0 => {
+                let fence = self.get(i, "f")?;
+                ClaimOutcome::Won(Lease {
+                    run: c.run.clone(),
+                    attempt: 1,
+                    fence: u64::try_from(fence).map_err(|_| format!("fence {fence}"))?,
+                    instance_id: c.instance_id.clone(),
+                    reason: c.reason,
+                    scheduled_at: c.scheduled_at,
+                    started_at: now,
+                    expires_at: now.saturating_add(ms(c.lease_ms)),
+                })
+            }
+            1 => ClaimOutcome::Late { store_now: now },
+            2 => ClaimOutcome::Taken,
+            3 => ClaimOutcome::Overlap {
+                running_slot: self.get(i, "v")?,
+            },
+            other => return Err(format!("unknown claim outcome {other}")),
+        })
+    }
+
+    /// The outcome of result `i`.
+    pub(crate) fn finish(&self, i: usize) -> Result<OwnerWrite, String> {
+        Ok(match self.get(i, "c")? {
+            0 => OwnerWrite::Done,
+            1 => OwnerWrite::Lost,
+            other => return Err(format!("unknown result outcome {other}")),
+        })
+    }
+
+    /// The outcome of takeover `i`.
+    pub(crate) fn take_over(&self, i: usize, t: &Takeover) -> Result<TakeoverOutcome, String> {
+        Ok(match self.get(i, "c")? {
+            0 => {
+                let now = self.now()?;
+                let fence = self.get(i, "f")?;
+                TakeoverOutcome::Won(Lease {
+                    run: t.run.clone(),
+                    attempt: t.seen_attempt + 1,
+                    fence: u64::try_from(fence).map_err(|_| format!("fence {fence}"))?,
+                    instance_id: t.instance_id.clone(),
+                    reason: Reason::Takeover,
+                    scheduled_at: self.get(i, "s")?,
+                    started_at: now,
+                    expires_at: now.saturating_add(ms(t.lease_ms)),
+                })
+            }
+            1 => TakeoverOutcome::Late,
+            2 => TakeoverOutcome::Finished(RunStatus::Interrupted),
+            3 => TakeoverOutcome::Live,
+            4 => TakeoverOutcome::Interrupted,
+            5 => TakeoverOutcome::Exhausted,
+            10 => TakeoverOutcome::Finished(RunStatus::Succeeded),
+            11 => TakeoverOutcome::Finished(RunStatus::Failed),
+            12 => TakeoverOutcome::Finished(RunStatus::Interrupted),
+            13 => return Err(format!("run {} holds an unknown status", t.run)),
+            other => return Err(format!("unknown takeover outcome {other}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_cannot_end_early() {
+        assert_eq!(text("a'b"), "'a''b'");
+        assert_eq!(text("x\"; DROP TABLE y; --"), "'x\"; DROP TABLE y; --'");
+        assert_eq!(text("a\0b"), "CAST(X'610062' AS TEXT)");
+        assert_eq!(text("l1\nl2"), "CAST(X'6C310A6C32' AS TEXT)");
+        assert_eq!(text("\\'"), "'\\'''");
+        assert_eq!(int(-5), "-5");
+        assert_eq!(int(i64::MIN), "(-9223372036854775807 - 1)");
+        assert_eq!(opt_text(None), "NULL");
+    }
+}
