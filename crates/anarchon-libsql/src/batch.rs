@@ -80,17 +80,24 @@ fn opt_text(s: Option<&str>) -> String {
     s.map_or_else(|| "NULL".to_owned(), text)
 }
 
+/// The working rows of a batch in the meta table: the clock reading and the current item's
+/// decision. Removed before `COMMIT`, so no one else ever sees them.
+const NOW_KEY: &str = "~n";
+const CODE_KEY: &str = "~c";
+
 /// The statements of one batch, and the token its stash rows carry.
 pub(crate) struct Script {
     sql: String,
-    /// `batch:<writer ms>-<random>`: the stash rows are `<base>:...`.
+    /// `b:<writer ms>.<random>`: the stash rows are `<base>:...`.
     base: String,
     runs: String,
     running: String,
     attempts: String,
     meta: String,
-    /// `(SELECT value FROM meta WHERE key = '<base>:now')`.
+    /// The batch's clock reading: `(SELECT value FROM meta WHERE key = '~n')`.
     now: String,
+    /// The current item's decision: `(SELECT value FROM meta WHERE key = '~c')`.
+    code: String,
 }
 
 impl Script {
@@ -99,34 +106,36 @@ impl Script {
         let writer_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let base = format!("batch:{writer_ms:015}-{:016x}", rand_token());
+        let base = format!("b:{writer_ms:015}.{:016x}", rand_token());
         let meta = format!("\"{}\"", t.meta);
-        let now = format!(
-            "(SELECT value FROM {meta} WHERE key = {})",
-            text(&format!("{base}:now"))
-        );
+        let now = format!("(SELECT value FROM {meta} WHERE key = '{NOW_KEY}')");
+        let code = format!("(SELECT value FROM {meta} WHERE key = '{CODE_KEY}')");
         let mut s = Script {
-            sql: String::with_capacity(16 * 1024),
+            sql: String::with_capacity(64 * 1024),
             base,
             runs: format!("\"{}\"", t.runs),
             running: format!("\"{}_running\"", t.runs),
             attempts: format!("\"{}\"", t.attempts),
             meta,
             now,
+            code,
         };
         s.push("BEGIN IMMEDIATE");
-        let stale = format!(
-            "batch:{:015}",
-            writer_ms.saturating_sub(STALE_STASH_MS).max(0)
-        );
+        let stale = format!("b:{:015}", writer_ms.saturating_sub(STALE_STASH_MS).max(0));
         let stmt = format!(
-            "DELETE FROM {m} WHERE key >= 'batch:' AND key < {}",
+            "DELETE FROM {m} WHERE key >= 'b:' AND key < {}",
             text(&stale),
             m = s.meta
         );
         s.push(&stmt);
         let stmt = format!(
-            "INSERT INTO {m} (key, value) VALUES ({}, {NOW_EXPR})",
+            "INSERT INTO {m} (key, value) VALUES ('{NOW_KEY}', {NOW_EXPR}) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            m = s.meta
+        );
+        s.push(&stmt);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, value FROM {m} WHERE key = '{NOW_KEY}'",
             text(&format!("{}:now", s.base)),
             m = s.meta
         );
@@ -149,17 +158,31 @@ impl Script {
         text(&format!("{}:{i:05}:{name}", self.base))
     }
 
-    /// The value of stash row `name` of item `i`, as an expression.
-    fn stash(&self, i: usize, name: &str) -> String {
-        format!(
-            "(SELECT value FROM {} WHERE key = {})",
-            self.meta,
-            self.key(i, name)
-        )
+    /// Decides item `i`: `case` (an expression, evaluated once, here) becomes the current
+    /// decision that the item's statements are conditioned on, and is kept as the item's
+    /// stash row `c`. `from` is the rest of the `SELECT` (`FROM ...`, or empty).
+    fn decide(&mut self, i: usize, case: &str, from: &str) {
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT '{CODE_KEY}', {case} {from} WHERE true \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            m = self.meta
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "INSERT INTO {m} (key, value) SELECT {}, value FROM {m} WHERE key = '{CODE_KEY}'",
+            self.key(i, "c"),
+            m = self.meta
+        );
+        self.push(&stmt);
     }
 
-    /// The statements with the closing `COMMIT`.
+    /// The statements with the closing `COMMIT` (the working rows removed before it).
     pub(crate) fn finish(mut self) -> String {
+        let stmt = format!(
+            "DELETE FROM {} WHERE key IN ('{NOW_KEY}', '{CODE_KEY}')",
+            self.meta
+        );
+        self.push(&stmt);
         self.push("COMMIT");
         self.sql
     }
@@ -246,15 +269,14 @@ impl Script {
             Overlap::Skip => format!("WHEN EXISTS (SELECT 1 {live_earlier}) THEN 3 "),
             _ => String::new(),
         };
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, CASE WHEN {n} > {} THEN 1 \
+        let case = format!(
+            "CASE WHEN {n} > {} THEN 1 \
              WHEN EXISTS (SELECT 1 FROM {r} WHERE job = {j} AND slot = {s}) THEN 2 \
              {overlap}ELSE 0 END",
-            self.key(i, "c"),
             int(c.not_after)
         );
-        self.push(&stmt);
-        let code = self.stash(i, "c");
+        self.decide(i, &case, "");
+        let code = self.code.clone();
         if matches!(c.overlap, Overlap::Skip) {
             let stmt = format!(
                 "INSERT INTO {m} (key, value) SELECT {}, (SELECT MIN(slot) {live_earlier}) \
@@ -327,12 +349,7 @@ impl Script {
     /// Item `i`: [`anarchon_core::LeaseStore::finish`]. [B-16, B-37] Stash: `c` 0 done,
     /// 1 lost.
     pub(crate) fn finish_one(&mut self, i: usize, l: &Lease, f: &Finish) {
-        let (r, a, m, n) = (
-            self.runs.clone(),
-            self.attempts.clone(),
-            self.meta.clone(),
-            self.now.clone(),
-        );
+        let (r, a, n) = (self.runs.clone(), self.attempts.clone(), self.now.clone());
         let j = text(l.run.job.as_str());
         let s = int(l.run.slot);
         let att = i64::from(l.attempt);
@@ -341,13 +358,9 @@ impl Script {
              AND status = 'running'",
             text(&l.instance_id)
         );
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, \
-             CASE WHEN EXISTS (SELECT 1 FROM {r} WHERE {owned}) THEN 0 ELSE 1 END",
-            self.key(i, "c")
-        );
-        self.push(&stmt);
-        let code = self.stash(i, "c");
+        let case = format!("CASE WHEN EXISTS (SELECT 1 FROM {r} WHERE {owned}) THEN 0 ELSE 1 END");
+        self.decide(i, &case, "");
+        let code = self.code.clone();
         let status = text(f.status.as_str());
         let error = opt_text(f.error.as_deref());
         let stmt = format!(
@@ -373,8 +386,8 @@ impl Script {
         let s = int(t.run.slot);
         let seen = i64::from(t.seen_attempt);
         let counted = "CASE WHEN r.owner IS NULL THEN r.starts ELSE r.starts + 1 END";
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, CASE \
+        let case = format!(
+            "CASE \
              WHEN {n} > {} THEN 1 \
              WHEN r.job IS NULL THEN 2 \
              WHEN r.status = 'succeeded' THEN 10 \
@@ -384,15 +397,14 @@ impl Script {
              WHEN r.attempt <> {seen} OR (r.owner IS NOT NULL AND r.expires_at > {n}) THEN 3 \
              WHEN {} THEN 4 \
              WHEN {counted} > {} THEN 5 \
-             ELSE 0 END \
-             FROM (SELECT 1) LEFT JOIN {r} AS r ON r.job = {j} AND r.slot = {s}",
-            self.key(i, "c"),
+             ELSE 0 END",
             int(t.not_after),
             if t.superseded { "1" } else { "0" },
             i64::from(t.max_attempts),
         );
-        self.push(&stmt);
-        let code = self.stash(i, "c");
+        let from = format!("FROM (SELECT 1) LEFT JOIN {r} AS r ON r.job = {j} AND r.slot = {s}");
+        self.decide(i, &case, &from);
+        let code = self.code.clone();
         let stmt = format!(
             "UPDATE {a} SET status = 'interrupted', finished_at = {n}, error = 'lease expired' \
              WHERE job = {j} AND slot = {s} AND manual = 0 AND attempt = {seen} \
@@ -580,5 +592,86 @@ mod tests {
         assert_eq!(int(-5), "-5");
         assert_eq!(int(i64::MIN), "(-9223372036854775807 - 1)");
         assert_eq!(opt_text(None), "NULL");
+    }
+
+    /// The SQL of a full batch: job names and instance ids of a usual length, and at their
+    /// longest (128 and 200 characters), with 1,000-character error texts.
+    #[test]
+    fn a_full_batch_is_a_few_hundred_kib() {
+        for (name, instance, bound) in [(20, 36, 512 * 1024), (128, 200, 1024 * 1024)] {
+            full_batch(name, instance, bound);
+        }
+    }
+
+    fn full_batch(name: usize, instance: usize, bound: usize) {
+        use anarchon_core::store::{JobName, RunKey};
+        let t = Tables::new("anarchon_runs").unwrap();
+        let job = JobName::new("j".repeat(name)).unwrap();
+        let instance = "i".repeat(instance);
+        let retention = Retention {
+            size: 10,
+            ttl_ms: Some(60_000),
+        };
+        let mut claims = Script::new(&t);
+        let mut takeovers = Script::new(&t);
+        let mut results = Script::new(&t);
+        for i in 0..crate::BATCH_CLAIMS {
+            let run = RunKey::new(job.clone(), 1_700_000_000_000 + i as i64);
+            claims.claim(
+                i,
+                &LeaseClaim {
+                    run: run.clone(),
+                    scheduled_at: run.slot,
+                    instance_id: instance.clone(),
+                    lease_ms: 30_000,
+                    not_after: run.slot + 1_000,
+                    overlap: Overlap::Skip,
+                    reason: Reason::Scheduled,
+                    retention,
+                },
+            );
+            takeovers.take_over(
+                i,
+                &Takeover {
+                    run: run.clone(),
+                    seen_attempt: 1,
+                    instance_id: instance.clone(),
+                    lease_ms: 30_000,
+                    max_attempts: 3,
+                    superseded: false,
+                    not_after: run.slot + 1_000,
+                },
+            );
+            let lease = Lease {
+                run: run.clone(),
+                attempt: 1,
+                fence: 1,
+                instance_id: instance.clone(),
+                reason: Reason::Scheduled,
+                scheduled_at: run.slot,
+                started_at: run.slot,
+                expires_at: run.slot,
+            };
+            let finish = Finish {
+                status: RunStatus::Failed,
+                error: Some("e".repeat(1_000)),
+                retention,
+            };
+            results.finish_one(i, &lease, &finish);
+        }
+        for (what, s) in [
+            ("claims", claims.finish()),
+            ("takeovers", takeovers.finish()),
+            ("results", results.finish()),
+        ] {
+            eprintln!(
+                "a batch of {} {what} (job names of {name}, instance ids of {} characters): \
+                 {} bytes of SQL",
+                crate::BATCH_CLAIMS,
+                instance.len(),
+                s.len()
+            );
+            assert!(s.len() < bound, "{what}: {}", s.len());
+        }
     }
 }
