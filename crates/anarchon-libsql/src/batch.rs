@@ -98,6 +98,8 @@ pub(crate) struct Script {
     now: String,
     /// The current item's decision: `(SELECT value FROM meta WHERE key = '~c')`.
     code: String,
+    /// The jobs to prune at the end: `(job, size, ttl, hit)` rows (see `prune_if`).
+    due: Vec<String>,
 }
 
 impl Script {
@@ -119,6 +121,7 @@ impl Script {
             meta,
             now,
             code,
+            due: Vec::new(),
         };
         s.push("BEGIN IMMEDIATE");
         let stale = format!("b:{:015}", writer_ms.saturating_sub(STALE_STASH_MS).max(0));
@@ -178,6 +181,7 @@ impl Script {
 
     /// The statements with the closing `COMMIT` (the working rows removed before it).
     pub(crate) fn finish(mut self) -> String {
+        self.prune_due();
         let stmt = format!(
             "DELETE FROM {} WHERE key IN ('{NOW_KEY}', '{CODE_KEY}')",
             self.meta
@@ -196,39 +200,62 @@ impl Script {
         )
     }
 
-    /// [B-37] Prunes job `j` (a literal) to its retention when `cond` holds, as the single
-    /// calls prune: the attempts beyond the `size` newest runs and those that finished before
-    /// the age cut (never those of running runs), then the finished runs left without an
-    /// attempt. (The single calls remove the runs of the slots whose attempts they just
-    /// removed; a finished run never lacks an attempt otherwise, so this is the same set.)
-    fn prune(&mut self, j: &str, retention: Retention, cond: &str) {
+    /// [B-37] Job `j` (a literal) is to be pruned to `retention` at the end of the batch
+    /// if `hit` (an expression over the item's stash rows) holds.
+    fn prune_if(&mut self, j: &str, retention: Retention, hit: String) {
+        let ttl = retention
+            .ttl_ms
+            .map_or_else(|| "NULL".to_owned(), |t| int(ms(t)));
+        self.due.push(format!(
+            "({j}, {}, {ttl}, {hit})",
+            i64::from(retention.size.max(1))
+        ));
+    }
+
+    /// [B-37] Prunes the jobs due (see [`Script::prune_if`]) to their retention, once per
+    /// job at the end of the batch, as the single calls prune: the attempts beyond the
+    /// `size` newest runs (a manual run counts as a run of its own) and those that finished
+    /// before the age cut, never those of running runs; then the finished runs left without
+    /// an attempt. The contract lets a store defer pruning; deferring it to the end of the
+    /// batch only keeps runs a little longer (a later item of the batch never finds a run of
+    /// its job pruned that it would have found). A job due twice in one batch is pruned
+    /// with the larger size and the longer age (the one that keeps more). The single calls
+    /// remove the runs of the slots whose attempts they just removed; a finished run never
+    /// lacks an attempt otherwise, so this is the same set.
+    fn prune_due(&mut self) {
+        if self.due.is_empty() {
+            return;
+        }
         let (r, a) = (self.runs.clone(), self.attempts.clone());
-        let size = i64::from(retention.size.max(1));
-        let keep_running = format!(
-            "NOT (manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
-             WHERE r.job = {j} AND r.slot = {a}.slot AND r.status = 'running'))"
+        let with = format!(
+            "WITH v(job, size, ttl, hit) AS (VALUES {}), \
+             due(job, size, cut) AS (SELECT job, MAX(size), \
+               CASE WHEN COUNT(ttl) < COUNT(*) THEN NULL ELSE {} - MAX(ttl) END \
+               FROM v WHERE hit GROUP BY job)",
+            self.due.join(", "),
+            self.now
         );
         let stmt = format!(
-            "DELETE FROM {a} WHERE job = {j} AND (slot, manual) < \
-             (SELECT slot, manual FROM {a} WHERE job = {j} GROUP BY slot, manual \
-              ORDER BY slot DESC, manual DESC LIMIT 1 OFFSET {}) \
-             AND {keep_running} AND {cond}",
-            size - 1
+            "{with} DELETE FROM {a} WHERE id IN (SELECT x.id FROM \
+             (SELECT p.id AS id, p.job AS job, p.slot AS slot, p.manual AS manual, \
+               d.size AS size, DENSE_RANK() OVER \
+               (PARTITION BY p.job ORDER BY p.slot DESC, p.manual DESC) AS rk \
+              FROM {a} AS p JOIN due AS d ON p.job = d.job) AS x \
+             WHERE x.rk > x.size AND NOT (x.manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
+               WHERE r.job = x.job AND r.slot = x.slot AND r.status = 'running')))"
         );
         self.push(&stmt);
-        if let Some(ttl) = retention.ttl_ms {
-            let stmt = format!(
-                "DELETE FROM {a} WHERE job = {j} AND finished_at < ({} - {}) \
-                 AND {keep_running} AND {cond}",
-                self.now,
-                ms(ttl)
-            );
-            self.push(&stmt);
-        }
         let stmt = format!(
-            "DELETE FROM {r} WHERE job = {j} AND status <> 'running' \
-             AND NOT EXISTS (SELECT 1 FROM {a} AS a \
-               WHERE a.job = {j} AND a.slot = {r}.slot AND a.manual = 0) AND {cond}"
+            "{with} DELETE FROM {a} WHERE job IN (SELECT job FROM due WHERE cut IS NOT NULL) \
+             AND finished_at < (SELECT cut FROM due WHERE due.job = {a}.job) \
+             AND NOT (manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
+               WHERE r.job = {a}.job AND r.slot = {a}.slot AND r.status = 'running'))"
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "{with} DELETE FROM {r} WHERE job IN (SELECT job FROM due) \
+             AND status <> 'running' AND NOT EXISTS (SELECT 1 FROM {a} AS a \
+               WHERE a.job = {r}.job AND a.slot = {r}.slot AND a.manual = 0)"
         );
         self.push(&stmt);
     }
@@ -338,12 +365,14 @@ impl Script {
             self.key(i, "f")
         );
         self.push(&stmt);
-        // [B-37] One won claim in PRUNE_EVERY prunes its job (see `ops::PRUNE_EVERY`).
-        let cond = format!(
-            "{code} = 0 AND {fence} % {} = 0",
+        // [B-37] One won claim in PRUNE_EVERY prunes its job (see `ops::PRUNE_EVERY`): the
+        // fence kept in the stash exists only for a won claim.
+        let hit = format!(
+            "(SELECT value FROM {m} WHERE key = {}) % {} = 0",
+            self.key(i, "f"),
             i64::try_from(PRUNE_EVERY).unwrap_or(16)
         );
-        self.prune(&j, c.retention, &cond);
+        self.prune_if(&j, c.retention, hit);
     }
 
     /// Item `i`: [`anarchon_core::LeaseStore::finish`]. [B-16, B-37] Stash: `c` 0 done,
@@ -373,7 +402,12 @@ impl Script {
              AND {code} = 0"
         );
         self.push(&stmt);
-        self.prune(&j, f.retention, &format!("{code} = 0"));
+        let hit = format!(
+            "(SELECT value FROM {} WHERE key = {}) = 0",
+            self.meta,
+            self.key(i, "c")
+        );
+        self.prune_if(&j, f.retention, hit);
     }
 
     /// Item `i`: [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17] Stash: `c` the

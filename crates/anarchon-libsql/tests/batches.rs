@@ -343,3 +343,117 @@ async fn text_written_as_literals_comes_back_unchanged() {
         assert_eq!(out, vec![TakeoverOutcome::Finished(RunStatus::Failed)]);
     }
 }
+
+/// [B-37] Pruning by claims (every 16th fence of a job) and by results, through batches:
+/// the same sequence of claims and results leaves the same history on libSQL as on the
+/// SQLite store; a batch of many slots of one job prunes it once at its end.
+#[tokio::test]
+async fn claims_and_results_prune_as_on_the_sqlite_store() {
+    let Some(double) = tokio::task::spawn_blocking(start_double).await.unwrap() else {
+        return;
+    };
+    let s = store(double.port, &format!("pr_{:08x}", rand::random::<u32>())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = anarchon_sqlite::SqliteStore::connect(dir.path().join("ref.db"))
+        .await
+        .unwrap();
+    let retention = Retention {
+        size: 3,
+        ttl_ms: None,
+    };
+    async fn story(
+        store: &dyn LeaseStore,
+        j: &JobName,
+        retention: Retention,
+    ) -> Vec<(EpochMs, RunStatus)> {
+        let t = store.now().await.unwrap();
+        let base = t - 1_000_000;
+        for n in 0..40 {
+            let c = LeaseClaim {
+                retention,
+                ..claim(j, base + n * 1_000, t, "p")
+            };
+            let lease = match store.claim(&c).await.unwrap() {
+                ClaimOutcome::Won(l) => l,
+                other => panic!("{other:?}"),
+            };
+            // Every third run stays running (never pruned); the others end at once.
+            if n % 3 != 0 {
+                let f = Finish {
+                    status: RunStatus::Succeeded,
+                    error: None,
+                    retention,
+                };
+                assert_eq!(store.finish(&lease, &f).await.unwrap(), OwnerWrite::Done);
+            }
+        }
+        let mut h: Vec<_> = store
+            .history(j, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.slot - base, r.status))
+            .collect();
+        h.sort_by_key(|r| r.0);
+        h
+    }
+    let ours = story(&s, &unique_job("pra"), retention).await;
+    let reference = story(&local, &unique_job("prb"), retention).await;
+    assert_eq!(ours, reference);
+    assert!(ours.len() < 40, "{ours:?}");
+
+    // 40 slots of one job in one batch, all won and left running, then all finished in
+    // one batch: the job is pruned to its 3 newest runs.
+    let j = unique_job("prc");
+    let t = s.now().await.unwrap();
+    let claims: Vec<LeaseClaim> = (0..40)
+        .map(|n| LeaseClaim {
+            retention,
+            ..claim(&j, t - 100_000 + n * 1_000, t, "p")
+        })
+        .collect();
+    let leases: Vec<_> = s
+        .claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        s.history(&j, 100).await.unwrap().len(),
+        40,
+        "running runs stay"
+    );
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention,
+    };
+    let writes: Vec<_> = leases.into_iter().map(|l| (l, f.clone())).collect();
+    assert_eq!(
+        s.finish_many(&writes).await.unwrap(),
+        vec![OwnerWrite::Done; 40]
+    );
+    let h = s.history(&j, 100).await.unwrap();
+    assert_eq!(
+        h.iter().map(|r| r.slot).collect::<Vec<_>>(),
+        vec![
+            t - 100_000 + 39_000,
+            t - 100_000 + 38_000,
+            t - 100_000 + 37_000
+        ]
+    );
+    let views = s
+        .runs(
+            &(0..40)
+                .map(|n| key(&j, t - 100_000 + n * 1_000))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(views.len(), 3, "the runs of pruned history go too");
+    local.close().await.unwrap();
+}
