@@ -276,7 +276,7 @@ impl Script {
     }
 
     /// Item `i`: [`anarchon_core::LeaseStore::claim`]. [B-10, B-11, B-12, B-15, B-37]
-    /// Stash: `c` the outcome ([`claim_code`]), `v` the running slot of an overlap, `f` the
+    /// Stash: `c` the outcome (0 won, 1 late, 2 taken, 3 overlap; see [`Stash::claim`]), `v` the running slot of an overlap, `f` the
     /// fence of a won claim.
     pub(crate) fn claim(&mut self, i: usize, c: &LeaseClaim) {
         let (r, ri, m, n) = (
@@ -411,7 +411,7 @@ impl Script {
     }
 
     /// Item `i`: [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17] Stash: `c` the
-    /// outcome ([`takeover_code`]), `f` the fence and `s` the run's scheduled time of a won
+    /// outcome (see [`Stash::take_over`]), `f` the fence and `s` the run's scheduled time of a won
     /// takeover.
     pub(crate) fn take_over(&mut self, i: usize, t: &Takeover) {
         let (r, m, n) = (self.runs.clone(), self.meta.clone(), self.now.clone());

@@ -28,8 +28,13 @@
 //! A local libSQL file is an SQLite file: open it with `anarchon-sqlite`.
 //!
 //! Lease times are the server's clock (`julianday('now')` on the server), read inside each
-//! write transaction. Every write is one interactive `BEGIN IMMEDIATE` transaction on the
-//! server (one HTTP request per statement). Each call is bounded by the call timeout.
+//! write transaction. Claims, results and takeovers (single or batched) are one Hrana
+//! batch each: up to 64 items in one HTTP request that runs the single call's rules as
+//! conditional statements inside `BEGIN IMMEDIATE ... COMMIT` on the server, then one
+//! statement that reads the outcomes back (four HTTP requests per batch in all; see the
+//! `batch` module in the source for why the `libsql` client allows no fewer). The other
+//! writes are interactive `BEGIN IMMEDIATE` transactions (one HTTP request per statement).
+//! Each call is bounded by the call timeout.
 //!
 //! # Versions
 //! A libSQL server (`sqld`) or Turso; SQLite ≥ 3.35 semantics (`RETURNING`). MSRV: the
@@ -55,18 +60,14 @@ use tokio::sync::broadcast;
 
 const KIND: &str = "libsql";
 
-/// The most claims (or takeovers) one transaction takes (`LeaseStore::claim_many`,
-/// `LeaseStore::take_over_many`). The `libsql` client sends each statement of an interactive
-/// transaction as one HTTP request (about five per claim: clock, check, fence, run row,
-/// history row) while the transaction holds the database's write lock, so a batch saves
-/// the `BEGIN` and `COMMIT` of each claim but not its statements; 64 keeps the lock held
-/// for a few hundred requests at most.
+/// The most claims (or takeovers) one Hrana batch takes (`LeaseStore::claim_many`,
+/// `LeaseStore::take_over_many`): one HTTP request carries them all (about 4.7 KB of SQL
+/// per claim with 20-character job names), then one statement reads the outcomes back, so
+/// a batch costs four HTTP requests whatever its size; 64 keeps a request near 300 KB.
 pub const BATCH_CLAIMS: usize = 64;
 
-/// The most results one transaction takes (`LeaseStore::finish_many`): as for
-/// [`BATCH_CLAIMS`], a batch saves the `BEGIN` and `COMMIT` of each result but not its
-/// statements (clock, run, history row, pruning), so 64 keeps the write lock held for a few
-/// hundred requests at most.
+/// The most results one Hrana batch takes (`LeaseStore::finish_many`): four HTTP
+/// requests per batch, like [`BATCH_CLAIMS`] (about 3.5 KB of SQL per result).
 pub const BATCH_FINISHES: usize = 64;
 
 /// The default bound of one call.
