@@ -100,12 +100,18 @@ fn claim(job: &JobName, slot: EpochMs, now: EpochMs) -> LeaseClaim {
 /// The requests `f` costs: counted after the background `close` of the call before it and
 /// of this one had time to arrive (a settling pause, not a timed assertion: a late `close`
 /// only moves one request between windows, and the bounds below allow that).
-async fn cost<T, F: std::future::Future<Output = T>>(port: u16, f: F) -> (u64, T) {
+/// Prints the wall time too (information only: the double is local and in Python).
+async fn cost<T, F: std::future::Future<Output = T>>(what: &str, port: u16, f: F) -> (u64, T) {
     tokio::time::sleep(Duration::from_millis(150)).await;
     let before = tokio::task::spawn_blocking(move || served(port))
         .await
         .unwrap();
+    let started = Instant::now();
     let out = f.await;
+    eprintln!(
+        "libSQL wall time on the double: {what}: {:?}",
+        started.elapsed()
+    );
     tokio::time::sleep(Duration::from_millis(150)).await;
     let after = tokio::task::spawn_blocking(move || served(port))
         .await
@@ -149,10 +155,10 @@ async fn a_batch_of_64_claims_results_or_takeovers_costs_four_requests_like_a_si
         .expect("prepare");
     let t = store.now().await.unwrap();
 
-    let (one, out) = cost(port, store.claim(&claim(&jobs[0], t, t))).await;
+    let (one, out) = cost("one claim", port, store.claim(&claim(&jobs[0], t, t))).await;
     assert!(matches!(out, Ok(ClaimOutcome::Won(_))), "{out:?}");
 
-    let (singles, single_leases) = cost(port, async {
+    let (singles, single_leases) = cost("20 single claims", port, async {
         let mut leases = Vec::new();
         for j in &jobs[1..21] {
             leases.push(won(vec![store.claim(&claim(j, t, t)).await.unwrap()]).remove(0));
@@ -162,15 +168,15 @@ async fn a_batch_of_64_claims_results_or_takeovers_costs_four_requests_like_a_si
     .await;
 
     let batch20: Vec<LeaseClaim> = jobs[21..41].iter().map(|j| claim(j, t, t)).collect();
-    let (batched20, out) = cost(port, store.claim_many(&batch20)).await;
+    let (batched20, out) = cost("a batch of 20 claims", port, store.claim_many(&batch20)).await;
     assert_eq!(won(out.unwrap()).len(), 20);
 
     let batch64: Vec<LeaseClaim> = jobs[41..105].iter().map(|j| claim(j, t, t)).collect();
-    let (batched64, out) = cost(port, store.claim_many(&batch64)).await;
+    let (batched64, out) = cost("a batch of 64 claims", port, store.claim_many(&batch64)).await;
     let leases64 = won(out.unwrap());
     assert_eq!(leases64.len(), 64);
     // Taken: the same 64 again.
-    let (taken64, out) = cost(port, store.claim_many(&batch64)).await;
+    let (taken64, out) = cost("64 taken claims", port, store.claim_many(&batch64)).await;
     assert!(
         out.unwrap().iter().all(|o| *o == ClaimOutcome::Taken),
         "a claim of a taken slot is Taken"
@@ -181,7 +187,7 @@ async fn a_batch_of_64_claims_results_or_takeovers_costs_four_requests_like_a_si
         error: Some("it's done; -- really".into()),
         retention: Retention::default(),
     };
-    let (single_finishes, _) = cost(port, async {
+    let (single_finishes, _) = cost("20 single finishes", port, async {
         for l in &single_leases {
             assert_eq!(store.finish(l, &finish).await.unwrap(), OwnerWrite::Done);
         }
@@ -191,7 +197,7 @@ async fn a_batch_of_64_claims_results_or_takeovers_costs_four_requests_like_a_si
         .iter()
         .map(|l| (l.clone(), finish.clone()))
         .collect();
-    let (finished64, out) = cost(port, store.finish_many(&writes)).await;
+    let (finished64, out) = cost("a batch of 64 results", port, store.finish_many(&writes)).await;
     assert_eq!(out.unwrap(), vec![OwnerWrite::Done; 64]);
     for (l, _) in &writes[..3] {
         let row = store.history(&l.run.job, 1).await.unwrap().remove(0);
@@ -228,7 +234,12 @@ async fn a_batch_of_64_claims_results_or_takeovers_costs_four_requests_like_a_si
             not_after: now + 60_000,
         })
         .collect();
-    let (took64, out) = cost(port, store.take_over_many(&takeovers)).await;
+    let (took64, out) = cost(
+        "a batch of 64 takeovers",
+        port,
+        store.take_over_many(&takeovers),
+    )
+    .await;
     let out = out.unwrap();
     for (o, l) in out.iter().zip(&short_leases) {
         match o {
