@@ -261,9 +261,9 @@ impl Script {
     }
 
     /// A new history row (as `ops::insert_attempt`: an upsert on its unique key).
-    fn insert_attempt(&mut self, select: &str) {
+    fn insert_attempt(&mut self, with: &str, select: &str) {
         let stmt = format!(
-            "INSERT INTO {} (job, slot, manual, attempt, instance_id, scheduled_at, reason, \
+            "{with}INSERT INTO {} (job, slot, manual, attempt, instance_id, scheduled_at, reason, \
              status, fence, started_at, finished_at, error) {select} \
              ON CONFLICT (job, slot, manual, attempt, instance_id) DO UPDATE SET \
              scheduled_at = excluded.scheduled_at, reason = excluded.reason, \
@@ -275,104 +275,141 @@ impl Script {
         self.push(&stmt);
     }
 
-    /// Item `i`: [`anarchon_core::LeaseStore::claim`]. [B-10, B-11, B-12, B-15, B-37]
-    /// Stash: `c` the outcome (0 won, 1 late, 2 taken, 3 overlap; see [`Stash::claim`]), `v` the running slot of an overlap, `f` the
-    /// fence of a won claim.
-    pub(crate) fn claim(&mut self, i: usize, c: &LeaseClaim) {
-        let (r, ri, m, n) = (
+    /// Claims `claims` (items `0..`): [`anarchon_core::LeaseStore::claim`], each as the
+    /// single claim judges it, in input order. [B-10, B-11, B-12, B-15, B-37]
+    ///
+    /// A claim reads and writes only rows of its own job (its runs, their history rows, the
+    /// job's fence), so claims of different jobs cannot see each other and only the order
+    /// among claims of one job matters. The claims go in rounds: the first claim of each job,
+    /// then the second of each job, and so on; each round is a handful of set-based
+    /// statements over the round's claims (a `VALUES` list), so the SQL grows by one row per
+    /// claim, not by a dozen statements. Stash per item: `c` the outcome (0 won, 1 late,
+    /// 2 taken, 3 overlap; see [`Stash::claim`]), `v` the running slot of an overlap, `f`
+    /// the fence of a won claim.
+    pub(crate) fn claims(&mut self, claims: &[LeaseClaim]) {
+        let mut rounds: Vec<Vec<(usize, &LeaseClaim)>> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, c) in claims.iter().enumerate() {
+            let n = seen.entry(c.run.job.as_str()).or_insert(0);
+            if rounds.len() <= *n {
+                rounds.push(Vec::new());
+            }
+            rounds[*n].push((i, c));
+            *n += 1;
+        }
+        for round in &rounds {
+            self.claim_round(round);
+        }
+        // [B-37] One won claim in PRUNE_EVERY prunes its job (see `ops::PRUNE_EVERY`): the
+        // fence kept in the stash exists only for a won claim.
+        for (i, c) in claims.iter().enumerate() {
+            let hit = format!(
+                "(SELECT value FROM {} WHERE key = {}) % {} = 0",
+                self.meta,
+                self.key(i, "f"),
+                i64::try_from(PRUNE_EVERY).unwrap_or(16)
+            );
+            self.prune_if(&text(c.run.job.as_str()), c.retention, hit);
+        }
+    }
+
+    /// One round of [`Script::claims`]: claims of distinct jobs.
+    fn claim_round(&mut self, round: &[(usize, &LeaseClaim)]) {
+        let (r, ri, a, m, n) = (
             self.runs.clone(),
             self.running.clone(),
+            self.attempts.clone(),
             self.meta.clone(),
             self.now.clone(),
         );
-        let j = text(c.run.job.as_str());
-        let jk = text(&format!("job:{}", c.run.job.as_str()));
-        let s = int(c.run.slot);
+        let rows: Vec<String> = round
+            .iter()
+            .map(|(i, c)| {
+                format!(
+                    "({}, {}, {}, {}, {}, {}, {}, {}, {})",
+                    text(&format!("{}:{i:05}:", self.base)),
+                    text(c.run.job.as_str()),
+                    int(c.run.slot),
+                    int(c.scheduled_at),
+                    text(&c.instance_id),
+                    text(c.reason.as_str()),
+                    int(ms(c.lease_ms)),
+                    int(c.not_after),
+                    i64::from(matches!(c.overlap, Overlap::Skip)),
+                )
+            })
+            .collect();
+        let with = format!(
+            "WITH c(k, job, slot, sched, inst, reason, lease, na, skip) AS (VALUES {})",
+            rows.join(", ")
+        );
+        let code = format!("(SELECT value FROM {m} WHERE key = c.k || 'c')");
+        let fence = format!("(SELECT value FROM {m} WHERE key = 'job:' || c.job)");
         let live_earlier = format!(
-            "FROM {r} INDEXED BY {ri} WHERE job = {j} AND slot < {s} \
-             AND status = 'running' AND owner IS NOT NULL AND expires_at > {n}"
+            "FROM {r} AS p INDEXED BY {ri} WHERE p.job = c.job AND p.slot < c.slot \
+             AND p.status = 'running' AND p.owner IS NOT NULL AND p.expires_at > {n}"
         );
-        let overlap = match c.overlap {
-            Overlap::Skip => format!("WHEN EXISTS (SELECT 1 {live_earlier}) THEN 3 "),
-            _ => String::new(),
-        };
-        let case = format!(
-            "CASE WHEN {n} > {} THEN 1 \
-             WHEN EXISTS (SELECT 1 FROM {r} WHERE job = {j} AND slot = {s}) THEN 2 \
-             {overlap}ELSE 0 END",
-            int(c.not_after)
+        // The decision, judged before any write of the round.
+        let stmt = format!(
+            "{with} INSERT INTO {m} (key, value) SELECT c.k || 'c', CASE \
+             WHEN {n} > c.na THEN 1 \
+             WHEN EXISTS (SELECT 1 FROM {r} AS p WHERE p.job = c.job AND p.slot = c.slot) THEN 2 \
+             WHEN c.skip = 1 AND EXISTS (SELECT 1 {live_earlier}) THEN 3 \
+             ELSE 0 END FROM c WHERE true"
         );
-        self.decide(i, &case, "");
-        let code = self.code.clone();
-        if matches!(c.overlap, Overlap::Skip) {
-            let stmt = format!(
-                "INSERT INTO {m} (key, value) SELECT {}, (SELECT MIN(slot) {live_earlier}) \
-                 WHERE {code} = 3",
-                self.key(i, "v")
-            );
-            self.push(&stmt);
-        }
+        self.push(&stmt);
+        let stmt = format!(
+            "{with} INSERT INTO {m} (key, value) SELECT c.k || 'v', \
+             (SELECT MIN(p.slot) {live_earlier}) FROM c WHERE {code} = 3"
+        );
+        self.push(&stmt);
         // [B-15] Earlier runs whose lease ended: their running history rows, then the runs.
-        let ended_earlier = format!(
-            "job = {j} AND slot < {s} AND status = 'running' \
-             AND (owner IS NULL OR expires_at <= {n})"
-        );
         let stmt = format!(
-            "UPDATE {a} SET status = 'interrupted', finished_at = {n}, \
+            "{with} UPDATE {a} SET status = 'interrupted', finished_at = {n}, \
              error = 'replaced by the next slot' \
-             WHERE job = {j} AND manual = 0 AND status = 'running' AND {code} <> 1 \
-             AND EXISTS (SELECT 1 FROM {r} AS p WHERE p.job = {j} AND p.slot < {s} \
+             WHERE job IN (SELECT job FROM c) AND manual = 0 AND status = 'running' \
+             AND EXISTS (SELECT 1 FROM c JOIN {r} AS p ON p.job = c.job \
+               WHERE c.job = {a}.job AND {code} <> 1 AND p.slot < c.slot \
                AND p.slot = {a}.slot AND p.attempt = {a}.attempt AND p.status = 'running' \
-               AND (p.owner IS NULL OR p.expires_at <= {n}))",
-            a = self.attempts,
+               AND (p.owner IS NULL OR p.expires_at <= {n}))"
         );
         self.push(&stmt);
         let stmt = format!(
-            "UPDATE {r} INDEXED BY {ri} SET status = 'interrupted', owner = NULL \
-             WHERE {ended_earlier} AND {code} <> 1"
+            "{with} UPDATE {r} INDEXED BY {ri} SET status = 'interrupted', owner = NULL \
+             WHERE job IN (SELECT c.job FROM c WHERE {code} <> 1) AND status = 'running' \
+             AND (owner IS NULL OR expires_at <= {n}) \
+             AND slot < (SELECT c.slot FROM c WHERE c.job = {r}.job)"
         );
         self.push(&stmt);
-        // Known job; then the fence (a claim's: +1), the run, its first history row.
+        // Known jobs; then the fences (a claim's: +1), the runs, their first history rows.
         let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {jk}, 0 WHERE {code} <> 1 \
-             ON CONFLICT (key) DO NOTHING"
+            "{with} INSERT INTO {m} (key, value) SELECT 'job:' || c.job, 0 FROM c \
+             WHERE {code} <> 1 ON CONFLICT (key) DO NOTHING"
         );
         self.push(&stmt);
-        let stmt = format!("UPDATE {m} SET value = value + 1 WHERE key = {jk} AND {code} = 0");
-        self.push(&stmt);
-        let fence = format!("(SELECT value FROM {m} WHERE key = {jk})");
         let stmt = format!(
-            "INSERT INTO {r} (job, slot, scheduled_at, status, attempt, starts, owner, reason, \
-             fence, started_at, expires_at, error) \
-             SELECT {j}, {s}, {}, 'running', 1, 1, {}, {}, {fence}, {n}, {}, NULL \
-             WHERE {code} = 0",
-            int(c.scheduled_at),
-            text(&c.instance_id),
-            text(c.reason.as_str()),
-            self.expires(c.lease_ms),
+            "{with} UPDATE {m} SET value = value + 1 \
+             WHERE key IN (SELECT 'job:' || c.job FROM c WHERE {code} = 0)"
+        );
+        self.push(&stmt);
+        let stmt = format!(
+            "{with} INSERT INTO {r} (job, slot, scheduled_at, status, attempt, starts, owner, \
+             reason, fence, started_at, expires_at, error) \
+             SELECT c.job, c.slot, c.sched, 'running', 1, 1, c.inst, c.reason, {fence}, {n}, \
+             CASE WHEN c.lease > 9223372036854775807 - {n} THEN 9223372036854775807 \
+             ELSE {n} + c.lease END, NULL FROM c WHERE {code} = 0"
         );
         self.push(&stmt);
         let select = format!(
-            "SELECT {j}, {s}, 0, 1, {}, {}, {}, 'running', {fence}, {n}, NULL, NULL \
-             WHERE {code} = 0",
-            text(&c.instance_id),
-            int(c.scheduled_at),
-            text(c.reason.as_str()),
+            "SELECT c.job, c.slot, 0, 1, c.inst, c.sched, c.reason, 'running', {fence}, {n}, \
+             NULL, NULL FROM c WHERE {code} = 0"
         );
-        self.insert_attempt(&select);
+        self.insert_attempt(&format!("{with} "), &select);
         let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, {fence} WHERE {code} = 0",
-            self.key(i, "f")
+            "{with} INSERT INTO {m} (key, value) SELECT c.k || 'f', {fence} FROM c \
+             WHERE {code} = 0"
         );
         self.push(&stmt);
-        // [B-37] One won claim in PRUNE_EVERY prunes its job (see `ops::PRUNE_EVERY`): the
-        // fence kept in the stash exists only for a won claim.
-        let hit = format!(
-            "(SELECT value FROM {m} WHERE key = {}) % {} = 0",
-            self.key(i, "f"),
-            i64::try_from(PRUNE_EVERY).unwrap_or(16)
-        );
-        self.prune_if(&j, c.retention, hit);
     }
 
     /// Item `i`: [`anarchon_core::LeaseStore::finish`]. [B-16, B-37] Stash: `c` 0 done,
@@ -479,7 +516,7 @@ impl Script {
              AND {code} = 0",
             text(&t.instance_id),
         );
-        self.insert_attempt(&select);
+        self.insert_attempt("", &select);
         let stmt = format!(
             "INSERT INTO {m} (key, value) SELECT {}, r.fence FROM {r} AS r \
              WHERE r.job = {j} AND r.slot = {s} AND {code} = 0",
@@ -632,38 +669,46 @@ mod tests {
     /// longest (128 and 200 characters), with 1,000-character error texts.
     #[test]
     fn a_full_batch_is_a_few_hundred_kib() {
-        for (name, instance, bound) in [(20, 36, 512 * 1024), (128, 200, 1024 * 1024)] {
-            full_batch(name, instance, bound);
+        for (name, instance, one_job, bound) in [
+            (20, 36, false, 512 * 1024),
+            (20, 36, true, 512 * 1024),
+            (128, 200, false, 1024 * 1024),
+        ] {
+            full_batch(name, instance, one_job, bound);
         }
     }
 
-    fn full_batch(name: usize, instance: usize, bound: usize) {
+    /// 64 items of 64 jobs (as the driver batches slots due together), or of one job.
+    fn full_batch(name: usize, instance: usize, one_job: bool, bound: usize) {
         use anarchon_core::store::{JobName, RunKey};
         let t = Tables::new("anarchon_runs").unwrap();
-        let job = JobName::new("j".repeat(name)).unwrap();
         let instance = "i".repeat(instance);
         let retention = Retention {
             size: 10,
             ttl_ms: Some(60_000),
         };
         let mut claims = Script::new(&t);
+        let mut all_claims = Vec::new();
         let mut takeovers = Script::new(&t);
         let mut results = Script::new(&t);
         for i in 0..crate::BATCH_CLAIMS {
-            let run = RunKey::new(job.clone(), 1_700_000_000_000 + i as i64);
-            claims.claim(
-                i,
-                &LeaseClaim {
-                    run: run.clone(),
-                    scheduled_at: run.slot,
-                    instance_id: instance.clone(),
-                    lease_ms: 30_000,
-                    not_after: run.slot + 1_000,
-                    overlap: Overlap::Skip,
-                    reason: Reason::Scheduled,
-                    retention,
-                },
-            );
+            let name = if one_job {
+                "j".repeat(name)
+            } else {
+                format!("{i:02}{}", "j".repeat(name - 2))
+            };
+            let job = JobName::new(name).unwrap();
+            let run = RunKey::new(job, 1_700_000_000_000 + i as i64);
+            all_claims.push(LeaseClaim {
+                run: run.clone(),
+                scheduled_at: run.slot,
+                instance_id: instance.clone(),
+                lease_ms: 30_000,
+                not_after: run.slot + 1_000,
+                overlap: Overlap::Skip,
+                reason: Reason::Scheduled,
+                retention,
+            });
             takeovers.take_over(
                 i,
                 &Takeover {
@@ -693,15 +738,17 @@ mod tests {
             };
             results.finish_one(i, &lease, &finish);
         }
+        claims.claims(&all_claims);
         for (what, s) in [
             ("claims", claims.finish()),
             ("takeovers", takeovers.finish()),
             ("results", results.finish()),
         ] {
             eprintln!(
-                "a batch of {} {what} (job names of {name}, instance ids of {} characters): \
-                 {} bytes of SQL",
+                "a batch of {} {what} of {} (job names of {name}, instance ids of {} \
+                 characters): {} bytes of SQL",
                 crate::BATCH_CLAIMS,
+                if one_job { "one job" } else { "as many jobs" },
                 instance.len(),
                 s.len()
             );

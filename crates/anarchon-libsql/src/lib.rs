@@ -566,15 +566,13 @@ impl LibsqlStore {
         operation: &'static str,
         items: &[I],
         limit: usize,
-        add: impl Fn(&mut batch::Script, usize, &I),
+        add: impl Fn(&mut batch::Script, &[I]),
         outcome: impl Fn(&batch::Stash, usize, &I) -> std::result::Result<T, String>,
     ) -> Result<Vec<T>> {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(limit.max(1)) {
             let mut script = batch::Script::new(&self.inner.sql.tables);
-            for (i, item) in chunk.iter().enumerate() {
-                add(&mut script, i, item);
-            }
+            add(&mut script, chunk);
             let stash = self.run_batch(operation, script).await?;
             for (i, item) in chunk.iter().enumerate() {
                 out.push(
@@ -877,7 +875,7 @@ impl LeaseStore for LibsqlStore {
             "claim",
             claims,
             BATCH_CLAIMS,
-            |s, i, c| s.claim(i, c),
+            |s, claims| s.claims(claims),
             |stash, i, c| stash.claim(i, c),
         )
         .await
@@ -893,7 +891,11 @@ impl LeaseStore for LibsqlStore {
             "take_over",
             takeovers,
             BATCH_CLAIMS,
-            |s, i, t| s.take_over(i, t),
+            |s, takeovers| {
+                for (i, t) in takeovers.iter().enumerate() {
+                    s.take_over(i, t);
+                }
+            },
             |stash, i, t| stash.take_over(i, t),
         )
         .await
@@ -925,7 +927,11 @@ impl LeaseStore for LibsqlStore {
             "finish",
             writes,
             BATCH_FINISHES,
-            |s, i, (l, f)| s.finish_one(i, l, f),
+            |s, writes| {
+                for (i, (l, f)) in writes.iter().enumerate() {
+                    s.finish_one(i, l, f);
+                }
+            },
             |stash, i, _| stash.finish(i),
         )
         .await
