@@ -412,39 +412,108 @@ impl Script {
         self.push(&stmt);
     }
 
-    /// Item `i`: [`anarchon_core::LeaseStore::finish`]. [B-16, B-37] Stash: `c` 0 done,
-    /// 1 lost.
-    pub(crate) fn finish_one(&mut self, i: usize, l: &Lease, f: &Finish) {
-        let (r, a, n) = (self.runs.clone(), self.attempts.clone(), self.now.clone());
-        let j = text(l.run.job.as_str());
-        let s = int(l.run.slot);
-        let att = i64::from(l.attempt);
-        let owned = format!(
-            "job = {j} AND slot = {s} AND attempt = {att} AND owner = {} \
-             AND status = 'running'",
-            text(&l.instance_id)
+    /// Writes `writes` (items `0..`): [`anarchon_core::LeaseStore::finish`], each as the
+    /// single finish writes it, in input order. [B-16, B-37]
+    ///
+    /// A result reads and writes only its own run and that run's history rows (pruning
+    /// waits for the end of the batch), so results of different runs cannot see each
+    /// other: they go in rounds (the first result of each run, then the second, ...), each
+    /// round a few set-based statements over a `VALUES` list, as for [`Script::claims`].
+    /// Stash per item: `c` 0 done, 1 lost.
+    pub(crate) fn finishes(&mut self, writes: &[(Lease, Finish)]) {
+        let mut rounds: Vec<Vec<(usize, &Lease, &Finish)>> = Vec::new();
+        let mut seen: HashMap<(&str, EpochMs), usize> = HashMap::new();
+        for (i, (l, f)) in writes.iter().enumerate() {
+            let n = seen.entry((l.run.job.as_str(), l.run.slot)).or_insert(0);
+            if rounds.len() <= *n {
+                rounds.push(Vec::new());
+            }
+            rounds[*n].push((i, l, f));
+            *n += 1;
+        }
+        for round in &rounds {
+            self.finish_round(round);
+        }
+        for (i, (l, f)) in writes.iter().enumerate() {
+            let hit = format!(
+                "(SELECT value FROM {} WHERE key = {}) = 0",
+                self.meta,
+                self.key(i, "c")
+            );
+            self.prune_if(&text(l.run.job.as_str()), f.retention, hit);
+        }
+    }
+
+    /// One round of [`Script::finishes`]: results of distinct runs.
+    fn finish_round(&mut self, round: &[(usize, &Lease, &Finish)]) {
+        let (r, a, m, n) = (
+            self.runs.clone(),
+            self.attempts.clone(),
+            self.meta.clone(),
+            self.now.clone(),
         );
-        let case = format!("CASE WHEN EXISTS (SELECT 1 FROM {r} WHERE {owned}) THEN 0 ELSE 1 END");
-        self.decide(i, &case, "");
-        let code = self.code.clone();
-        let status = text(f.status.as_str());
-        let error = opt_text(f.error.as_deref());
+        let rows: Vec<String> = round
+            .iter()
+            .map(|(i, l, f)| {
+                format!(
+                    "({}, {}, {}, {}, {}, {}, {})",
+                    text(&format!("{}:{i:05}:", self.base)),
+                    text(l.run.job.as_str()),
+                    int(l.run.slot),
+                    i64::from(l.attempt),
+                    text(&l.instance_id),
+                    text(f.status.as_str()),
+                    opt_text(f.error.as_deref()),
+                )
+            })
+            .collect();
+        let with = format!(
+            "WITH c(k, job, slot, att, inst, st, err) AS (VALUES {})",
+            rows.join(", ")
+        );
+        let keys: Vec<String> = round
+            .iter()
+            .map(|(i, l, _)| {
+                format!(
+                    "({}, {}, {}, {}, {})",
+                    text(&format!("{}:{i:05}:", self.base)),
+                    text(l.run.job.as_str()),
+                    int(l.run.slot),
+                    i64::from(l.attempt),
+                    text(&l.instance_id),
+                )
+            })
+            .collect();
+        let with_keys = format!(
+            "WITH c(k, job, slot, att, inst) AS (VALUES {})",
+            keys.join(", ")
+        );
+        let code = format!("(SELECT value FROM {m} WHERE key = c.k || 'c')");
+        // The decision: the run is running under this attempt and owner.
         let stmt = format!(
-            "UPDATE {r} SET status = {status}, owner = NULL, error = {error} WHERE {owned}"
+            "{with_keys} INSERT INTO {m} (key, value) SELECT c.k || 'c', CASE WHEN EXISTS \
+             (SELECT 1 FROM {r} AS p WHERE p.job = c.job AND p.slot = c.slot \
+              AND p.attempt = c.att AND p.owner = c.inst AND p.status = 'running') \
+             THEN 0 ELSE 1 END FROM c WHERE true"
+        );
+        self.push(&stmt);
+        let mine = |t: &str| format!("c.job = {t}.job AND c.slot = {t}.slot");
+        let stmt = format!(
+            "{with} UPDATE {r} SET status = (SELECT c.st FROM c WHERE {k}), owner = NULL, \
+             error = (SELECT c.err FROM c WHERE {k}) \
+             WHERE job IN (SELECT job FROM c) \
+             AND EXISTS (SELECT 1 FROM c WHERE {k} AND {code} = 0)",
+            k = mine(&r)
         );
         self.push(&stmt);
         let stmt = format!(
-            "UPDATE {a} SET status = {status}, finished_at = {n}, error = {error} \
-             WHERE job = {j} AND slot = {s} AND manual = 0 AND attempt = {att} \
-             AND {code} = 0"
+            "{with} UPDATE {a} SET status = (SELECT c.st FROM c WHERE {k}), \
+             finished_at = {n}, error = (SELECT c.err FROM c WHERE {k}) \
+             WHERE job IN (SELECT job FROM c) AND manual = 0 \
+             AND EXISTS (SELECT 1 FROM c WHERE {k} AND c.att = {a}.attempt AND {code} = 0)",
+            k = mine(&a)
         );
         self.push(&stmt);
-        let hit = format!(
-            "(SELECT value FROM {} WHERE key = {}) = 0",
-            self.meta,
-            self.key(i, "c")
-        );
-        self.prune_if(&j, f.retention, hit);
     }
 
     /// Item `i`: [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17] Stash: `c` the
@@ -689,6 +758,7 @@ mod tests {
         };
         let mut claims = Script::new(&t);
         let mut all_claims = Vec::new();
+        let mut all_results = Vec::new();
         let mut takeovers = Script::new(&t);
         let mut results = Script::new(&t);
         for i in 0..crate::BATCH_CLAIMS {
@@ -731,13 +801,19 @@ mod tests {
                 started_at: run.slot,
                 expires_at: run.slot,
             };
+            // One result in eight failed, with a 1,000-character error.
             let finish = Finish {
-                status: RunStatus::Failed,
-                error: Some("e".repeat(1_000)),
+                status: if i % 8 == 0 {
+                    RunStatus::Failed
+                } else {
+                    RunStatus::Succeeded
+                },
+                error: (i % 8 == 0).then(|| "e".repeat(1_000)),
                 retention,
             };
-            results.finish_one(i, &lease, &finish);
+            all_results.push((lease, finish));
         }
+        results.finishes(&all_results);
         claims.claims(&all_claims);
         for (what, s) in [
             ("claims", claims.finish()),

@@ -927,11 +927,7 @@ impl LeaseStore for LibsqlStore {
             "finish",
             writes,
             BATCH_FINISHES,
-            |s, writes| {
-                for (i, (l, f)) in writes.iter().enumerate() {
-                    s.finish_one(i, l, f);
-                }
-            },
+            |s, writes| s.finishes(writes),
             |stash, i, _| stash.finish(i),
         )
         .await

@@ -457,3 +457,56 @@ async fn claims_and_results_prune_as_on_the_sqlite_store() {
     assert_eq!(views.len(), 3, "the runs of pruned history go too");
     local.close().await.unwrap();
 }
+
+/// [B-16] The same result twice in one batch: the first is written, the second finds the
+/// run final and is lost; a result of another attempt of a run is lost.
+#[tokio::test]
+async fn a_result_twice_in_one_batch_is_written_once() {
+    let Some(double) = tokio::task::spawn_blocking(start_double).await.unwrap() else {
+        return;
+    };
+    let s = store(double.port, &format!("fw_{:08x}", rand::random::<u32>())).await;
+    let t = s.now().await.unwrap();
+    let (a, b) = (unique_job("fwa"), unique_job("fwb"));
+    let out = s
+        .claim_many(&[claim(&a, t, t, "p"), claim(&b, t, t, "p")])
+        .await
+        .unwrap();
+    let leases: Vec<_> = out
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let done = |status| Finish {
+        status,
+        error: None,
+        retention: Retention::default(),
+    };
+    let mut stale = leases[1].clone();
+    stale.attempt = 2;
+    let out = s
+        .finish_many(&[
+            (leases[0].clone(), done(RunStatus::Succeeded)),
+            (stale, done(RunStatus::Succeeded)),
+            (leases[0].clone(), done(RunStatus::Failed)),
+            (leases[1].clone(), done(RunStatus::Failed)),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            OwnerWrite::Done,
+            OwnerWrite::Lost,
+            OwnerWrite::Lost,
+            OwnerWrite::Done
+        ]
+    );
+    assert_eq!(
+        s.history(&a, 1).await.unwrap()[0].status,
+        RunStatus::Succeeded
+    );
+    assert_eq!(s.history(&b, 1).await.unwrap()[0].status, RunStatus::Failed);
+}
