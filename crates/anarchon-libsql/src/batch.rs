@@ -80,10 +80,9 @@ fn opt_text(s: Option<&str>) -> String {
     s.map_or_else(|| "NULL".to_owned(), text)
 }
 
-/// The working rows of a batch in the meta table: the clock reading and the current item's
-/// decision. Removed before `COMMIT`, so no one else ever sees them.
+/// The working row of a batch in the meta table: the clock reading, read by every later
+/// statement. Removed before `COMMIT`, so no one else ever sees it.
 const NOW_KEY: &str = "~n";
-const CODE_KEY: &str = "~c";
 
 /// The statements of one batch, and the token its stash rows carry.
 pub(crate) struct Script {
@@ -96,8 +95,6 @@ pub(crate) struct Script {
     meta: String,
     /// The batch's clock reading: `(SELECT value FROM meta WHERE key = '~n')`.
     now: String,
-    /// The current item's decision: `(SELECT value FROM meta WHERE key = '~c')`.
-    code: String,
     /// The jobs to prune at the end: `(job, size, ttl, hit)` rows (see `prune_if`).
     due: Vec<String>,
 }
@@ -111,7 +108,6 @@ impl Script {
         let base = format!("b:{writer_ms:015}.{:016x}", rand_token());
         let meta = format!("\"{}\"", t.meta);
         let now = format!("(SELECT value FROM {meta} WHERE key = '{NOW_KEY}')");
-        let code = format!("(SELECT value FROM {meta} WHERE key = '{CODE_KEY}')");
         let mut s = Script {
             sql: String::with_capacity(64 * 1024),
             base,
@@ -120,7 +116,6 @@ impl Script {
             attempts: format!("\"{}\"", t.attempts),
             meta,
             now,
-            code,
             due: Vec::new(),
         };
         s.push("BEGIN IMMEDIATE");
@@ -161,43 +156,13 @@ impl Script {
         text(&format!("{}:{i:05}:{name}", self.base))
     }
 
-    /// Decides item `i`: `case` (an expression, evaluated once, here) becomes the current
-    /// decision that the item's statements are conditioned on, and is kept as the item's
-    /// stash row `c`. `from` is the rest of the `SELECT` (`FROM ...`, or empty).
-    fn decide(&mut self, i: usize, case: &str, from: &str) {
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT '{CODE_KEY}', {case} {from} WHERE true \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            m = self.meta
-        );
-        self.push(&stmt);
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, value FROM {m} WHERE key = '{CODE_KEY}'",
-            self.key(i, "c"),
-            m = self.meta
-        );
-        self.push(&stmt);
-    }
-
     /// The statements with the closing `COMMIT` (the working rows removed before it).
     pub(crate) fn finish(mut self) -> String {
         self.prune_due();
-        let stmt = format!(
-            "DELETE FROM {} WHERE key IN ('{NOW_KEY}', '{CODE_KEY}')",
-            self.meta
-        );
+        let stmt = format!("DELETE FROM {} WHERE key = '{NOW_KEY}'", self.meta);
         self.push(&stmt);
         self.push("COMMIT");
         self.sql
-    }
-
-    /// `now + lease_ms`, saturating like `i64::saturating_add`.
-    fn expires(&self, lease_ms: u64) -> String {
-        let l = ms(lease_ms);
-        format!(
-            "CASE WHEN {l} > 9223372036854775807 - {n} THEN 9223372036854775807 ELSE {n} + {l} END",
-            n = self.now
-        )
     }
 
     /// [B-37] Job `j` (a literal) is to be pruned to `retention` at the end of the batch
@@ -516,88 +481,130 @@ impl Script {
         self.push(&stmt);
     }
 
-    /// Item `i`: [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17] Stash: `c` the
-    /// outcome (see [`Stash::take_over`]), `f` the fence and `s` the run's scheduled time of a won
-    /// takeover.
-    pub(crate) fn take_over(&mut self, i: usize, t: &Takeover) {
-        let (r, m, n) = (self.runs.clone(), self.meta.clone(), self.now.clone());
-        let j = text(t.run.job.as_str());
-        let jk = text(&format!("job:{}", t.run.job.as_str()));
-        let s = int(t.run.slot);
-        let seen = i64::from(t.seen_attempt);
-        let counted = "CASE WHEN r.owner IS NULL THEN r.starts ELSE r.starts + 1 END";
-        let case = format!(
-            "CASE \
-             WHEN {n} > {} THEN 1 \
+    /// Takes over `takeovers` (items `0..`): [`anarchon_core::LeaseStore::take_over`],
+    /// each as the single takeover judges it, in input order. [B-14, B-15, B-17]
+    ///
+    /// A takeover reads and writes only its run, that run's history rows and its job's
+    /// fence, so takeovers of different jobs cannot see each other: they go in rounds (the
+    /// first takeover of each job, then the second, ...), as for [`Script::claims`]. Stash
+    /// per item: `c` the outcome (see [`Stash::take_over`]), `f` the fence and `s` the run's
+    /// scheduled time of a won takeover.
+    pub(crate) fn takeovers(&mut self, takeovers: &[Takeover]) {
+        let mut rounds: Vec<Vec<(usize, &Takeover)>> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, t) in takeovers.iter().enumerate() {
+            let n = seen.entry(t.run.job.as_str()).or_insert(0);
+            if rounds.len() <= *n {
+                rounds.push(Vec::new());
+            }
+            rounds[*n].push((i, t));
+            *n += 1;
+        }
+        for round in &rounds {
+            self.takeover_round(round);
+        }
+    }
+
+    /// One round of [`Script::takeovers`]: takeovers of distinct jobs.
+    fn takeover_round(&mut self, round: &[(usize, &Takeover)]) {
+        let (r, a, m, n) = (
+            self.runs.clone(),
+            self.attempts.clone(),
+            self.meta.clone(),
+            self.now.clone(),
+        );
+        let rows: Vec<String> = round
+            .iter()
+            .map(|(i, t)| {
+                format!(
+                    "({}, {}, {}, {}, {}, {}, {}, {}, {})",
+                    text(&format!("{}:{i:05}:", self.base)),
+                    text(t.run.job.as_str()),
+                    int(t.run.slot),
+                    i64::from(t.seen_attempt),
+                    text(&t.instance_id),
+                    int(ms(t.lease_ms)),
+                    int(t.not_after),
+                    i64::from(t.superseded),
+                    i64::from(t.max_attempts),
+                )
+            })
+            .collect();
+        let with = format!(
+            "WITH c(k, job, slot, seen, inst, lease, na, sup, maxa) AS (VALUES {})",
+            rows.join(", ")
+        );
+        let code = format!("(SELECT value FROM {m} WHERE key = c.k || 'c')");
+        let mine = |t: &str| format!("c.job = {t}.job AND c.slot = {t}.slot");
+        let stmt = format!(
+            "{with} INSERT INTO {m} (key, value) SELECT c.k || 'c', CASE \
+             WHEN {n} > c.na THEN 1 \
              WHEN r.job IS NULL THEN 2 \
              WHEN r.status = 'succeeded' THEN 10 \
              WHEN r.status = 'failed' THEN 11 \
              WHEN r.status = 'interrupted' THEN 12 \
              WHEN r.status <> 'running' THEN 13 \
-             WHEN r.attempt <> {seen} OR (r.owner IS NOT NULL AND r.expires_at > {n}) THEN 3 \
-             WHEN {} THEN 4 \
-             WHEN {counted} > {} THEN 5 \
-             ELSE 0 END",
-            int(t.not_after),
-            if t.superseded { "1" } else { "0" },
-            i64::from(t.max_attempts),
-        );
-        let from = format!("FROM (SELECT 1) LEFT JOIN {r} AS r ON r.job = {j} AND r.slot = {s}");
-        self.decide(i, &case, &from);
-        let code = self.code.clone();
-        let stmt = format!(
-            "UPDATE {a} SET status = 'interrupted', finished_at = {n}, error = 'lease expired' \
-             WHERE job = {j} AND slot = {s} AND manual = 0 AND attempt = {seen} \
-             AND status = 'running' AND {code} IN (0, 4, 5)",
-            a = self.attempts
+             WHEN r.attempt <> c.seen OR (r.owner IS NOT NULL AND r.expires_at > {n}) THEN 3 \
+             WHEN c.sup = 1 THEN 4 \
+             WHEN (CASE WHEN r.owner IS NULL THEN r.starts ELSE r.starts + 1 END) > c.maxa \
+             THEN 5 ELSE 0 END \
+             FROM c LEFT JOIN {r} AS r ON r.job = c.job AND r.slot = c.slot WHERE true"
         );
         self.push(&stmt);
+        // The attempt seen ends (unless it already ended, as after a release).
         let stmt = format!(
-            "UPDATE {r} SET status = 'interrupted', error = NULL \
-             WHERE job = {j} AND slot = {s} AND {code} = 4"
+            "{with} UPDATE {a} SET status = 'interrupted', finished_at = {n}, \
+             error = 'lease expired' \
+             WHERE job IN (SELECT job FROM c) AND manual = 0 AND status = 'running' \
+             AND EXISTS (SELECT 1 FROM c WHERE {k} AND c.seen = {a}.attempt \
+               AND {code} IN (0, 4, 5))",
+            k = mine(&a)
         );
         self.push(&stmt);
-        let stmt = format!(
-            "UPDATE {r} SET status = 'failed', error = 'exhausted' \
-             WHERE job = {j} AND slot = {s} AND {code} = 5"
-        );
-        self.push(&stmt);
+        for (status, error, c) in [("interrupted", "NULL", 4), ("failed", "'exhausted'", 5)] {
+            let stmt = format!(
+                "{with} UPDATE {r} SET status = '{status}', error = {error} \
+                 WHERE job IN (SELECT job FROM c) \
+                 AND EXISTS (SELECT 1 FROM c WHERE {k} AND {code} = {c})",
+                k = mine(&r)
+            );
+            self.push(&stmt);
+        }
         // A takeover's fence: PRUNE_EVERY above the last one (see `ops::PRUNE_EVERY`).
         let every = i64::try_from(PRUNE_EVERY).unwrap_or(16);
         let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {jk}, {every} WHERE {code} = 0 \
-             ON CONFLICT (key) DO UPDATE SET value = value + {every}"
+            "{with} INSERT INTO {m} (key, value) SELECT 'job:' || c.job, {every} FROM c \
+             WHERE {code} = 0 ON CONFLICT (key) DO UPDATE SET value = value + {every}"
         );
         self.push(&stmt);
-        let fence = format!("(SELECT value FROM {m} WHERE key = {jk})");
         let stmt = format!(
-            "UPDATE {r} SET status = 'running', attempt = {seen} + 1, \
+            "{with} UPDATE {r} SET status = 'running', \
+             attempt = (SELECT c.seen + 1 FROM c WHERE {k}), \
              starts = CASE WHEN owner IS NULL THEN starts ELSE starts + 1 END, \
-             owner = {}, reason = 'takeover', fence = {fence}, started_at = {n}, \
-             expires_at = {}, error = NULL WHERE job = {j} AND slot = {s} AND {code} = 0",
-            text(&t.instance_id),
-            self.expires(t.lease_ms),
+             owner = (SELECT c.inst FROM c WHERE {k}), reason = 'takeover', \
+             fence = (SELECT value FROM {m} WHERE key = 'job:' || {r}.job), \
+             started_at = {n}, \
+             expires_at = (SELECT CASE WHEN c.lease > 9223372036854775807 - {n} \
+               THEN 9223372036854775807 ELSE {n} + c.lease END FROM c WHERE {k}), \
+             error = NULL \
+             WHERE job IN (SELECT job FROM c) \
+             AND EXISTS (SELECT 1 FROM c WHERE {k} AND {code} = 0)",
+            k = mine(&r)
         );
         self.push(&stmt);
+        let from = format!("FROM c JOIN {r} AS r ON r.job = c.job AND r.slot = c.slot");
         let select = format!(
-            "SELECT {j}, {s}, 0, {seen} + 1, {}, r.scheduled_at, 'takeover', 'running', \
-             r.fence, {n}, NULL, NULL FROM {r} AS r WHERE r.job = {j} AND r.slot = {s} \
-             AND {code} = 0",
-            text(&t.instance_id),
+            "SELECT c.job, c.slot, 0, c.seen + 1, c.inst, r.scheduled_at, 'takeover', \
+             'running', r.fence, {n}, NULL, NULL {from} WHERE {code} = 0"
         );
-        self.insert_attempt("", &select);
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, r.fence FROM {r} AS r \
-             WHERE r.job = {j} AND r.slot = {s} AND {code} = 0",
-            self.key(i, "f")
-        );
-        self.push(&stmt);
-        let stmt = format!(
-            "INSERT INTO {m} (key, value) SELECT {}, r.scheduled_at FROM {r} AS r \
-             WHERE r.job = {j} AND r.slot = {s} AND {code} = 0",
-            self.key(i, "s")
-        );
-        self.push(&stmt);
+        self.insert_attempt(&format!("{with} "), &select);
+        for (name, column) in [("f", "fence"), ("s", "scheduled_at")] {
+            let stmt = format!(
+                "{with} INSERT INTO {m} (key, value) SELECT c.k || '{name}', r.{column} \
+                 {from} WHERE {code} = 0"
+            );
+            self.push(&stmt);
+        }
     }
 }
 
@@ -759,6 +766,7 @@ mod tests {
         let mut claims = Script::new(&t);
         let mut all_claims = Vec::new();
         let mut all_results = Vec::new();
+        let mut all_takeovers = Vec::new();
         let mut takeovers = Script::new(&t);
         let mut results = Script::new(&t);
         for i in 0..crate::BATCH_CLAIMS {
@@ -779,18 +787,15 @@ mod tests {
                 reason: Reason::Scheduled,
                 retention,
             });
-            takeovers.take_over(
-                i,
-                &Takeover {
-                    run: run.clone(),
-                    seen_attempt: 1,
-                    instance_id: instance.clone(),
-                    lease_ms: 30_000,
-                    max_attempts: 3,
-                    superseded: false,
-                    not_after: run.slot + 1_000,
-                },
-            );
+            all_takeovers.push(Takeover {
+                run: run.clone(),
+                seen_attempt: 1,
+                instance_id: instance.clone(),
+                lease_ms: 30_000,
+                max_attempts: 3,
+                superseded: false,
+                not_after: run.slot + 1_000,
+            });
             let lease = Lease {
                 run: run.clone(),
                 attempt: 1,
@@ -814,6 +819,7 @@ mod tests {
             all_results.push((lease, finish));
         }
         results.finishes(&all_results);
+        takeovers.takeovers(&all_takeovers);
         claims.claims(&all_claims);
         for (what, s) in [
             ("claims", claims.finish()),

@@ -891,11 +891,7 @@ impl LeaseStore for LibsqlStore {
             "take_over",
             takeovers,
             BATCH_CLAIMS,
-            |s, takeovers| {
-                for (i, t) in takeovers.iter().enumerate() {
-                    s.take_over(i, t);
-                }
-            },
+            |s, takeovers| s.takeovers(takeovers),
             |stash, i, t| stash.take_over(i, t),
         )
         .await
