@@ -10,15 +10,22 @@
 //! each step with `want_rows: false`, so the server returns no rows. Hence:
 //! - every value is a literal formatted here (integers by Rust, text quoted with `'` doubled,
 //!   text with control characters as a hex blob cast to text);
-//! - the store's clock is read once per batch on the server and kept in a stash row of the
-//!   meta table, which every later statement reads (one `now` per batch);
-//! - each item's decision (won, taken, live, ...) is computed once by a statement from the
-//!   tables as they are at that point of the batch (so items of one job see the items before
-//!   them) and kept in a stash row; every write of the item is conditioned on it;
-//! - the outcomes (codes, fences, the clock) stay in stash rows `batch:<token>:...` of the
-//!   meta table, committed with the batch, and one follow-up statement
-//!   (`DELETE ... RETURNING`, through the client's `query`: a `describe` and a `cursor`
-//!   request, and the stream's `close`) reads and removes them.
+//! - the store's clock is read once per batch on the server and kept in a working row of the
+//!   meta table (`~n`, removed before `COMMIT`), which every later statement reads;
+//! - the items go in rounds: an item reads and writes only rows of its own job (claims,
+//!   takeovers) or run (results), so items that cannot see each other share a round (the
+//!   first item of each job, then the second, ...) and only the order among one job's items
+//!   matters, which the rounds keep. A round is a handful of set-based statements over a
+//!   `VALUES` list of its items, so the SQL grows by a row per item, not by statements;
+//! - each item's decision (won, taken, live, ...) is computed once, by the round's first
+//!   statement, from the tables as they are at that point of the batch, and kept in a stash
+//!   row; every write of the item is conditioned on it;
+//! - pruning (which the contract lets a store defer) runs once, at the end of the batch, for
+//!   the jobs due;
+//! - the outcomes (codes, fences, the clock) stay in stash rows `b:<token>:...` of the meta
+//!   table, committed with the batch, and one follow-up statement (`DELETE ... RETURNING`,
+//!   through the client's `query`: a `describe` and a `cursor` request, and the stream's
+//!   `close`) reads and removes them.
 //!
 //! Stash rows never collide with job keys (`job:<name>`) or `schema_version`, and a batch
 //! removes stash rows left more than an hour ago (by the writer's clock) by a call whose

@@ -61,13 +61,14 @@ use tokio::sync::broadcast;
 const KIND: &str = "libsql";
 
 /// The most claims (or takeovers) one Hrana batch takes (`LeaseStore::claim_many`,
-/// `LeaseStore::take_over_many`): one HTTP request carries them all (about 4.7 KB of SQL
-/// per claim with 20-character job names), then one statement reads the outcomes back, so
-/// a batch costs four HTTP requests whatever its size; 64 keeps a request near 300 KB.
+/// `LeaseStore::take_over_many`): one HTTP request carries them all, then one statement
+/// reads the outcomes back, so a batch costs four HTTP requests whatever its size. The SQL
+/// of 64 claims of 64 jobs is about 140 KB (20-character job names); 64 claims of one job,
+/// about 420 KB.
 pub const BATCH_CLAIMS: usize = 64;
 
 /// The most results one Hrana batch takes (`LeaseStore::finish_many`): four HTTP
-/// requests per batch, like [`BATCH_CLAIMS`] (about 3.5 KB of SQL per result).
+/// requests per batch, like [`BATCH_CLAIMS`] (about 75 KB of SQL for 64 results).
 pub const BATCH_FINISHES: usize = 64;
 
 /// The default bound of one call.
