@@ -497,25 +497,38 @@ impl LibsqlStore {
             self.inner.sql.tables.meta
         );
         let work = async {
-            let conn = self
-                .inner
-                .db
-                .connect()
-                .map_err(|e| map_err(location, operation, e))?;
-            retry_busy(deadline, || async {
-                conn.execute_batch(&text)
-                    .await
-                    .map(drop)
+            let connect = || {
+                self.inner
+                    .db
+                    .connect()
                     .map_err(|e| map_err(location, operation, e))
-            })
-            .await?;
+            };
+            let (conn, reader) = (connect()?, connect()?);
+            // The read's `describe` goes out beside the batch, on a stream of its own, so
+            // the call waits for two round trips (the batch, then the read's `cursor`).
+            let (written, read) = tokio::join!(
+                retry_busy(deadline, || async {
+                    conn.execute_batch(&text)
+                        .await
+                        .map(drop)
+                        .map_err(|e| map_err(location, operation, e))
+                }),
+                async {
+                    reader
+                        .prepare(&read)
+                        .await
+                        .map_err(|e| map_err(location, operation, e))
+                }
+            );
+            written?;
+            let read = read?;
             retry_busy(deadline, || async {
                 let params = libsql::params::Params::Positional(vec![
                     libsql::Value::Text(from.clone()),
                     libsql::Value::Text(to.clone()),
                 ]);
-                let mut rows = conn
-                    .query(&read, params)
+                let mut rows = read
+                    .query(params)
                     .await
                     .map_err(|e| map_err(location, operation, e))?;
                 let mut stash = batch::Stash::default();
