@@ -883,7 +883,8 @@ impl LeaseStore for LibsqlStore {
     /// single claim's rules in SQL on the server's clock, in the order given; then one
     /// statement reads the outcomes back (the client's `query`: a `describe` and a `cursor`
     /// request, and the stream's `close` after it). Four HTTP requests per batch, whatever
-    /// its size.
+    /// its size; the call waits for two round trips (the `describe` goes out beside the
+    /// batch).
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         self.batched(
             "claim",
