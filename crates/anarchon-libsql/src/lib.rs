@@ -28,13 +28,20 @@
 //! A local libSQL file is an SQLite file: open it with `anarchon-sqlite`.
 //!
 //! Lease times are the server's clock (`julianday('now')` on the server), read inside each
-//! write transaction. Every write is one interactive `BEGIN IMMEDIATE` transaction on the
-//! server (one HTTP request per statement). Each call is bounded by the call timeout.
+//! write transaction. Claims, results and takeovers (single or batched) are one Hrana
+//! batch each: up to 64 items in one HTTP request that runs the single call's rules as
+//! conditional statements inside `BEGIN IMMEDIATE ... COMMIT` on the server, then one
+//! statement that reads the outcomes back (four HTTP requests per batch in all; see the
+//! `batch` module in the source for why the `libsql` client allows no fewer). The other
+//! writes are interactive `BEGIN IMMEDIATE` transactions (one HTTP request per statement).
+//! Each call is bounded by the call timeout.
 //!
 //! # Versions
 //! A libSQL server (`sqld`) or Turso; SQLite ≥ 3.35 semantics (`RETURNING`). MSRV: the
 //! workspace's `rust-version`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod batch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -53,18 +60,15 @@ use tokio::sync::broadcast;
 
 const KIND: &str = "libsql";
 
-/// The most claims (or takeovers) one transaction takes (`LeaseStore::claim_many`,
-/// `LeaseStore::take_over_many`). The `libsql` client sends each statement of an interactive
-/// transaction as one HTTP request (about five per claim: clock, check, fence, run row,
-/// history row) while the transaction holds the database's write lock, so a batch saves
-/// the `BEGIN` and `COMMIT` of each claim but not its statements; 64 keeps the lock held
-/// for a few hundred requests at most.
+/// The most claims (or takeovers) one Hrana batch takes (`LeaseStore::claim_many`,
+/// `LeaseStore::take_over_many`): one HTTP request carries them all, then one statement
+/// reads the outcomes back, so a batch costs four HTTP requests whatever its size. The SQL
+/// of 64 claims of 64 jobs is about 140 KB (20-character job names); 64 claims of one job,
+/// about 420 KB.
 pub const BATCH_CLAIMS: usize = 64;
 
-/// The most results one transaction takes (`LeaseStore::finish_many`): as for
-/// [`BATCH_CLAIMS`], a batch saves the `BEGIN` and `COMMIT` of each result but not its
-/// statements (clock, run, history row, pruning), so 64 keeps the write lock held for a few
-/// hundred requests at most.
+/// The most results one Hrana batch takes (`LeaseStore::finish_many`): four HTTP
+/// requests per batch, like [`BATCH_CLAIMS`] (about 75 KB of SQL for 64 results).
 pub const BATCH_FINISHES: usize = 64;
 
 /// The default bound of one call.
@@ -466,6 +470,168 @@ impl LibsqlStore {
     }
 }
 
+impl LibsqlStore {
+    /// Sends one batch script (see the `batch` module) as one Hrana batch, then reads and
+    /// removes its stash rows with one statement; bounded by the call timeout. A batch that
+    /// found the database locked did nothing (the failed step skips the rest, the closed
+    /// stream rolls back) and is sent again until the deadline.
+    async fn run_batch(
+        &self,
+        operation: &'static str,
+        script: batch::Script,
+    ) -> Result<batch::Stash> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable {
+                store: KIND,
+                target: self.inner.sql.location.clone(),
+                source: "the store was closed".into(),
+            });
+        }
+        let timeout = self.inner.call_timeout();
+        let deadline = Instant::now() + timeout;
+        let location = self.inner.sql.location.as_str();
+        let (from, to) = script.stash_range();
+        let text = script.finish();
+        let read = format!(
+            "DELETE FROM \"{}\" WHERE key >= ?1 AND key < ?2 RETURNING key, value",
+            self.inner.sql.tables.meta
+        );
+        let work = async {
+            let connect = || {
+                self.inner
+                    .db
+                    .connect()
+                    .map_err(|e| map_err(location, operation, e))
+            };
+            let (conn, reader) = (connect()?, connect()?);
+            // The read's `describe` goes out beside the batch, on a stream of its own, so
+            // the call waits for two round trips (the batch, then the read's `cursor`).
+            let (written, read) = tokio::join!(
+                retry_busy(deadline, || async {
+                    conn.execute_batch(&text)
+                        .await
+                        .map(drop)
+                        .map_err(|e| map_err(location, operation, e))
+                }),
+                async {
+                    reader
+                        .prepare(&read)
+                        .await
+                        .map_err(|e| map_err(location, operation, e))
+                }
+            );
+            written?;
+            let read = read?;
+            retry_busy(deadline, || async {
+                let params = libsql::params::Params::Positional(vec![
+                    libsql::Value::Text(from.clone()),
+                    libsql::Value::Text(to.clone()),
+                ]);
+                let mut rows = read
+                    .query(params)
+                    .await
+                    .map_err(|e| map_err(location, operation, e))?;
+                let mut stash = batch::Stash::default();
+                while let Some(row) = rows
+                    .next()
+                    .await
+                    .map_err(|e| map_err(location, operation, e))?
+                {
+                    let key = match row.get_value(0) {
+                        Ok(libsql::Value::Text(k)) => k,
+                        other => {
+                            return Err(self
+                                .inner
+                                .sql
+                                .corrupt("", format!("a stash key of a batch read as {other:?}")));
+                        }
+                    };
+                    let value = match row.get_value(1) {
+                        Ok(libsql::Value::Integer(v)) => v,
+                        other => {
+                            return Err(self.inner.sql.corrupt(
+                                "",
+                                format!("stash row {key:?} of a batch holds {other:?}"),
+                            ));
+                        }
+                    };
+                    stash
+                        .put(&from, &key, value)
+                        .map_err(|reason| self.inner.sql.corrupt("", reason))?;
+                }
+                Ok(stash)
+            })
+            .await
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                store: KIND,
+                operation,
+                after: timeout,
+            }),
+        }
+    }
+
+    /// Claims, results or takeovers in batches of `limit`: each batch one script, its
+    /// outcomes decoded from the stash in input order.
+    async fn batched<I, T>(
+        &self,
+        operation: &'static str,
+        items: &[I],
+        limit: usize,
+        add: impl Fn(&mut batch::Script, &[I]),
+        outcome: impl Fn(&batch::Stash, usize, &I) -> std::result::Result<T, String>,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(limit.max(1)) {
+            let mut script = batch::Script::new(&self.inner.sql.tables);
+            add(&mut script, chunk);
+            let stash = self.run_batch(operation, script).await?;
+            for (i, item) in chunk.iter().enumerate() {
+                out.push(
+                    outcome(&stash, i, item)
+                        .map_err(|reason| self.inner.sql.corrupt("", reason))?,
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `f` again while it fails on a locked database (mapped to [`Error::Timeout`] with a
+/// zero wait), until `deadline`.
+async fn retry_busy<T, F, Fut>(deadline: Instant, f: F) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match f().await {
+            Err(Error::Timeout { after, .. })
+                if after.is_zero() && Instant::now() + pause <= deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The only outcome of a batch of one.
+fn one<T>(mut out: Vec<T>) -> Result<T> {
+    match (out.pop(), out.is_empty()) {
+        (Some(v), true) => Ok(v),
+        _ => Err(Error::store(
+            KIND,
+            "batch",
+            std::io::Error::other("a batch of one answered with another number of outcomes"),
+        )),
+    }
+}
+
 /// Maps a libSQL client error to the core error the contract names for it.
 fn map_err(location: &str, operation: &'static str, e: libsql::Error) -> Error {
     let text = e.to_string();
@@ -706,45 +872,44 @@ impl HistoryStore for LibsqlStore {
 
 #[async_trait]
 impl LeaseStore for LibsqlStore {
+    /// A batch of one (see [`LeaseStore::claim_many`]): one HTTP request for the claim and
+    /// one statement (three requests) to read its outcome.
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        self.run("claim", |mut e, sql| async move {
-            ops::claim(&mut e, sql, claim).await
-        })
-        .await
+        one(self.claim_many(std::slice::from_ref(claim)).await?)
     }
 
-    /// One interactive transaction for the whole batch (one `BEGIN IMMEDIATE`, one
-    /// `COMMIT`), each claim judged as a single claim, in order. Still one HTTP request per
-    /// statement inside it: see [`BATCH_CLAIMS`].
+    /// Up to [`BATCH_CLAIMS`] claims in one Hrana batch (one HTTP request, one
+    /// `BEGIN IMMEDIATE ... COMMIT` on the server), each judged by statements that apply the
+    /// single claim's rules in SQL on the server's clock, in the order given; then one
+    /// statement reads the outcomes back (the client's `query`: a `describe` and a `cursor`
+    /// request, and the stream's `close` after it). Four HTTP requests per batch, whatever
+    /// its size; the call waits for two round trips (the `describe` goes out beside the
+    /// batch).
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
-        let mut out = Vec::with_capacity(claims.len());
-        for chunk in claims.chunks(BATCH_CLAIMS) {
-            out.extend(
-                self.run("claim", |mut e, sql| async move {
-                    ops::claim_many(&mut e, sql, chunk).await
-                })
-                .await?,
-            );
-        }
-        Ok(out)
+        self.batched(
+            "claim",
+            claims,
+            BATCH_CLAIMS,
+            |s, claims| s.claims(claims),
+            |stash, i, c| stash.claim(i, c),
+        )
+        .await
     }
 
     fn claim_batch_limit(&self) -> usize {
         BATCH_CLAIMS
     }
 
-    /// One interactive transaction for the whole batch, like `claim_many`.
+    /// Up to [`BATCH_CLAIMS`] takeovers in one Hrana batch and one read, like `claim_many`.
     async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
-        let mut out = Vec::with_capacity(takeovers.len());
-        for chunk in takeovers.chunks(BATCH_CLAIMS) {
-            out.extend(
-                self.run("take_over", |mut e, sql| async move {
-                    ops::take_over_many(&mut e, sql, chunk).await
-                })
-                .await?,
-            );
-        }
-        Ok(out)
+        self.batched(
+            "take_over",
+            takeovers,
+            BATCH_CLAIMS,
+            |s, takeovers| s.takeovers(takeovers),
+            |stash, i, t| stash.take_over(i, t),
+        )
+        .await
     }
 
     fn take_over_batch_limit(&self) -> usize {
@@ -761,27 +926,22 @@ impl LeaseStore for LibsqlStore {
         .await
     }
 
+    /// A batch of one (see [`LeaseStore::finish_many`]).
     async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        self.run("finish", |mut e, sql| async move {
-            ops::finish(&mut e, sql, lease, finish).await
-        })
-        .await
+        one(self.finish_many(&[(lease.clone(), finish.clone())]).await?)
     }
 
-    /// One interactive transaction per [`BATCH_FINISHES`] results (one `BEGIN IMMEDIATE`,
-    /// one `COMMIT`), each written, fenced and pruned as a single finish, in order. Still
-    /// one HTTP request per statement inside it, like `claim_many`.
+    /// Up to [`BATCH_FINISHES`] results in one Hrana batch and one read, like `claim_many`:
+    /// each written, fenced by (attempt, owner) and pruned as a single finish, in order.
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
-        let mut out = Vec::with_capacity(writes.len());
-        for chunk in writes.chunks(BATCH_FINISHES) {
-            out.extend(
-                self.run("finish", |mut e, sql| async move {
-                    ops::finish_many(&mut e, sql, chunk).await
-                })
-                .await?,
-            );
-        }
-        Ok(out)
+        self.batched(
+            "finish",
+            writes,
+            BATCH_FINISHES,
+            |s, writes| s.finishes(writes),
+            |stash, i, _| stash.finish(i),
+        )
+        .await
     }
 
     fn finish_batch_limit(&self) -> usize {
@@ -800,11 +960,9 @@ impl LeaseStore for LibsqlStore {
         Ok(r)
     }
 
+    /// A batch of one (see [`LeaseStore::take_over_many`]).
     async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
-        self.run("take_over", |mut e, sql| async move {
-            ops::take_over(&mut e, sql, takeover).await
-        })
-        .await
+        one(self.take_over_many(std::slice::from_ref(takeover)).await?)
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
