@@ -966,7 +966,7 @@ impl LeaseStore for SqliteStore {
     /// One transaction for the whole batch: one write lock and one commit.
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         let claims = claims.to_vec();
-        on_worker!(self, "claim", |e, sql| ops::claim_many_read_first(
+        on_worker!(self, "claim", |e, sql| ops::claim_many(
             &mut e, sql, &claims
         ))
     }

@@ -694,63 +694,6 @@ async fn b17_a_release_by_another_connection_is_announced_while_watching() {
     t.store.set_watching(false);
 }
 
-/// Claims whose answer writes nothing (a slot already taken, an earlier run still holding
-/// its lease under `Overlap::Skip`, a late claim) are answered from a read and take no write
-/// lock: with another connection holding the write lock, a batch of them is answered, while
-/// a batch with a new slot waits for the lock and times out.
-#[tokio::test(flavor = "multi_thread")]
-async fn claims_that_write_nothing_take_no_write_lock() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("readfirst.db");
-    let store = SqliteStore::connect_with(
-        &path,
-        anarchon_sqlite::SqliteOptions::default().busy_timeout(Duration::from_millis(300)),
-    )
-    .await
-    .unwrap();
-    let (a, b, c, d) = (
-        unique_job("rf-a"),
-        unique_job("rf-b"),
-        unique_job("rf-c"),
-        unique_job("rf-d"),
-    );
-    let t = store.now().await.unwrap();
-    let won = store
-        .claim_many(&[claim(&a, t, "one", t), claim(&c, t, "one", t)])
-        .await
-        .unwrap();
-    assert!(
-        won.iter().all(|o| matches!(o, ClaimOutcome::Won(_))),
-        "{won:?}"
-    );
-    let blocker = raw(&path);
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let mut late = claim(&d, t, "two", t);
-    late.not_after = t - 1;
-    let outcomes = store
-        .claim_many(&[claim(&a, t, "two", t), claim(&c, t + 1_000, "two", t), late])
-        .await
-        .expect("answered without the write lock");
-    assert_eq!(outcomes[0], ClaimOutcome::Taken);
-    assert_eq!(outcomes[1], ClaimOutcome::Overlap { running_slot: t });
-    assert!(
-        matches!(outcomes[2], ClaimOutcome::Late { .. }),
-        "{outcomes:?}"
-    );
-    let err = store
-        .claim_many(&[claim(&a, t, "two", t), claim(&b, t, "two", t)])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
-    blocker.execute_batch("COMMIT").unwrap();
-    let outcomes = store
-        .claim_many(&[claim(&a, t, "two", t), claim(&b, t, "two", t)])
-        .await
-        .unwrap();
-    assert_eq!(outcomes[0], ClaimOutcome::Taken);
-    assert!(matches!(outcomes[1], ClaimOutcome::Won(_)), "{outcomes:?}");
-}
-
 /// Polls `f` once: a store call queues its work on the connection's thread in its first
 /// poll, so the calls polled here reach the queue in this order.
 fn queue<F: std::future::Future + ?Sized>(f: std::pin::Pin<&mut F>) {

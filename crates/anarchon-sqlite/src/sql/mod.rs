@@ -206,7 +206,6 @@ fn render(template: &str, t: &Tables) -> String {
 pub(crate) struct Statements {
     pub(crate) interrupt_runs: String,
     pub(crate) claim_check: String,
-    pub(crate) claim_precheck: String,
     pub(crate) register_job: String,
     pub(crate) next_fence: String,
     pub(crate) takeover_fence: String,
@@ -262,19 +261,6 @@ impl Statements {
                  EXISTS (SELECT 1 FROM {runs} INDEXED BY {running} \
                   WHERE job = ?1 AND slot < ?2 AND status = 'running' \
                   AND (owner IS NULL OR expires_at <= ?3))",
-            ),
-            // `claim_check`, and whether the job's meta row exists (?4 is its key): read
-            // before the write transaction, it shows the claims whose answer writes nothing
-            // (see `ops::claim_many_read_first`).
-            claim_precheck: r(
-                "SELECT EXISTS (SELECT 1 FROM {runs} WHERE job = ?1 AND slot = ?2), \
-                 (SELECT MIN(slot) FROM {runs} INDEXED BY {running} \
-                  WHERE job = ?1 AND slot < ?2 \
-                  AND status = 'running' AND owner IS NOT NULL AND expires_at > ?3), \
-                 EXISTS (SELECT 1 FROM {runs} INDEXED BY {running} \
-                  WHERE job = ?1 AND slot < ?2 AND status = 'running' \
-                  AND (owner IS NULL OR expires_at <= ?3)), \
-                 EXISTS (SELECT 1 FROM {meta} WHERE key = ?4)",
             ),
             register_job: r("INSERT INTO {meta} (key, value) VALUES (?1, 0) \
                  ON CONFLICT (key) DO NOTHING"),
