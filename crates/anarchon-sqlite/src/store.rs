@@ -7,6 +7,7 @@
 //! stops waiting at the deadline with [`Error::Timeout`]. A statement waits for the
 //! database's lock at most the busy timeout.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -405,22 +406,26 @@ impl SqliteStore {
         let timeout = self.inner.call_timeout();
         let deadline = Instant::now() + timeout;
         let (tx, rx) = oneshot::channel();
-        let job = Job::Run(Box::new(move |w: &Worker| {
-            // A call that waited in the queue past its deadline has been given up by its
-            // caller: running it now could start a claim nobody waits for.
-            let r = match deadline.checked_duration_since(Instant::now()) {
-                None => Err(Error::Timeout {
-                    store: KIND,
-                    operation,
-                    after: timeout,
-                }),
-                Some(left) => match w.conn.busy_timeout(left.min(w.busy_timeout)) {
-                    Ok(()) => f(w, deadline),
-                    Err(e) => Err(w.error(operation, e)),
-                },
-            };
-            let _ = tx.send(r);
-        }));
+        let urgent = urgent(operation);
+        let job = Job::Run(
+            Box::new(move |w: &Worker| {
+                // A call that waited in the queue past its deadline has been given up by its
+                // caller: running it now could start a claim nobody waits for.
+                let r = match deadline.checked_duration_since(Instant::now()) {
+                    None => Err(Error::Timeout {
+                        store: KIND,
+                        operation,
+                        after: timeout,
+                    }),
+                    Some(left) => {
+                        BUSY_UNTIL.set(Instant::now() + left.min(w.busy_timeout));
+                        f(w, deadline)
+                    }
+                };
+                let _ = tx.send(r);
+            }),
+            urgent,
+        );
         {
             let jobs = self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
             let Some(jobs) = jobs.as_ref() else {
@@ -456,6 +461,35 @@ impl SqliteStore {
             }),
         }
     }
+}
+
+thread_local! {
+    /// Until when the busy handler of the connection on this thread retries: each call sets
+    /// it (the connection's thread runs one call at a time). The handler is a plain
+    /// `FnMut(i32) -> bool` installed once; a thread-local saves it a lock.
+    static BUSY_UNTIL: std::cell::Cell<Instant> = std::cell::Cell::new(Instant::now());
+}
+
+/// The waits between two tries for the write lock while another connection holds it, by
+/// try (the last one repeats). SQLite's own busy timeout sleeps 1, 2, 5, 10, 15, 20, 25,
+/// 25, 25, 50, 50, 100 ms: three processes that each hold the lock for a millisecond or two
+/// then leave it idle while they sleep, and a waiter comes back up to 100 ms after it was
+/// free.
+const BUSY_STEPS_US: [u64; 6] = [50, 100, 200, 300, 500, 500];
+
+/// The busy handler: sleeps the next step, bounded by [`BUSY_UNTIL`]; `false` (SQLite
+/// answers `SQLITE_BUSY`) once that has passed.
+fn busy_wait(tries: i32) -> bool {
+    let until = BUSY_UNTIL.get();
+    let now = Instant::now();
+    if now >= until {
+        return false;
+    }
+    let i = usize::try_from(tries)
+        .unwrap_or(0)
+        .min(BUSY_STEPS_US.len() - 1);
+    std::thread::sleep(Duration::from_micros(BUSY_STEPS_US[i]).min(until - now));
+    true
 }
 
 /// How long a caller polls for the answer (yielding between polls) before it parks.
@@ -504,7 +538,32 @@ fn ready<F: Future>(f: F) -> F::Output {
 /// claims of several jobs), and waking a sleeping thread costs tens of µs, so the thread
 /// polls the queue for [`THREAD_SPIN`] before it sleeps, yielding the CPU between polls so
 /// that a caller waiting for its CPU runs. `None` once every sender is gone.
-fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+///
+/// Of the calls already queued, a write of an owner (a result, a release, a heartbeat, a
+/// takeover) goes before claims and reads: under load the queue holds a turn's claims of
+/// thousands of jobs, and a result stuck behind them keeps its run's lease live, so the
+/// job's next slot is skipped as an overlap (its claim sees the earlier run still running).
+/// Calls in the queue are concurrent calls of independent tasks (a call that depends on
+/// another is only sent after that one's answer), so their order is free; a close still
+/// comes after every call queued before it.
+fn next_job(jobs: &mpsc::Receiver<Job>, backlog: &mut VecDeque<Job>) -> Option<Job> {
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => backlog.push_back(job),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+            Err(mpsc::TryRecvError::Empty) => break,
+        }
+    }
+    let urgent = backlog
+        .iter()
+        .take_while(|j| !matches!(j, Job::Close(_)))
+        .position(|j| matches!(j, Job::Run(_, true)));
+    if let Some(i) = urgent {
+        return backlog.remove(i);
+    }
+    if let Some(job) = backlog.pop_front() {
+        return Some(job);
+    }
     let until = Instant::now() + THREAD_SPIN;
     loop {
         match jobs.try_recv() {
@@ -516,8 +575,15 @@ fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
     }
 }
 
+/// Whether a call writes for an owner and goes before queued claims and reads (see
+/// [`next_job`]).
+fn urgent(operation: &str) -> bool {
+    matches!(operation, "finish" | "release" | "heartbeat" | "take_over")
+}
+
 enum Job {
-    Run(Box<dyn FnOnce(&Worker) + Send>),
+    /// A call, and whether it is [`urgent`].
+    Run(Box<dyn FnOnce(&Worker) + Send>, bool),
     Close(oneshot::Sender<()>),
 }
 
@@ -562,7 +628,11 @@ impl Worker {
             path: path.to_owned(),
             source: Box::new(e),
         };
-        conn.busy_timeout(busy_timeout)
+        // Our own busy handler instead of SQLite's busy timeout: it retries every 50-500 µs
+        // up to the call's deadline (see `busy_wait`).
+        let mut conn = conn;
+        BUSY_UNTIL.set(Instant::now() + busy_timeout);
+        conn.busy_handler(Some(busy_wait))
             .map_err(|e| open_err(&path, e))?;
         conn.set_prepared_statement_cache_capacity(64);
         // The query planner stability guarantee: plans never depend on bound values. Without
@@ -660,9 +730,10 @@ impl Worker {
     }
 
     fn serve(self, jobs: mpsc::Receiver<Job>) {
-        while let Some(job) = next_job(&jobs) {
+        let mut backlog = VecDeque::new();
+        while let Some(job) = next_job(&jobs, &mut backlog) {
             match job {
-                Job::Run(f) => {
+                Job::Run(f, _) => {
                     if std::panic::catch_unwind(AssertUnwindSafe(|| f(&self))).is_err() {
                         tracing::error!(path = %self.sql.location, "an SQLite store call panicked");
                         if !self.conn.is_autocommit() {

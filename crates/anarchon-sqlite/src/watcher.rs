@@ -98,7 +98,7 @@ fn poll(path: &PathBuf, table: &str, releases: &broadcast::Sender<RunKey>, watch
         }
     };
     let _ = conn.busy_timeout(Duration::from_millis(50));
-    let query = format!("SELECT job, slot FROM {table} WHERE status = 'running' AND owner IS NULL");
+    let query = released_query(table);
     let mut version: Option<i64> = None;
     let mut known: HashSet<RunKey> = HashSet::new();
     while watchers.load(Ordering::SeqCst) > 0 {
@@ -116,6 +116,17 @@ fn poll(path: &PathBuf, table: &str, releases: &broadcast::Sender<RunKey>, watch
     }
 }
 
+/// The released runs (running, no owner), through the partial index of released runs
+/// (schema version 3), so the read touches those only. Under load the other processes
+/// commit many times between two polls, so this runs at about every poll; reading every
+/// running run instead took ~20 ms at 10,000 running runs, up to half a core per process.
+fn released_query(table: &str) -> String {
+    format!(
+        "SELECT job, slot FROM \"{table}\" INDEXED BY \"{table}_released\" \
+         WHERE status = 'running' AND owner IS NULL"
+    )
+}
+
 fn read_released(conn: &Connection, query: &str) -> rusqlite::Result<HashSet<RunKey>> {
     let mut stmt = conn.prepare_cached(query)?;
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
@@ -127,4 +138,52 @@ fn read_released(conn: &Connection, query: &str) -> rusqlite::Result<HashSet<Run
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{Tables, schema};
+    use rusqlite::StatementStatus;
+
+    /// The watcher's read steps through the released runs only, however many runs are
+    /// running: with 2,000 running runs and 2 released it finds the 2 in a few steps.
+    #[test]
+    fn the_release_watcher_reads_only_released_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("w.db")).unwrap();
+        let t = Tables::new("w").unwrap();
+        for stmt in schema::create_v1(&t) {
+            conn.execute(&stmt, []).unwrap();
+        }
+        for from in 1..schema::SCHEMA_VERSION {
+            for stmt in schema::migration(&t, from) {
+                conn.execute(&stmt, []).unwrap();
+            }
+        }
+        conn.execute_batch("BEGIN").unwrap();
+        for i in 0..2_000 {
+            let owner = if i % 1_000 == 7 { None } else { Some("a") };
+            conn.execute(
+                "INSERT INTO w (job, slot, scheduled_at, status, attempt, starts, owner, \
+                 reason, fence, started_at, expires_at, error) \
+                 VALUES (?1, 1000, 1000, 'running', 1, 1, ?2, 'scheduled', 1, 1000, 9000, NULL)",
+                rusqlite::params![format!("job-{i:05}"), owner],
+            )
+            .unwrap();
+        }
+        conn.execute_batch("COMMIT").unwrap();
+        let query = released_query(&t.runs);
+        let released = read_released(&conn, &query).unwrap();
+        let mut jobs: Vec<String> = released.iter().map(|k| k.job.to_string()).collect();
+        jobs.sort();
+        assert_eq!(jobs, ["job-00007", "job-01007"]);
+        let stmt = conn.prepare_cached(&query).unwrap();
+        let steps = stmt.get_status(StatementStatus::VmStep);
+        assert!(
+            steps < 100,
+            "the watcher's read took {steps} VM steps for 2 released runs among 2,000 running \
+             ones: it scans the running runs"
+        );
+    }
 }

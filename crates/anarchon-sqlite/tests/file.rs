@@ -693,3 +693,49 @@ async fn b17_a_release_by_another_connection_is_announced_while_watching() {
     );
     t.store.set_watching(false);
 }
+
+/// Polls `f` once: a store call queues its work on the connection's thread in its first
+/// poll, so the calls polled here reach the queue in this order.
+fn queue<F: std::future::Future + ?Sized>(f: std::pin::Pin<&mut F>) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(f.poll(&mut cx).is_pending(), "the call did not wait");
+}
+
+/// A result queued behind claims is written before them: a finish that reaches the queue
+/// after the claim of the job's next slot still frees that slot (the claim wins instead of
+/// being skipped as an overlap with the run that was already done).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_result_goes_before_queued_claims() {
+    let t = TempStore::new().await;
+    let store = &t.store;
+    let (job, other) = (unique_job("prio"), unique_job("prio-other"));
+    let now = store.now().await.unwrap();
+    let ClaimOutcome::Won(lease) = store.claim(&claim(&job, now, "a", now)).await.unwrap() else {
+        panic!("claim")
+    };
+    // Keeps the connection's thread busy (waiting for the write lock) while the next two
+    // calls are queued.
+    let blocker = raw(&t.path());
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let first = [claim(&other, now, "a", now)];
+    let mut busy = store.claim_many(&first);
+    queue(busy.as_mut());
+    let next = [claim(&job, now + 1_000, "a", now)];
+    let mut next_claim = store.claim_many(&next);
+    queue(next_claim.as_mut());
+    let done = anarchon_core::store::Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: anarchon_core::store::Retention::default(),
+    };
+    let mut finish = store.finish(&lease, &done);
+    queue(finish.as_mut());
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(matches!(busy.await.unwrap()[0], ClaimOutcome::Won(_)));
+    assert_eq!(finish.await.unwrap(), OwnerWrite::Done);
+    let outcome = next_claim.await.unwrap();
+    assert!(
+        matches!(outcome[0], ClaimOutcome::Won(_)),
+        "the claim ran before the queued finish: {outcome:?}"
+    );
+}

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | 1 | the tables `<prefix>`, `<prefix>_attempts`, `<prefix>_meta` |
 //! | 2 | the partial index `<prefix>_running` on running runs, so a claim's checks of earlier runs touch only the running ones |
+//! | 3 | the partial index `<prefix>_released` on released runs (running, no owner), so the release watcher of each process reads only those, not every running run |
 
 use anarchon_core::store::{Error, Result};
 
@@ -18,7 +19,7 @@ use super::ops::finish_tx;
 use super::{Exec, Sql, Tables, Value, render};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Columns of `<prefix>` (one row per run: state, lease, fence).
 pub const RUNS_COLUMNS: &[&str] = &[
@@ -105,6 +106,11 @@ pub fn migration(t: &Tables, from: i64) -> Vec<String> {
     match from {
         1 => vec![format!(
             "CREATE INDEX IF NOT EXISTS \"{}_running\" ON \"{}\" (job, slot) WHERE status = 'running'",
+            t.runs, t.runs
+        )],
+        2 => vec![format!(
+            "CREATE INDEX IF NOT EXISTS \"{}_released\" ON \"{}\" (job, slot) \
+             WHERE status = 'running' AND owner IS NULL",
             t.runs, t.runs
         )],
         _ => Vec::new(),
