@@ -8,8 +8,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 /// The workspace root: xtask lives one folder below it.
+///
+/// Read at run time first (`cargo run`, which `cargo xtask` is, sets `CARGO_MANIFEST_DIR` for
+/// the process): several checkouts sharing one `CARGO_TARGET_DIR` share one xtask binary, whose
+/// compiled-in path is the checkout that built it last.
 pub(crate) fn project_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest
         .parent()
         .expect("xtask sits inside the workspace")
         .to_path_buf()

@@ -192,8 +192,8 @@ impl State {
     fn prune(&mut self, job: &JobName, retention: Retention, now: EpochMs) {
         let running: BTreeSet<EpochMs> = self
             .runs
-            .iter()
-            .filter(|(k, r)| &k.job == job && r.status == RunStatus::Running)
+            .range(RunKey::new(job.clone(), EpochMs::MIN)..=RunKey::new(job.clone(), EpochMs::MAX))
+            .filter(|(_, r)| r.status == RunStatus::Running)
             .map(|(k, _)| k.slot)
             .collect();
         let Some(rows) = self.history.get_mut(job) else {
@@ -300,14 +300,13 @@ impl LeaseStore for MemoryStore {
         let job = &claim.run.job;
         st.jobs.insert(job.clone());
         // [B-15] Earlier runs whose lease ended unfinished are replaced by this slot.
+        // Runs are ordered by job, then slot: the job's earlier runs are one range.
+        let earlier = RunKey::new(job.clone(), EpochMs::MIN)..claim.run.clone();
         let ended: Vec<(RunKey, u32)> = st
             .runs
-            .iter()
-            .filter(|(k, r)| {
-                &k.job == job
-                    && k.slot < claim.run.slot
-                    && r.status == RunStatus::Running
-                    && (r.owner.is_none() || r.expires_at <= now)
+            .range(earlier.clone())
+            .filter(|(_, r)| {
+                r.status == RunStatus::Running && (r.owner.is_none() || r.expires_at <= now)
             })
             .map(|(k, r)| (k.clone(), r.attempt))
             .collect();
@@ -328,12 +327,8 @@ impl LeaseStore for MemoryStore {
             return Ok(ClaimOutcome::Taken);
         }
         if claim.overlap == Overlap::Skip
-            && let Some((k, _)) = st.runs.iter().find(|(k, r)| {
-                &k.job == job
-                    && k.slot < claim.run.slot
-                    && r.status == RunStatus::Running
-                    && r.owner.is_some()
-                    && r.expires_at > now
+            && let Some((k, _)) = st.runs.range(earlier).find(|(_, r)| {
+                r.status == RunStatus::Running && r.owner.is_some() && r.expires_at > now
             })
         {
             return Ok(ClaimOutcome::Overlap {

@@ -1,8 +1,10 @@
 //! `cargo xtask bench`: a store's claim micro-bench (`bench <store>`), and the scale and
 //! start-precision benches (`bench scale`, `bench precision`) that run real scheduler
-//! processes (`examples/bench-node.rs`, built in release) against a store.
+//! processes (`examples/bench-node.rs`, built in release) against a store, and the driver
+//! bench (`bench driver`): the scheduler alone on the in-memory store.
 
 mod claim;
+mod driver;
 mod node;
 mod precision;
 mod scale;
@@ -15,6 +17,7 @@ use anyhow::Result;
 
 pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     match args.first().map(String::as_str) {
+        Some("driver") => driver::run(&args[1..]),
         Some("scale") => scale::run(&args[1..]),
         Some("precision") => precision::run(&args[1..]),
         _ => claim::run(args),

@@ -171,11 +171,11 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| util::project_root().join("target"))
 }
 
-/// Builds the bench node in release and returns its path.
-pub(crate) fn build_node() -> Result<PathBuf> {
+/// `cargo` for a release build of the benches. `cargo xtask` (a `cargo run`) hands xtask's
+/// own package variables to us; build scripts such as ring's rerun when they change, which
+/// would rebuild half the release tree: they are removed.
+pub(crate) fn release_cargo() -> Command {
     let mut command = util::cargo();
-    // `cargo xtask` (a `cargo run`) hands xtask's own package variables to us; build scripts
-    // such as ring's rerun when they change, which would rebuild half the release tree.
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
         if key.starts_with("CARGO_PKG_")
@@ -185,6 +185,12 @@ pub(crate) fn build_node() -> Result<PathBuf> {
             command.env_remove(&*key);
         }
     }
+    command
+}
+
+/// Builds the bench node in release and returns its path.
+pub(crate) fn build_node() -> Result<PathBuf> {
+    let mut command = release_cargo();
     command.args([
         "build",
         "--release",

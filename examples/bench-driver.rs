@@ -1,0 +1,167 @@
+//! The worker of `cargo xtask bench driver`: **not an example to learn from** (read
+//! `examples/quick-start.rs` for that). It measures the scheduler alone, without a store's
+//! round trips: one process, N distinct `every 1s` jobs on the in-memory store
+//! (`anarchon::memory::MemoryStore`, the reference store of the conformance kit), handlers
+//! that only count their start. It prints, every 10 s, the starts, the slots reported late,
+//! the start lag (p50/p99 over the last 10 s, from a fixed-size histogram), the process's CPU
+//! and its RSS per job (RSS minus the RSS before any job was registered, divided by N), so the
+//! driver's own ceiling and memory can be read apart from any store's.
+//!
+//! ```text
+//! bench-driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H]
+//! ```
+//!
+//! The in-memory store keeps its runs and history in the same process: `--history-size 1`
+//! (the default here) keeps that part small, so the RSS is mostly the scheduler's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anarchon::{Scheduler, memory::MemoryStore};
+
+/// Start lag histogram: 0.1 ms buckets up to 10 s (the last bucket takes the rest).
+struct Lags {
+    buckets: Vec<AtomicU64>,
+}
+
+const BUCKET_US: u64 = 100;
+const BUCKETS: usize = 100_000;
+
+impl Lags {
+    fn new() -> Self {
+        Lags {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+    fn add(&self, lag_us: u64) {
+        let i = ((lag_us / BUCKET_US) as usize).min(BUCKETS - 1);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Takes the counts (and clears them): p50 and p99 in ms.
+    fn take(&self) -> Option<(f64, f64)> {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.swap(0, Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let at = |q: f64| {
+            let want = (q * total as f64).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= want {
+                    return (i as u64 + 1) as f64 * BUCKET_US as f64 / 1000.0;
+                }
+            }
+            f64::NAN
+        };
+        Some((at(0.5), at(0.99)))
+    }
+}
+
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// utime + stime of this process in clock ticks (100 a second on Linux).
+fn cpu_ticks() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            Some(after.get(11)?.parse::<u64>().ok()? + after.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn arg(args: &[String], name: &str, default: u64) -> Result<u64, String> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(default),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{name} needs a whole number")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let jobs = arg(&args, "--jobs", 10_000)?.max(1);
+    let seconds = arg(&args, "--seconds", 60)?.max(10);
+    let jitter = Duration::from_millis(arg(&args, "--jitter-ms", 0)?);
+    let history = u32::try_from(arg(&args, "--history-size", 1)?).unwrap_or(u32::MAX);
+    let scheduler = Scheduler::leased(MemoryStore::new())
+        .jitter(jitter)
+        .history_size(history)
+        .build()?;
+    let starts = Arc::new(AtomicU64::new(0));
+    let lags = Arc::new(Lags::new());
+    let base = rss_kb();
+    for j in 0..jobs {
+        let starts = starts.clone();
+        let lags = lags.clone();
+        scheduler
+            .every(&format!("j{j:05}"), Duration::from_secs(1))
+            .handler(move |ctx| {
+                let slot_us = ctx.slot_ms().max(0) as u64 * 1000;
+                lags.add(now_us().saturating_sub(slot_us));
+                starts.fetch_add(1, Ordering::Relaxed);
+                async { Ok(()) }
+            })?;
+    }
+    let registered = rss_kb();
+    scheduler.start().await?;
+    let per_job = |kb: u64| kb.saturating_sub(base) as f64 / jobs as f64;
+    println!(
+        "bench driver: {jobs} `every 1s` jobs, jitter {} ms, history size {history}, in-memory store, {seconds} s",
+        jitter.as_millis()
+    );
+    println!(
+        "RSS {:.1} MiB with no job; {:.2} KiB per job registered, {:.2} KiB per job started",
+        base as f64 / 1024.0,
+        per_job(registered),
+        per_job(rss_kb())
+    );
+    println!("|   t | starts / s | late (total) | lag p50 / p99 | CPU | RSS per job |");
+    println!("|---|---|---|---|---|---|");
+    let mut last = (Instant::now(), cpu_ticks(), 0u64);
+    for t in 1..=seconds / 10 {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let (now, ticks, done) = (Instant::now(), cpu_ticks(), starts.load(Ordering::Relaxed));
+        let wall = now.duration_since(last.0).as_secs_f64();
+        let cpu = (ticks - last.1) as f64 / 100.0 / wall;
+        let lag = lags.take().map_or("-".to_owned(), |(p50, p99)| {
+            format!("{p50:.1} / {p99:.1} ms")
+        });
+        println!(
+            "| {:>3} | {:.0} | {} | {lag} | {:.0} % | {:.2} KiB |",
+            t * 10,
+            (done - last.2) as f64 / wall,
+            scheduler.health().slots_late,
+            cpu * 100.0,
+            per_job(rss_kb())
+        );
+        last = (now, ticks, done);
+    }
+    scheduler.stop(Duration::from_secs(10)).await?;
+    Ok(())
+}
