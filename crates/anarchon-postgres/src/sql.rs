@@ -164,18 +164,18 @@ pub(crate) struct Sql {
     pub(crate) record_manual: String,
     /// Indexed by "a TTL is set" (0 without, 1 with).
     pub(crate) prune: [String; 2],
-    /// The usual claim: no pruning.
-    pub(crate) claim: String,
-    /// The claim that also prunes, indexed like `prune`.
-    pub(crate) claim_pruning: [String; 2],
+    /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
+    pub(crate) lock_jobs: String,
+    /// The set-based claim of a round of claims (see [`claim_set_sql`]).
+    pub(crate) claim_set: String,
     /// The last statement of a claim batch before its `COMMIT`: fails (SQLSTATE 22P02) when
     /// the database clock is past `$1`, the batch's latest deadline, so the transaction
     /// rolls back instead of committing after its caller gave up. (The failing cast reads
     /// the clock, so the planner cannot fold it into an error of every call.)
     pub(crate) claim_guard: String,
     pub(crate) heartbeat: String,
-    /// Indexed like `prune`.
-    pub(crate) finish: [String; 2],
+    /// The set-based finish of a round of results (see [`finish_set_sql`]).
+    pub(crate) finish_set: String,
     pub(crate) release: String,
     pub(crate) take_over: String,
     pub(crate) runs: String,
@@ -282,10 +282,102 @@ SELECT count(*) FROM pdrop",
     )
 }
 
-/// The `claim` statement: `prune` selects the variant that prunes the job (see
-/// [`PRUNE_EVERY`]), `ttl` the pruning variant that also prunes by age. The variant without
-/// pruning keeps the same CTEs with `pdrop` and `pdrop_runs` empty, so both read alike.
-fn claim_sql(names: &Names, prune: bool, ttl: bool) -> String {
+/// The retention CTEs of the reference model (see [`prune_ctes`]) for a whole batch at once:
+/// `pj` is a CTE of the jobs to prune, one row per job, with columns `job`, `slot` (the run
+/// the statement claims or finishes), `size` and `ttl`. Each job's oldest kept key is found
+/// by a `LATERAL` ordered index scan of at most `size` keys, as in the single statement.
+///
+/// - `add_key`: whether the job's `slot` is a history key this statement adds (a claim);
+/// - `kept`: a boolean SQL expression over a candidate row `p` and its job's `q` (a `pj`
+///   row) that is true when the candidate belongs to a run that stays running, which
+///   pruning always keeps.
+///
+/// Defines `ptop`, `pcut`, `pcand`, `pdrop`, `pdrop_runs` and `del_a`, all keyed by job.
+fn prune_set_ctes(names: &Names, add_key: bool, kept: &str) -> String {
+    let Names { attempts, .. } = names;
+    let add_key = if add_key {
+        "
+            UNION SELECT q.slot, false"
+    } else {
+        ""
+    };
+    format!(
+        "ptop AS (
+    SELECT q.job, t.slot, t.manual FROM pj q CROSS JOIN LATERAL (
+        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
+        WHERE a.job = q.job
+        ORDER BY a.slot DESC, a.manual DESC LIMIT greatest(q.size, 1)
+    ) t
+),
+pcut AS (
+    SELECT q.job, c.slot, c.manual FROM pj q CROSS JOIN LATERAL (
+        SELECT k.slot, k.manual FROM (
+            SELECT t.slot, t.manual FROM ptop t WHERE t.job = q.job{add_key}
+        ) k
+        ORDER BY k.slot DESC, k.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
+    ) c
+),
+pcand AS (
+    SELECT a.job, a.slot, a.manual, a.attempt, a.instance_id
+    FROM pcut c JOIN {attempts} a ON a.job = c.job
+    WHERE a.slot <= c.slot AND (a.slot, a.manual) < (c.slot, c.manual)
+    UNION
+    SELECT a.job, a.slot, a.manual, a.attempt, a.instance_id
+    FROM pj q JOIN {attempts} a ON a.job = q.job, n
+    WHERE q.ttl IS NOT NULL AND a.finished_at < n.ms - q.ttl
+),
+pdrop AS (
+    SELECT p.job, p.slot, p.manual, p.attempt, p.instance_id
+    FROM pcand p JOIN pj q ON q.job = p.job
+    WHERE p.manual OR NOT ({kept})
+),
+pdrop_runs AS (
+    SELECT DISTINCT d.job, d.slot FROM pdrop d
+    WHERE NOT d.manual AND NOT EXISTS (
+        SELECT 1 FROM {attempts} a
+        WHERE a.job = d.job AND a.slot = d.slot AND NOT a.manual
+          AND NOT EXISTS (SELECT 1 FROM pdrop e
+                          WHERE e.job = a.job AND NOT e.manual AND e.slot = a.slot
+                            AND e.attempt = a.attempt))
+),
+del_a AS (
+    DELETE FROM {attempts} a USING pdrop d
+    WHERE a.job = d.job AND a.slot = d.slot AND a.manual = d.manual AND a.attempt = d.attempt
+      AND a.instance_id = d.instance_id
+),"
+    )
+}
+
+/// The statement that opens every claim, result and takeover batch: it locks the `_jobs`
+/// row of each of the batch's jobs, in job order, and creates the rows of jobs no instance
+/// registered. `ON CONFLICT DO UPDATE ... WHERE false` updates nothing but locks every
+/// existing row it meets, in the order the sorted `SELECT` feeds them. The batch's next
+/// statements then take their snapshots after every earlier claim, result or takeover of
+/// these jobs committed, and none can start until this batch commits: claims of one job by
+/// several instances run one after the other, decided on fresh data, and two batches lock
+/// their common jobs in the same order, so they never deadlock.
+fn lock_jobs_sql(names: &Names) -> String {
+    let Names { jobs, .. } = names;
+    let now = NOW_MS;
+    // $1 jobs.
+    format!(
+        "INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
+SELECT k.job, 0, {now}, 0 FROM (SELECT DISTINCT job FROM unnest($1::text[]) AS u(job)) k
+ORDER BY k.job
+ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
+    )
+}
+
+/// The set-based claim: one statement for a batch in which each job appears at most once
+/// (the store splits a batch that holds several slots of a job into such rounds), run after
+/// [`lock_jobs_sql`] in the same transaction. Each claim is judged by the single claim's
+/// rules (see `LeaseStore::claim`): late on the database clock against its `not_after`;
+/// earlier runs of its job that are running with an ended lease become `interrupted` (and
+/// their running history rows); taken when its run exists; overlap when `skip` and an earlier
+/// run of the job holds a live lease; else its run, the job's next fence and its first
+/// history row are written. A won claim whose `prune` flag is set prunes its job as the
+/// single path did (see [`PRUNE_EVERY`]). One answer row per claim, by `ord`.
+fn claim_set_sql(names: &Names) -> String {
     let Names {
         runs,
         attempts,
@@ -294,106 +386,126 @@ fn claim_sql(names: &Names, prune: bool, ttl: bool) -> String {
         ..
     } = names;
     let now = NOW_MS;
-    // $1 job, $2 slot, $3 scheduled_at, $4 instance, $5 lease ms, $6 not_after,
-    // $7 overlap skip, $8 reason, $9 retention size, $10 retention ttl ms (or NULL).
+    // Arrays, one element per claim: $1 job, $2 slot, $3 scheduled_at, $4 instance,
+    // $5 lease ms, $6 not_after, $7 overlap skip, $8 reason, $9 retention size,
+    // $10 retention ttl ms (NULL elements: none), $11 prune.
+    let kept = format!(
+        "p.slot = q.slot
+        OR (NOT EXISTS (SELECT 1 FROM to_mark m WHERE m.job = p.job AND m.slot = p.slot)
+            AND EXISTS (SELECT 1 FROM {runs} r
+                        WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running'))"
+    );
     format!(
         "WITH n AS (SELECT {now} AS ms),
-ok AS (SELECT ms FROM n WHERE ms <= $6),
+b AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::int8[],
+                         $6::int8[], $7::bool[], $8::text[], $9::int8[], $10::int8[],
+                         $11::bool[])
+        WITH ORDINALITY AS b(job, slot, scheduled_at, owner, lease_ms, not_after, skip,
+                             reason, size, ttl, prune, ord)
+),
+d AS (
+    SELECT b.*, n.ms,
+           EXISTS (SELECT 1 FROM {runs} r WHERE r.job = b.job AND r.slot = b.slot) AS existed,
+           CASE WHEN b.skip THEN (
+               SELECT r.slot FROM {runs} r
+               WHERE r.job = b.job AND r.slot < b.slot AND r.status = 'running'
+                 AND r.owner IS NOT NULL AND r.expires_at > n.ms
+               ORDER BY r.slot LIMIT 1)
+           END AS live_slot
+    FROM b, n
+    WHERE n.ms <= b.not_after
+),
 to_mark AS (
-    SELECT r.slot FROM {runs} r, ok
-    WHERE r.job = $1 AND r.slot < $2 AND r.status = 'running'
-      AND (r.owner IS NULL OR r.expires_at <= ok.ms)
+    SELECT r.job, r.slot FROM d JOIN {runs} r ON r.job = d.job
+    WHERE r.slot < d.slot AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= d.ms)
 ),
-existing AS (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
-live AS (
-    SELECT r.slot FROM {runs} r, ok
-    WHERE $7 AND r.job = $1 AND r.slot < $2 AND r.status = 'running'
-      AND r.owner IS NOT NULL AND r.expires_at > ok.ms
-    ORDER BY r.slot LIMIT 1
-),
-snap AS (SELECT j.fence, j.unpruned FROM {jobs} j WHERE j.job = $1),
 ins AS (
     INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
                         scheduled_at, started_at)
-    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms FROM ok
-    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM live)
+    SELECT d.job, d.slot, 'running', 1, 1, d.owner, d.ms + d.lease_ms, d.scheduled_at, d.ms
+    FROM d WHERE NOT d.existed AND d.live_slot IS NULL
+    ORDER BY d.job, d.slot
     ON CONFLICT (job, slot) DO NOTHING
-    RETURNING slot, expires_at, started_at
+    RETURNING job, slot, expires_at, started_at
+),
+pj AS (
+    SELECT d.job, d.slot, d.size, d.ttl FROM d JOIN ins i ON i.job = d.job WHERE d.prune
 ),
 {prune}
 marked AS (
     UPDATE {runs} r SET status = 'interrupted', owner = NULL
     FROM to_mark m, n
-    WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
+    WHERE r.job = m.job AND r.slot = m.slot AND r.status = 'running'
       AND (r.owner IS NULL OR r.expires_at <= n.ms)
-      AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
-    RETURNING r.slot, r.attempt
+      AND NOT EXISTS (SELECT 1 FROM pdrop_runs p WHERE p.job = r.job AND p.slot = r.slot)
+    RETURNING r.job, r.slot, r.attempt
 ),
 marked_rows AS (
     UPDATE {attempts} a
     SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
     FROM marked m, n
-    WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
+    WHERE a.job = m.job AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
       AND a.status = 'running'
-      AND NOT EXISTS (SELECT 1 FROM pdrop d
-                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+      AND NOT EXISTS (SELECT 1 FROM pdrop e
+                      WHERE e.job = a.job AND NOT e.manual AND e.slot = a.slot
+                        AND e.attempt = a.attempt)
 ),
 del_r AS (
     DELETE FROM {runs} r USING pdrop_runs p, n
-    WHERE r.job = $1 AND r.slot = p.slot
+    WHERE r.job = p.job AND r.slot = p.slot
       AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
-    RETURNING r.slot
+    RETURNING r.job, r.slot
 ),
 fence AS (
-    INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
-    SELECT $1, 1, ins.started_at, {first_count} FROM ins
-    WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
-    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1, unpruned = {count}
-    WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
-    RETURNING j.fence, j.unpruned
+    UPDATE {jobs} j
+    SET fence = j.fence + 1,
+        unpruned = CASE WHEN d.prune THEN 0 ELSE j.unpruned + 1 END
+    FROM ins i JOIN d ON d.job = i.job
+    WHERE j.job = i.job
+      AND (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+    RETURNING j.job, j.fence, j.unpruned
 ),
 row_ins AS (
     INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
                             status, fence, started_at)
-    SELECT $1, ins.slot, false, 1, $4, $3, $8, 'running', fence.fence, ins.started_at
-    FROM ins, fence
+    SELECT i.job, i.slot, false, 1, d.owner, d.scheduled_at, d.reason, 'running', f.fence,
+           i.started_at
+    FROM ins i JOIN d ON d.job = i.job JOIN fence f ON f.job = i.job
+),
+chk AS (
+    SELECT CASE
+        WHEN (SELECT count(*) FROM ins) <> (SELECT count(*) FROM fence)
+            THEN {retry}('a claimed job has no fence row')
+        WHEN (SELECT count(*) FROM marked)
+             + (SELECT count(*) FROM del_r x
+                WHERE EXISTS (SELECT 1 FROM to_mark m WHERE m.job = x.job AND m.slot = x.slot))
+             <> (SELECT count(*) FROM to_mark)
+            THEN {retry}('an ended lease was renewed meanwhile')
+    END AS retry
 )
-SELECT n.ms,
-       n.ms > $6 AS late,
-       EXISTS (SELECT 1 FROM existing) AS existed,
-       (SELECT slot FROM live) AS live_slot,
-       (SELECT expires_at FROM ins) AS expires_at,
-       (SELECT fence FROM fence) AS fence,
-       coalesce((SELECT unpruned FROM fence), (SELECT unpruned FROM snap)) AS unpruned,
-       CASE
-           WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
-               THEN {retry}('another claim of the job committed first')
-           WHEN (SELECT count(*) FROM marked)
-                + (SELECT count(*) FROM del_r WHERE slot IN (SELECT slot FROM to_mark))
-                <> (SELECT count(*) FROM to_mark)
-               THEN {retry}('an ended lease was renewed meanwhile')
-       END AS retry
-FROM n",
-        prune = if prune {
-            prune_ctes(
-                names,
-                "EXISTS (SELECT 1 FROM ins)",
-                "SELECT slot, false AS manual FROM ins",
-                "SELECT slot FROM to_mark",
-                "SELECT slot FROM ins",
-                "$9",
-                ttl.then_some("$10"),
-            )
-        } else {
-            NO_PRUNE.to_owned()
-        },
-        first_count = if prune { "0" } else { "1" },
-        count = if prune { "0" } else { "j.unpruned + 1" },
+SELECT b.ord, n.ms, n.ms > b.not_after AS late, coalesce(d.existed, false) AS existed,
+       d.live_slot, i.expires_at, f.fence,
+       coalesce(f.unpruned, (SELECT j.unpruned FROM {jobs} j WHERE j.job = b.job)) AS unpruned,
+       chk.retry
+FROM b CROSS JOIN n CROSS JOIN chk
+LEFT JOIN d ON d.ord = b.ord
+LEFT JOIN ins i ON i.job = b.job AND i.slot = b.slot
+LEFT JOIN fence f ON f.job = b.job AND i.job IS NOT NULL
+ORDER BY b.ord",
+        prune = prune_set_ctes(names, true, &kept),
     )
 }
 
-/// The `finish` statement; `ttl` selects the variant that also prunes by age.
-fn finish_sql(names: &Names, ttl: bool) -> String {
+/// The set-based finish: one statement for a batch of results in which each job appears at
+/// most once (the store splits other batches into such rounds), run after
+/// [`lock_jobs_sql`] in the same transaction. Each result is written by the single finish's
+/// rules: conditional on (job, slot, attempt, owner) and status `running`, the run and its
+/// attempt's history row get the status, `finished_at` and error, and the job is pruned to
+/// the result's retention; a stale owner's result writes nothing. One answer row per
+/// result, by `ord`.
+fn finish_set_sql(names: &Names) -> String {
     let Names {
         runs,
         attempts,
@@ -401,61 +513,71 @@ fn finish_sql(names: &Names, ttl: bool) -> String {
         ..
     } = names;
     let now = NOW_MS;
-    // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
+    // Arrays, one element per result: $1 job, $2 slot, $3 attempt, $4 owner, $5 status,
+    // $6 error (NULL elements: none), $7 retention size, $8 retention ttl ms (NULL: none).
+    let kept = format!(
+        "p.slot <> q.slot
+        AND EXISTS (SELECT 1 FROM {runs} r
+                    WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running')"
+    );
     format!(
         "WITH n AS (SELECT {now} AS ms),
-chk AS (
-    SELECT r.slot FROM {runs} r
-    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
-      AND r.status = 'running'
+b AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int4[], $4::text[], $5::text[],
+                         $6::text[], $7::int8[], $8::int8[])
+        WITH ORDINALITY AS b(job, slot, attempt, owner, status, error, size, ttl, ord)
 ),
+chk AS (
+    SELECT b.* FROM b
+    WHERE EXISTS (SELECT 1 FROM {runs} r
+                  WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt
+                    AND r.owner = b.owner AND r.status = 'running')
+),
+pj AS (SELECT c.job, c.slot, c.size, c.ttl FROM chk c),
 {prune}
 f AS (
-    UPDATE {runs} r SET status = $5, owner = NULL
-    FROM chk
-    WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
-      AND r.status = 'running' AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
-    RETURNING r.slot
+    UPDATE {runs} r SET status = c.status, owner = NULL
+    FROM chk c
+    WHERE r.job = c.job AND r.slot = c.slot AND r.attempt = c.attempt AND r.owner = c.owner
+      AND r.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM pdrop_runs p WHERE p.job = r.job AND p.slot = r.slot)
+    RETURNING r.job, r.slot
 ),
 h AS (
-    UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
-    FROM chk, n
-    WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
-      AND NOT EXISTS (SELECT 1 FROM pdrop d
-                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+    UPDATE {attempts} a SET status = c.status, finished_at = n.ms, error = c.error
+    FROM chk c, n
+    WHERE a.job = c.job AND a.slot = c.slot AND a.attempt = c.attempt AND NOT a.manual
+      AND NOT EXISTS (SELECT 1 FROM pdrop e
+                      WHERE e.job = a.job AND NOT e.manual AND e.slot = a.slot
+                        AND e.attempt = a.attempt)
 ),
 del_r AS (
     DELETE FROM {runs} r USING pdrop_runs p
-    WHERE r.job = $1 AND r.slot = p.slot
+    WHERE r.job = p.job AND r.slot = p.slot
       AND (r.status <> 'running'
-           OR (r.slot = $2 AND r.attempt = $3 AND r.owner = $4))
-    RETURNING r.slot
+           OR EXISTS (SELECT 1 FROM chk c
+                      WHERE c.job = r.job AND c.slot = r.slot AND c.attempt = r.attempt
+                        AND c.owner = r.owner))
+    RETURNING r.job, r.slot
+),
+verdict AS (
+    SELECT CASE
+        WHEN (SELECT count(*) FROM chk)
+             <> (SELECT count(*) FROM f)
+                + (SELECT count(*) FROM del_r x
+                   WHERE EXISTS (SELECT 1 FROM chk c WHERE c.job = x.job AND c.slot = x.slot)
+                     AND NOT EXISTS (SELECT 1 FROM f y
+                                     WHERE y.job = x.job AND y.slot = x.slot))
+            THEN {retry}('a run changed while it was finished')
+    END AS retry
 )
-SELECT EXISTS (SELECT 1 FROM chk) AS done,
-       CASE
-           WHEN EXISTS (SELECT 1 FROM chk) AND NOT EXISTS (SELECT 1 FROM f)
-                AND NOT EXISTS (SELECT 1 FROM del_r WHERE slot = $2)
-               THEN {retry}('the run changed while it was finished')
-       END AS retry",
-        prune = prune_ctes(
-            names,
-            "EXISTS (SELECT 1 FROM chk)",
-            NO_KEYS,
-            "SELECT slot FROM chk",
-            NO_SLOTS,
-            "$7",
-            ttl.then_some("$8"),
-        ),
+SELECT b.ord, EXISTS (SELECT 1 FROM chk c WHERE c.ord = b.ord) AS done, verdict.retry
+FROM b CROSS JOIN verdict
+ORDER BY b.ord",
+        prune = prune_set_ctes(names, false, &kept),
     )
 }
 
-/// The CTEs `prune_ctes` defines, empty: nothing is pruned.
-const NO_PRUNE: &str = "pdrop AS (
-    SELECT NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
-           NULL::text AS instance_id
-    WHERE false
-),
-pdrop_runs AS (SELECT NULL::int8 AS slot WHERE false),";
 const NO_KEYS: &str = "SELECT NULL::int8 AS slot, NULL::bool AS manual WHERE false";
 const NO_SLOTS: &str = "SELECT NULL::int8 AS slot WHERE false";
 
@@ -687,15 +809,15 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             history,
             record_manual,
             prune: [prune_sql(names, false), prune_sql(names, true)],
-            claim: claim_sql(names, false, false),
-            claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
+            lock_jobs: lock_jobs_sql(names),
+            claim_set: claim_set_sql(names),
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \
                  THEN CAST('anarchon: the claim batch reached its deadline ' || {now} AS int8) \
                  END"
             ),
             heartbeat,
-            finish: [finish_sql(names, false), finish_sql(names, true)],
+            finish_set: finish_set_sql(names),
             release,
             take_over,
             runs: runs_sql,

@@ -164,9 +164,10 @@ async fn concurrent_batches_over_the_same_jobs_in_other_orders_win_each_slot_onc
 }
 
 /// A batch that won a claim but reached its deadline before `COMMIT` rolls back and says
-/// so: another transaction holds the fence row of the batch's last job (in lock order)
-/// past the batch's deadline, so the first job's claim is judged in time and won, and the
-/// guard before `COMMIT` finds the clock past the deadline.
+/// so: another transaction has inserted (uncommitted) the run of the batch's first job and
+/// holds it past the batch's deadline, so the claim statement is judged in time, waits on
+/// that insert, wins when it rolls back, and the guard before `COMMIT` finds the clock past
+/// the deadline.
 #[tokio::test]
 async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout() {
     let Some(url) = common::url() else { return };
@@ -182,8 +183,12 @@ async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout()
     client.batch_execute("BEGIN").await.unwrap();
     client
         .execute(
-            &format!("SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = $1 FOR UPDATE"),
-            &[&last.as_str()],
+            &format!(
+                "INSERT INTO \"{schema}\".anarchon_runs (job, slot, status, attempt, \
+                 counted_starts, owner, expires_at, scheduled_at, started_at) \
+                 VALUES ($1, $2, 'running', 1, 1, 'other', $2, $2, $2)"
+            ),
+            &[&first.as_str(), &t],
         )
         .await
         .unwrap();
