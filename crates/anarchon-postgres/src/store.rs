@@ -410,6 +410,8 @@ impl Inner {
             let mut tries = 0;
             loop {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.statements
+                    .fetch_add(steps.len() as u64, Ordering::Relaxed);
                 let client = &*client;
                 // Every request goes out before the first answer is read: tokio-postgres
                 // pipelines the queries of futures polled together on one connection, in
@@ -453,6 +455,7 @@ impl Inner {
                 match failed {
                     Failure::Retry(e) if tries < MAX_RETRIES => {
                         tries += 1;
+                        self.retries.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(operation, tries, "postgres batch retried: {e}");
                         tokio::task::yield_now().await;
                     }
