@@ -1,15 +1,23 @@
 //! The SQL text of every statement, built once per store from the schema and table names.
 //!
-//! Every hot-path operation is one statement. A statement first reads a snapshot (data CTEs),
-//! decides from it, then writes with the same conditions repeated in the `UPDATE`/`DELETE`
-//! `WHERE` clauses, so PostgreSQL re-checks them against the newest row version when a
-//! concurrent transaction changed the row (READ COMMITTED re-evaluation). When a write finds
-//! that the snapshot was stale, the statement raises SQLSTATE 40001 through the
-//! `<table>_retry` function; the whole statement rolls back and the client runs it again on
-//! a fresh snapshot. Claims of one job by several instances therefore behave as if they ran
-//! one after the other, without a multi-statement transaction.
+//! Claims, results and takeovers go out as one pipelined transaction per batch: `BEGIN`, the
+//! job lock ([`lock_jobs_sql`]: the `_jobs` rows of the batch's jobs, in job order), the
+//! set-based claim or finish statement once per round (each job at most once per round), or
+//! the takeover statement once per takeover, a deadline guard (claims, takeovers) and
+//! `COMMIT`. The statements after the lock take their snapshots once every earlier writer of
+//! those jobs that locks them has committed, and no such writer can start before this batch
+//! commits, so they decide on fresh data.
 //!
-//! Lock order, to keep deadlocks away: run rows first, the job's fence row last.
+//! A statement still reads a snapshot (data CTEs), decides from it, then writes with the
+//! same conditions repeated in the `UPDATE`/`DELETE` `WHERE` clauses, so PostgreSQL
+//! re-checks them against the newest row version when a writer that does not take the job
+//! lock (a heartbeat, a release) changed the row meanwhile (READ COMMITTED re-evaluation).
+//! When a write finds that the snapshot was stale, the statement raises SQLSTATE 40001
+//! through the `<table>_retry` function; the transaction rolls back and the client runs it
+//! again on a fresh snapshot.
+//!
+//! Lock order, to keep deadlocks away: the batch's job rows first (sorted), then run and
+//! history rows.
 
 /// The database clock in epoch milliseconds. `clock_timestamp()` is volatile, so a CTE that
 /// computes it is evaluated once per statement and every use sees the same instant.
@@ -21,11 +29,10 @@ pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// A won claim prunes its job only when it is the job's `PRUNE_EVERY`-th won claim since the
 /// last claim that pruned. The count lives in `<table>_jobs.unpruned`, which the claim's fence
-/// upsert writes anyway, so it costs no extra row; every claim answers with it, and the store
-/// sends the pruning variant of the claim when the count it last saw says the next won claim
-/// is due (or when it has not seen the job's count yet). The usual claim thus carries no
-/// pruning at all, not even pruning CTEs that a gate keeps from running: PostgreSQL still
-/// initialises and shuts down their plan nodes, which cost about as much as the pruning.
+/// update writes anyway, so it costs no extra row; every claim answers with it, and the store
+/// sets the claim's `prune` flag when the count it last saw says the next won claim is due (or
+/// when it has not seen the job's count yet). The set-based claim statement prunes only the
+/// jobs whose won claim carries the flag.
 ///
 /// `finish` still prunes exactly every time, so after a finish the job holds at most `size`
 /// runs, as before. Between finishes, and for runs that never finish (taken over until
@@ -168,7 +175,7 @@ pub(crate) struct Sql {
     pub(crate) lock_jobs: String,
     /// The set-based claim of a round of claims (see [`claim_set_sql`]).
     pub(crate) claim_set: String,
-    /// The last statement of a claim batch before its `COMMIT`: fails (SQLSTATE 22P02) when
+    /// The last statement of a claim or takeover batch before its `COMMIT`: fails (SQLSTATE 22P02) when
     /// the database clock is past `$1`, the batch's latest deadline, so the transaction
     /// rolls back instead of committing after its caller gave up. (The failing cast reads
     /// the clock, so the planner cannot fold it into an error of every call.)
@@ -465,14 +472,15 @@ fence AS (
     FROM ins i JOIN d ON d.job = i.job
     WHERE j.job = i.job
       AND (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
-    RETURNING j.job, j.fence, j.unpruned
+    RETURNING j.job, j.fence, j.unpruned, i.slot, i.started_at, d.owner, d.scheduled_at,
+              d.reason
 ),
 row_ins AS (
     INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
                             status, fence, started_at)
-    SELECT i.job, i.slot, false, 1, d.owner, d.scheduled_at, d.reason, 'running', f.fence,
-           i.started_at
-    FROM ins i JOIN d ON d.job = i.job JOIN fence f ON f.job = i.job
+    SELECT f.job, f.slot, false, 1, f.owner, f.scheduled_at, f.reason, 'running', f.fence,
+           f.started_at
+    FROM fence f
 ),
 chk AS (
     SELECT CASE
