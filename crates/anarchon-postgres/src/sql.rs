@@ -299,7 +299,7 @@ SELECT count(*) FROM pdrop",
 ///   row) that is true when the candidate belongs to a run that stays running, which
 ///   pruning always keeps.
 ///
-/// Defines `ptop`, `pcut`, `pcand`, `pdrop`, `pdrop_runs` and `del_a`, all keyed by job.
+/// Defines `pcut`, `pcand`, `pdrop`, `pdrop_runs` and `del_a`, all keyed by job.
 fn prune_set_ctes(names: &Names, add_key: bool, kept: &str) -> String {
     let Names { attempts, .. } = names;
     let add_key = if add_key {
@@ -309,17 +309,12 @@ fn prune_set_ctes(names: &Names, add_key: bool, kept: &str) -> String {
         ""
     };
     format!(
-        "ptop AS (
-    SELECT q.job, t.slot, t.manual FROM pj q CROSS JOIN LATERAL (
-        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
-        WHERE a.job = q.job
-        ORDER BY a.slot DESC, a.manual DESC LIMIT greatest(q.size, 1)
-    ) t
-),
-pcut AS (
+        "pcut AS (
     SELECT q.job, c.slot, c.manual FROM pj q CROSS JOIN LATERAL (
         SELECT k.slot, k.manual FROM (
-            SELECT t.slot, t.manual FROM ptop t WHERE t.job = q.job{add_key}
+            (SELECT DISTINCT a.slot, a.manual FROM {attempts} a
+             WHERE a.job = q.job
+             ORDER BY a.slot DESC, a.manual DESC LIMIT greatest(q.size, 1)){add_key}
         ) k
         ORDER BY k.slot DESC, k.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
     ) c
@@ -343,9 +338,8 @@ pdrop_runs AS (
     WHERE NOT d.manual AND NOT EXISTS (
         SELECT 1 FROM {attempts} a
         WHERE a.job = d.job AND a.slot = d.slot AND NOT a.manual
-          AND NOT EXISTS (SELECT 1 FROM pdrop e
-                          WHERE e.job = a.job AND NOT e.manual AND e.slot = a.slot
-                            AND e.attempt = a.attempt))
+          AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
+                                                 WHERE NOT e.manual))
 ),
 del_a AS (
     DELETE FROM {attempts} a USING pdrop d
@@ -384,6 +378,14 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
 /// run of the job holds a live lease; else its run, the job's next fence and its first
 /// history row are written. A won claim whose `prune` flag is set prunes its job as the
 /// single path did (see [`PRUNE_EVERY`]). One answer row per claim, by `ord`.
+///
+/// The planner guesses one row for every CTE, so it would join a CTE of 256 rows to the
+/// runs through a scan of the whole `_running` index and a nested loop (256 x the running
+/// runs). The writes that join a CTE to the runs therefore compare `status` with a column
+/// of the CTE that holds `'running'` (`to_mark.running`, `chk.running`) rather than with
+/// the constant: the partial index no longer applies, and each CTE row looks its run up by
+/// primary key. Membership tests against CTEs are `IN` / `NOT IN` lists, which the planner
+/// hashes, rather than correlated `EXISTS`.
 fn claim_set_sql(names: &Names) -> String {
     let Names {
         runs,
@@ -398,7 +400,7 @@ fn claim_set_sql(names: &Names) -> String {
     // $10 retention ttl ms (NULL elements: none), $11 prune.
     let kept = format!(
         "p.slot = q.slot
-        OR (NOT EXISTS (SELECT 1 FROM to_mark m WHERE m.job = p.job AND m.slot = p.slot)
+        OR ((p.job, p.slot) NOT IN (SELECT m.job, m.slot FROM to_mark m)
             AND EXISTS (SELECT 1 FROM {runs} r
                         WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running'))"
     );
@@ -424,7 +426,7 @@ d AS (
     WHERE n.ms <= b.not_after
 ),
 to_mark AS (
-    SELECT r.job, r.slot FROM d JOIN {runs} r ON r.job = d.job
+    SELECT r.job, r.slot, r.status AS running FROM d JOIN {runs} r ON r.job = d.job
     WHERE r.slot < d.slot AND r.status = 'running'
       AND (r.owner IS NULL OR r.expires_at <= d.ms)
 ),
@@ -444,9 +446,9 @@ pj AS (
 marked AS (
     UPDATE {runs} r SET status = 'interrupted', owner = NULL
     FROM to_mark m, n
-    WHERE r.job = m.job AND r.slot = m.slot AND r.status = 'running'
+    WHERE r.job = m.job AND r.slot = m.slot AND r.status = m.running
       AND (r.owner IS NULL OR r.expires_at <= n.ms)
-      AND NOT EXISTS (SELECT 1 FROM pdrop_runs p WHERE p.job = r.job AND p.slot = r.slot)
+      AND (r.job, r.slot) NOT IN (SELECT p.job, p.slot FROM pdrop_runs p)
     RETURNING r.job, r.slot, r.attempt
 ),
 marked_rows AS (
@@ -455,9 +457,8 @@ marked_rows AS (
     FROM marked m, n
     WHERE a.job = m.job AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
       AND a.status = 'running'
-      AND NOT EXISTS (SELECT 1 FROM pdrop e
-                      WHERE e.job = a.job AND NOT e.manual AND e.slot = a.slot
-                        AND e.attempt = a.attempt)
+      AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
+                                             WHERE NOT e.manual)
 ),
 del_r AS (
     DELETE FROM {runs} r USING pdrop_runs p, n
@@ -488,7 +489,7 @@ chk AS (
             THEN {retry}('a claimed job has no fence row')
         WHEN (SELECT count(*) FROM marked)
              + (SELECT count(*) FROM del_r x
-                WHERE EXISTS (SELECT 1 FROM to_mark m WHERE m.job = x.job AND m.slot = x.slot))
+                WHERE (x.job, x.slot) IN (SELECT m.job, m.slot FROM to_mark m))
              <> (SELECT count(*) FROM to_mark)
             THEN {retry}('an ended lease was renewed meanwhile')
     END AS retry
@@ -536,7 +537,7 @@ b AS (
         WITH ORDINALITY AS b(job, slot, attempt, owner, status, error, size, ttl, ord)
 ),
 chk AS (
-    SELECT b.* FROM b
+    SELECT b.*, 'running'::text AS running FROM b
     WHERE EXISTS (SELECT 1 FROM {runs} r
                   WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt
                     AND r.owner = b.owner AND r.status = 'running')
@@ -547,25 +548,23 @@ f AS (
     UPDATE {runs} r SET status = c.status, owner = NULL
     FROM chk c
     WHERE r.job = c.job AND r.slot = c.slot AND r.attempt = c.attempt AND r.owner = c.owner
-      AND r.status = 'running'
-      AND NOT EXISTS (SELECT 1 FROM pdrop_runs p WHERE p.job = r.job AND p.slot = r.slot)
+      AND r.status = c.running
+      AND (r.job, r.slot) NOT IN (SELECT p.job, p.slot FROM pdrop_runs p)
     RETURNING r.job, r.slot
 ),
 h AS (
     UPDATE {attempts} a SET status = c.status, finished_at = n.ms, error = c.error
     FROM chk c, n
     WHERE a.job = c.job AND a.slot = c.slot AND a.attempt = c.attempt AND NOT a.manual
-      AND NOT EXISTS (SELECT 1 FROM pdrop e
-                      WHERE e.job = a.job AND NOT e.manual AND e.slot = a.slot
-                        AND e.attempt = a.attempt)
+      AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
+                                             WHERE NOT e.manual)
 ),
 del_r AS (
     DELETE FROM {runs} r USING pdrop_runs p
     WHERE r.job = p.job AND r.slot = p.slot
       AND (r.status <> 'running'
-           OR EXISTS (SELECT 1 FROM chk c
-                      WHERE c.job = r.job AND c.slot = r.slot AND c.attempt = r.attempt
-                        AND c.owner = r.owner))
+           OR (r.job, r.slot, r.attempt, r.owner)
+              IN (SELECT c.job, c.slot, c.attempt, c.owner FROM chk c))
     RETURNING r.job, r.slot
 ),
 verdict AS (
@@ -573,13 +572,12 @@ verdict AS (
         WHEN (SELECT count(*) FROM chk)
              <> (SELECT count(*) FROM f)
                 + (SELECT count(*) FROM del_r x
-                   WHERE EXISTS (SELECT 1 FROM chk c WHERE c.job = x.job AND c.slot = x.slot)
-                     AND NOT EXISTS (SELECT 1 FROM f y
-                                     WHERE y.job = x.job AND y.slot = x.slot))
+                   WHERE (x.job, x.slot) IN (SELECT c.job, c.slot FROM chk c)
+                     AND (x.job, x.slot) NOT IN (SELECT y.job, y.slot FROM f y))
             THEN {retry}('a run changed while it was finished')
     END AS retry
 )
-SELECT b.ord, EXISTS (SELECT 1 FROM chk c WHERE c.ord = b.ord) AS done, verdict.retry
+SELECT b.ord, b.ord IN (SELECT c.ord FROM chk c) AS done, verdict.retry
 FROM b CROSS JOIN verdict
 ORDER BY b.ord",
         prune = prune_set_ctes(names, false, &kept),
