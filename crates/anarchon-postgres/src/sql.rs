@@ -173,8 +173,9 @@ pub(crate) struct Sql {
     pub(crate) prune: [String; 2],
     /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
     pub(crate) lock_jobs: String,
-    /// The set-based claim of a round of claims (see [`claim_set_sql`]).
-    pub(crate) claim_set: String,
+    /// The set-based claim of a round of claims (see [`claim_set_sql`]), indexed by "a
+    /// claim of the round is due to prune" (0: the variant without pruning CTEs).
+    pub(crate) claim_set: [String; 2],
     /// The last statement of a claim or takeover batch before its `COMMIT`: fails (SQLSTATE 22P02) when
     /// the database clock is past `$1`, the batch's latest deadline, so the transaction
     /// rolls back instead of committing after its caller gave up. (The failing cast reads
@@ -386,7 +387,7 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
 /// the constant: the partial index no longer applies, and each CTE row looks its run up by
 /// primary key. Membership tests against CTEs are `IN` / `NOT IN` lists, which the planner
 /// hashes, rather than correlated `EXISTS`.
-fn claim_set_sql(names: &Names) -> String {
+fn claim_set_sql(names: &Names, prune: bool) -> String {
     let Names {
         runs,
         attempts,
@@ -438,9 +439,6 @@ ins AS (
     ORDER BY d.job, d.slot
     ON CONFLICT (job, slot) DO NOTHING
     RETURNING job, slot, expires_at, started_at
-),
-pj AS (
-    SELECT d.job, d.slot, d.size, d.ttl FROM d JOIN ins i ON i.job = d.job WHERE d.prune
 ),
 {prune}
 marked AS (
@@ -503,7 +501,17 @@ LEFT JOIN d ON d.ord = b.ord
 LEFT JOIN ins i ON i.job = b.job AND i.slot = b.slot
 LEFT JOIN fence f ON f.job = b.job AND i.job IS NOT NULL
 ORDER BY b.ord",
-        prune = prune_set_ctes(names, true, &kept),
+        prune = if prune {
+            format!(
+                "pj AS (
+    SELECT d.job, d.slot, d.size, d.ttl FROM d JOIN ins i ON i.job = d.job WHERE d.prune
+),
+{}",
+                prune_set_ctes(names, true, &kept)
+            )
+        } else {
+            NO_PRUNE_SET.to_owned()
+        },
     )
 }
 
@@ -584,6 +592,15 @@ ORDER BY b.ord",
     )
 }
 
+/// The CTEs `prune_set_ctes` defines and the claim reads, empty: nothing is pruned. A
+/// round in which no claim is due to prune sends the claim statement with these, which
+/// PostgreSQL plans and runs without the pruning's plan nodes (see [`PRUNE_EVERY`]).
+const NO_PRUNE_SET: &str = "pdrop AS (
+    SELECT NULL::text AS job, NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
+           NULL::text AS instance_id
+    WHERE false
+),
+pdrop_runs AS (SELECT NULL::text AS job, NULL::int8 AS slot WHERE false),";
 const NO_KEYS: &str = "SELECT NULL::int8 AS slot, NULL::bool AS manual WHERE false";
 const NO_SLOTS: &str = "SELECT NULL::int8 AS slot WHERE false";
 
@@ -816,7 +833,7 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             record_manual,
             prune: [prune_sql(names, false), prune_sql(names, true)],
             lock_jobs: lock_jobs_sql(names),
-            claim_set: claim_set_sql(names),
+            claim_set: [claim_set_sql(names, false), claim_set_sql(names, true)],
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \
                  THEN CAST('anarchon: the claim batch reached its deadline ' || {now} AS int8) \

@@ -496,7 +496,7 @@ impl Inner {
         let steps: Vec<Step<'_>> = arrays
             .iter()
             .map(|a| Step {
-                sql: &self.sql.claim_set,
+                sql: &self.sql.claim_set[usize::from(a.prune.contains(&true))],
                 types: &CLAIM_SET_TYPES,
                 params: a.refs(),
             })
