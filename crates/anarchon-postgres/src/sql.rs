@@ -173,6 +173,10 @@ pub(crate) struct Sql {
     pub(crate) prune: [String; 2],
     /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
     pub(crate) lock_jobs: String,
+    /// The claim of a round of one claim: no pruning (see [`claim_sql`]).
+    pub(crate) claim: String,
+    /// The claim of a round of one claim that also prunes, indexed like `prune`.
+    pub(crate) claim_pruning: [String; 2],
     /// The set-based claim of a round of claims (see [`claim_set_sql`]), indexed by "a
     /// claim of the round is due to prune" (0: the variant without pruning CTEs).
     pub(crate) claim_set: [String; 2],
@@ -182,6 +186,8 @@ pub(crate) struct Sql {
     /// the clock, so the planner cannot fold it into an error of every call.)
     pub(crate) claim_guard: String,
     pub(crate) heartbeat: String,
+    /// The finish of a round of one result (see [`finish_sql`]), indexed like `prune`.
+    pub(crate) finish: [String; 2],
     /// The set-based finish of a round of results (see [`finish_set_sql`]).
     pub(crate) finish_set: String,
     pub(crate) release: String,
@@ -289,6 +295,181 @@ SELECT count(*) FROM pdrop",
         ),
     )
 }
+
+/// The `claim` statement: `prune` selects the variant that prunes the job (see
+/// [`PRUNE_EVERY`]), `ttl` the pruning variant that also prunes by age. The variant without
+/// pruning keeps the same CTEs with `pdrop` and `pdrop_runs` empty, so both read alike.
+fn claim_sql(names: &Names, prune: bool, ttl: bool) -> String {
+    let Names {
+        runs,
+        attempts,
+        jobs,
+        retry,
+        ..
+    } = names;
+    let now = NOW_MS;
+    // $1 job, $2 slot, $3 scheduled_at, $4 instance, $5 lease ms, $6 not_after,
+    // $7 overlap skip, $8 reason, $9 retention size, $10 retention ttl ms (or NULL).
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+ok AS (SELECT ms FROM n WHERE ms <= $6),
+to_mark AS (
+    SELECT r.slot FROM {runs} r, ok
+    WHERE r.job = $1 AND r.slot < $2 AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= ok.ms)
+),
+existing AS (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
+live AS (
+    SELECT r.slot FROM {runs} r, ok
+    WHERE $7 AND r.job = $1 AND r.slot < $2 AND r.status = 'running'
+      AND r.owner IS NOT NULL AND r.expires_at > ok.ms
+    ORDER BY r.slot LIMIT 1
+),
+snap AS (SELECT j.fence, j.unpruned FROM {jobs} j WHERE j.job = $1),
+ins AS (
+    INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
+                        scheduled_at, started_at)
+    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms FROM ok
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM live)
+    ON CONFLICT (job, slot) DO NOTHING
+    RETURNING slot, expires_at, started_at
+),
+{prune}
+marked AS (
+    UPDATE {runs} r SET status = 'interrupted', owner = NULL
+    FROM to_mark m, n
+    WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= n.ms)
+      AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+    RETURNING r.slot, r.attempt
+),
+marked_rows AS (
+    UPDATE {attempts} a
+    SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
+    FROM marked m, n
+    WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
+      AND a.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM pdrop d
+                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+),
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p, n
+    WHERE r.job = $1 AND r.slot = p.slot
+      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
+    RETURNING r.slot
+),
+fence AS (
+    INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
+    SELECT $1, 1, ins.started_at, {first_count} FROM ins
+    WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1, unpruned = {count}
+    WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
+    RETURNING j.fence, j.unpruned
+),
+row_ins AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at)
+    SELECT $1, ins.slot, false, 1, $4, $3, $8, 'running', fence.fence, ins.started_at
+    FROM ins, fence
+)
+SELECT n.ms,
+       n.ms > $6 AS late,
+       EXISTS (SELECT 1 FROM existing) AS existed,
+       (SELECT slot FROM live) AS live_slot,
+       (SELECT expires_at FROM ins) AS expires_at,
+       (SELECT fence FROM fence) AS fence,
+       coalesce((SELECT unpruned FROM fence), (SELECT unpruned FROM snap)) AS unpruned,
+       CASE
+           WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
+               THEN {retry}('another claim of the job committed first')
+           WHEN (SELECT count(*) FROM marked)
+                + (SELECT count(*) FROM del_r WHERE slot IN (SELECT slot FROM to_mark))
+                <> (SELECT count(*) FROM to_mark)
+               THEN {retry}('an ended lease was renewed meanwhile')
+       END AS retry
+FROM n",
+        prune = if prune {
+            prune_ctes(
+                names,
+                "EXISTS (SELECT 1 FROM ins)",
+                "SELECT slot, false AS manual FROM ins",
+                "SELECT slot FROM to_mark",
+                "SELECT slot FROM ins",
+                "$9",
+                ttl.then_some("$10"),
+            )
+        } else {
+            NO_PRUNE.to_owned()
+        },
+        first_count = if prune { "0" } else { "1" },
+        count = if prune { "0" } else { "j.unpruned + 1" },
+    )
+}
+
+/// The `finish` statement; `ttl` selects the variant that also prunes by age.
+fn finish_sql(names: &Names, ttl: bool) -> String {
+    let Names {
+        runs,
+        attempts,
+        retry,
+        ..
+    } = names;
+    let now = NOW_MS;
+    // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+chk AS (
+    SELECT r.slot FROM {runs} r
+    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running'
+),
+{prune}
+f AS (
+    UPDATE {runs} r SET status = $5, owner = NULL
+    FROM chk
+    WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running' AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+    RETURNING r.slot
+),
+h AS (
+    UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
+    FROM chk, n
+    WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
+      AND NOT EXISTS (SELECT 1 FROM pdrop d
+                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
+),
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p
+    WHERE r.job = $1 AND r.slot = p.slot
+      AND (r.status <> 'running'
+           OR (r.slot = $2 AND r.attempt = $3 AND r.owner = $4))
+    RETURNING r.slot
+)
+SELECT EXISTS (SELECT 1 FROM chk) AS done,
+       CASE
+           WHEN EXISTS (SELECT 1 FROM chk) AND NOT EXISTS (SELECT 1 FROM f)
+                AND NOT EXISTS (SELECT 1 FROM del_r WHERE slot = $2)
+               THEN {retry}('the run changed while it was finished')
+       END AS retry",
+        prune = prune_ctes(
+            names,
+            "EXISTS (SELECT 1 FROM chk)",
+            NO_KEYS,
+            "SELECT slot FROM chk",
+            NO_SLOTS,
+            "$7",
+            ttl.then_some("$8"),
+        ),
+    )
+}
+
+/// The CTEs `prune_ctes` defines, empty: nothing is pruned.
+const NO_PRUNE: &str = "pdrop AS (
+    SELECT NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
+           NULL::text AS instance_id
+    WHERE false
+),
+pdrop_runs AS (SELECT NULL::int8 AS slot WHERE false),";
 
 /// The retention CTEs of the reference model (see [`prune_ctes`]) for a whole batch at once:
 /// `pj` is a CTE of the jobs to prune, one row per job, with columns `job`, `slot` (the run
@@ -833,6 +1014,9 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             record_manual,
             prune: [prune_sql(names, false), prune_sql(names, true)],
             lock_jobs: lock_jobs_sql(names),
+            claim: claim_sql(names, false, false),
+            claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
+            finish: [finish_sql(names, false), finish_sql(names, true)],
             claim_set: [claim_set_sql(names, false), claim_set_sql(names, true)],
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \

@@ -58,6 +58,118 @@ pub(crate) const BATCH_FINISHES: usize = 256;
 /// The most takeovers one batch carries (`LeaseStore::take_over_batch_limit`).
 pub(crate) const BATCH_TAKEOVERS: usize = 256;
 
+/// The parameter types of the claim statements.
+const CLAIM_TYPES: [Type; 10] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::BOOL,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+];
+
+/// The bound values of one claim statement, owned so a batch can hold them all.
+struct ClaimParams<'c> {
+    job: &'c str,
+    slot: i64,
+    scheduled_at: i64,
+    instance: &'c str,
+    lease_ms: i64,
+    not_after: i64,
+    skip: bool,
+    reason: &'static str,
+    size: i64,
+    ttl: Option<i64>,
+}
+
+impl ClaimParams<'_> {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
+        [
+            &self.job,
+            &self.slot,
+            &self.scheduled_at,
+            &self.instance,
+            &self.lease_ms,
+            &self.not_after,
+            &self.skip,
+            &self.reason,
+            &self.size,
+            &self.ttl,
+        ]
+    }
+}
+
+fn claim_params(claim: &LeaseClaim) -> ClaimParams<'_> {
+    ClaimParams {
+        job: claim.run.job.as_str(),
+        slot: claim.run.slot,
+        scheduled_at: claim.scheduled_at,
+        instance: &claim.instance_id,
+        lease_ms: ms(claim.lease_ms),
+        not_after: claim.not_after,
+        skip: claim.overlap == Overlap::Skip,
+        reason: claim.reason.as_str(),
+        size: i64::from(claim.retention.size),
+        ttl: ttl(claim.retention),
+    }
+}
+
+/// The parameter types of the finish statements.
+const FINISH_TYPES: [Type; 8] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+];
+
+/// The bound values of one finish statement, owned so a batch can hold them all.
+struct FinishParams<'f> {
+    job: &'f str,
+    slot: i64,
+    attempt: i32,
+    owner: &'f str,
+    status: &'static str,
+    error: Option<&'f str>,
+    size: i64,
+    ttl: Option<i64>,
+}
+
+impl FinishParams<'_> {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 8] {
+        [
+            &self.job,
+            &self.slot,
+            &self.attempt,
+            &self.owner,
+            &self.status,
+            &self.error,
+            &self.size,
+            &self.ttl,
+        ]
+    }
+}
+
+fn finish_params<'f>(lease: &'f Lease, finish: &'f Finish) -> FinishParams<'f> {
+    FinishParams {
+        job: lease.run.job.as_str(),
+        slot: lease.run.slot,
+        attempt: lease.attempt as i32,
+        owner: &lease.instance_id,
+        status: finish.status.as_str(),
+        error: finish.error.as_deref(),
+        size: i64::from(finish.retention.size),
+        ttl: ttl(finish.retention),
+    }
+}
+
 /// The parameter types of the set-based claim statement.
 const CLAIM_SET_TYPES: [Type; 11] = [
     Type::TEXT_ARRAY,
@@ -299,9 +411,16 @@ fn failure(e: tokio_postgres::Error) -> Failure {
     }
 }
 
-/// Reads the answer row of the set-based finish statement.
-fn owner_write(row: &Row) -> OwnerWrite {
-    if row.get::<_, bool>(1) {
+/// The bound values of one round: a single statement's or a set-based statement's.
+enum Either<O, S> {
+    One(O),
+    Set(S),
+}
+
+/// Reads the answer row of a finish statement, whose `done` column is `col` (0 in the
+/// single finish's row, 1 after `ord` in the set-based one's).
+fn owner_write(row: &Row, col: usize) -> OwnerWrite {
+    if row.get::<_, bool>(col) {
         OwnerWrite::Done
     } else {
         OwnerWrite::Lost
@@ -324,15 +443,25 @@ impl Inner {
             .is_none_or(|n| n + 1 >= PRUNE_EVERY)
     }
 
-    /// Reads the answer row of the set-based claim statement.
-    fn claim_outcome(&self, claim: &LeaseClaim, row: &Row) -> ClaimOutcome {
-        let now: i64 = row.get(1);
-        let late: bool = row.get(2);
-        let existed: bool = row.get(3);
-        let live_slot: Option<i64> = row.get(4);
-        let expires_at: Option<i64> = row.get(5);
-        let fence: Option<i64> = row.get(6);
-        self.saw_unpruned(&claim.run.job, row.get(7));
+    /// The single claim statement for `claim`: the pruning variant when the job is due.
+    fn claim_sql(&self, claim: &LeaseClaim) -> &str {
+        if self.prune_due(&claim.run.job) {
+            &self.sql.claim_pruning[usize::from(claim.retention.ttl_ms.is_some())]
+        } else {
+            &self.sql.claim
+        }
+    }
+
+    /// Reads the answer row of a claim statement, whose columns start at `base` (0 in the
+    /// single claim's row, 1 after `ord` in the set-based one's).
+    fn claim_outcome(&self, claim: &LeaseClaim, row: &Row, base: usize) -> ClaimOutcome {
+        let now: i64 = row.get(base);
+        let late: bool = row.get(base + 1);
+        let existed: bool = row.get(base + 2);
+        let live_slot: Option<i64> = row.get(base + 3);
+        let expires_at: Option<i64> = row.get(base + 4);
+        let fence: Option<i64> = row.get(base + 5);
+        self.saw_unpruned(&claim.run.job, row.get(base + 6));
         if late {
             ClaimOutcome::Late { store_now: now }
         } else if existed {
@@ -489,16 +618,29 @@ impl Inner {
             return Ok(Vec::new());
         }
         let rounds = rounds(claims.iter().map(|c| c.run.job.as_str()));
-        let arrays: Vec<ClaimArrays<'_>> = rounds
+        // A round of one claim sends the single claim's statement: the set-based one costs
+        // a lone claim more than its work (its plan has about a hundred nodes).
+        let params: Vec<Either<ClaimParams<'_>, ClaimArrays<'_>>> = rounds
             .iter()
-            .map(|round| ClaimArrays::new(claims, round, |job| self.prune_due(job)))
+            .map(|round| match round.as_slice() {
+                [i] => Either::One(claim_params(&claims[*i])),
+                _ => Either::Set(ClaimArrays::new(claims, round, |job| self.prune_due(job))),
+            })
             .collect();
-        let steps: Vec<Step<'_>> = arrays
+        let steps: Vec<Step<'_>> = params
             .iter()
-            .map(|a| Step {
-                sql: &self.sql.claim_set[usize::from(a.prune.contains(&true))],
-                types: &CLAIM_SET_TYPES,
-                params: a.refs(),
+            .zip(&rounds)
+            .map(|(p, round)| match p {
+                Either::One(p) => Step {
+                    sql: self.claim_sql(&claims[round[0]]),
+                    types: &CLAIM_TYPES,
+                    params: p.refs().to_vec(),
+                },
+                Either::Set(a) => Step {
+                    sql: &self.sql.claim_set[usize::from(a.prune.contains(&true))],
+                    types: &CLAIM_SET_TYPES,
+                    params: a.refs(),
+                },
             })
             .collect();
         let jobs: Vec<&str> = claims.iter().map(|c| c.run.job.as_str()).collect();
@@ -512,9 +654,13 @@ impl Inner {
         };
         let mut out: Vec<Option<ClaimOutcome>> = vec![None; claims.len()];
         for (round, rows) in rounds.iter().zip(&rows) {
+            if let ([i], [row]) = (round.as_slice(), rows.as_slice()) {
+                out[*i] = Some(self.claim_outcome(&claims[*i], row, 0));
+                continue;
+            }
             for row in rows {
                 if let Some(&i) = round.get(ord(row)) {
-                    out[i] = Some(self.claim_outcome(&claims[i], row));
+                    out[i] = Some(self.claim_outcome(&claims[i], row, 1));
                 }
             }
         }
@@ -546,16 +692,29 @@ impl Inner {
             return Ok(Vec::new());
         }
         let rounds = rounds(writes.iter().map(|(l, _)| l.run.job.as_str()));
-        let arrays: Vec<FinishArrays<'_>> = rounds
+        // A round of one result sends the single finish's statement (see `claim_batch`).
+        let params: Vec<Either<FinishParams<'_>, FinishArrays<'_>>> = rounds
             .iter()
-            .map(|round| FinishArrays::new(writes, round))
+            .map(|round| match round.as_slice() {
+                [i] => Either::One(finish_params(&writes[*i].0, &writes[*i].1)),
+                _ => Either::Set(FinishArrays::new(writes, round)),
+            })
             .collect();
-        let steps: Vec<Step<'_>> = arrays
+        let steps: Vec<Step<'_>> = params
             .iter()
-            .map(|a| Step {
-                sql: &self.sql.finish_set,
-                types: &FINISH_SET_TYPES,
-                params: a.refs(),
+            .zip(&rounds)
+            .map(|(p, round)| match p {
+                Either::One(p) => Step {
+                    sql: &self.sql.finish
+                        [usize::from(writes[round[0]].1.retention.ttl_ms.is_some())],
+                    types: &FINISH_TYPES,
+                    params: p.refs().to_vec(),
+                },
+                Either::Set(a) => Step {
+                    sql: &self.sql.finish_set,
+                    types: &FINISH_SET_TYPES,
+                    params: a.refs(),
+                },
             })
             .collect();
         let jobs: Vec<&str> = writes.iter().map(|(l, _)| l.run.job.as_str()).collect();
@@ -564,9 +723,13 @@ impl Inner {
         };
         let mut out = vec![OwnerWrite::Lost; writes.len()];
         for (round, rows) in rounds.iter().zip(&rows) {
+            if let ([i], [row]) = (round.as_slice(), rows.as_slice()) {
+                out[*i] = owner_write(row, 0);
+                continue;
+            }
             for row in rows {
                 if let Some(&i) = round.get(ord(row)) {
-                    out[i] = owner_write(row);
+                    out[i] = owner_write(row, 1);
                 }
             }
         }
