@@ -278,6 +278,11 @@ pub(crate) struct Inner {
     /// Requests this store sent and waited for (a statement, a pipelined batch): the round
     /// trips, for tests and benchmarks.
     round_trips: AtomicU64,
+    /// Claim, result, takeover and other data statements this store sent (transaction
+    /// control, the job lock and the deadline guard of a batch not counted), for tests.
+    statements: AtomicU64,
+    /// Statements and batches run again after a serialization failure or a deadlock.
+    retries: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -511,6 +516,8 @@ impl PostgresStore {
                 unpruned: Mutex::new(HashMap::new()),
                 caller_limit_ms: AtomicU64::new(0),
                 round_trips: AtomicU64::new(0),
+                statements: AtomicU64::new(0),
+                retries: AtomicU64::new(0),
             }),
         })
     }
@@ -526,6 +533,21 @@ impl PostgresStore {
     #[doc(hidden)]
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many claim, result, takeover and other data statements this store has sent so
+    /// far (a batch's `BEGIN`, job lock, deadline guard and `COMMIT` not counted; a statement
+    /// run again counts again): a claim batch is one statement per round, for tests.
+    #[doc(hidden)]
+    pub fn statements(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+
+    /// How many times a statement or a batch was run again after a serialization failure
+    /// or a deadlock, for tests.
+    #[doc(hidden)]
+    pub fn retries(&self) -> u64 {
+        self.inner.retries.load(Ordering::Relaxed)
     }
 
     /// The NOTIFY channel on which releases are announced (payload `<job>:<slot>`).
@@ -614,9 +636,11 @@ impl Inner {
                 let prepared = client.statement_cache.size().saturating_sub(cached);
                 self.round_trips
                     .fetch_add(1 + prepared as u64, Ordering::Relaxed);
+                self.statements.fetch_add(1, Ordering::Relaxed);
                 match client.query(&statement, params).await {
                     Err(e) if is_retryable(&e) && tries < MAX_RETRIES => {
                         tries += 1;
+                        self.retries.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(operation, tries, "postgres statement retried: {e}");
                         tokio::task::yield_now().await;
                     }

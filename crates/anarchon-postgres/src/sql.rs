@@ -1,15 +1,23 @@
 //! The SQL text of every statement, built once per store from the schema and table names.
 //!
-//! Every hot-path operation is one statement. A statement first reads a snapshot (data CTEs),
-//! decides from it, then writes with the same conditions repeated in the `UPDATE`/`DELETE`
-//! `WHERE` clauses, so PostgreSQL re-checks them against the newest row version when a
-//! concurrent transaction changed the row (READ COMMITTED re-evaluation). When a write finds
-//! that the snapshot was stale, the statement raises SQLSTATE 40001 through the
-//! `<table>_retry` function; the whole statement rolls back and the client runs it again on
-//! a fresh snapshot. Claims of one job by several instances therefore behave as if they ran
-//! one after the other, without a multi-statement transaction.
+//! Claims, results and takeovers go out as one pipelined transaction per batch: `BEGIN`, the
+//! job lock ([`lock_jobs_sql`]: the `_jobs` rows of the batch's jobs, in job order), the
+//! set-based claim or finish statement once per round (each job at most once per round), or
+//! the takeover statement once per takeover, a deadline guard (claims, takeovers) and
+//! `COMMIT`. The statements after the lock take their snapshots once every earlier writer of
+//! those jobs that locks them has committed, and no such writer can start before this batch
+//! commits, so they decide on fresh data.
 //!
-//! Lock order, to keep deadlocks away: run rows first, the job's fence row last.
+//! A statement still reads a snapshot (data CTEs), decides from it, then writes with the
+//! same conditions repeated in the `UPDATE`/`DELETE` `WHERE` clauses, so PostgreSQL
+//! re-checks them against the newest row version when a writer that does not take the job
+//! lock (a heartbeat, a release) changed the row meanwhile (READ COMMITTED re-evaluation).
+//! When a write finds that the snapshot was stale, the statement raises SQLSTATE 40001
+//! through the `<table>_retry` function; the transaction rolls back and the client runs it
+//! again on a fresh snapshot.
+//!
+//! Lock order, to keep deadlocks away: the batch's job rows first (sorted), then run and
+//! history rows.
 
 /// The database clock in epoch milliseconds. `clock_timestamp()` is volatile, so a CTE that
 /// computes it is evaluated once per statement and every use sees the same instant.
@@ -21,11 +29,10 @@ pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// A won claim prunes its job only when it is the job's `PRUNE_EVERY`-th won claim since the
 /// last claim that pruned. The count lives in `<table>_jobs.unpruned`, which the claim's fence
-/// upsert writes anyway, so it costs no extra row; every claim answers with it, and the store
-/// sends the pruning variant of the claim when the count it last saw says the next won claim
-/// is due (or when it has not seen the job's count yet). The usual claim thus carries no
-/// pruning at all, not even pruning CTEs that a gate keeps from running: PostgreSQL still
-/// initialises and shuts down their plan nodes, which cost about as much as the pruning.
+/// update writes anyway, so it costs no extra row; every claim answers with it, and the store
+/// sets the claim's `prune` flag when the count it last saw says the next won claim is due (or
+/// when it has not seen the job's count yet). The set-based claim statement prunes only the
+/// jobs whose won claim carries the flag.
 ///
 /// `finish` still prunes exactly every time, so after a finish the job holds at most `size`
 /// runs, as before. Between finishes, and for runs that never finish (taken over until
@@ -164,18 +171,25 @@ pub(crate) struct Sql {
     pub(crate) record_manual: String,
     /// Indexed by "a TTL is set" (0 without, 1 with).
     pub(crate) prune: [String; 2],
-    /// The usual claim: no pruning.
+    /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
+    pub(crate) lock_jobs: String,
+    /// The claim of a round of one claim: no pruning (see [`claim_sql`]).
     pub(crate) claim: String,
-    /// The claim that also prunes, indexed like `prune`.
+    /// The claim of a round of one claim that also prunes, indexed like `prune`.
     pub(crate) claim_pruning: [String; 2],
-    /// The last statement of a claim batch before its `COMMIT`: fails (SQLSTATE 22P02) when
+    /// The set-based claim of a round of claims (see [`claim_set_sql`]), indexed by "a
+    /// claim of the round is due to prune" (0: the variant without pruning CTEs).
+    pub(crate) claim_set: [String; 2],
+    /// The last statement of a claim or takeover batch before its `COMMIT`: fails (SQLSTATE 22P02) when
     /// the database clock is past `$1`, the batch's latest deadline, so the transaction
     /// rolls back instead of committing after its caller gave up. (The failing cast reads
     /// the clock, so the planner cannot fold it into an error of every call.)
     pub(crate) claim_guard: String,
     pub(crate) heartbeat: String,
-    /// Indexed like `prune`.
+    /// The finish of a round of one result (see [`finish_sql`]), indexed like `prune`.
     pub(crate) finish: [String; 2],
+    /// The set-based finish of a round of results (see [`finish_set_sql`]).
+    pub(crate) finish_set: String,
     pub(crate) release: String,
     pub(crate) take_over: String,
     pub(crate) runs: String,
@@ -456,6 +470,318 @@ const NO_PRUNE: &str = "pdrop AS (
     WHERE false
 ),
 pdrop_runs AS (SELECT NULL::int8 AS slot WHERE false),";
+
+/// The retention CTEs of the reference model (see [`prune_ctes`]) for a whole batch at once:
+/// `pj` is a CTE of the jobs to prune, one row per job, with columns `job`, `slot` (the run
+/// the statement claims or finishes), `size` and `ttl`. Each job's oldest kept key is found
+/// by a `LATERAL` ordered index scan of at most `size` keys, as in the single statement.
+///
+/// - `add_key`: whether the job's `slot` is a history key this statement adds (a claim);
+/// - `kept`: a boolean SQL expression over a candidate row `p` and its job's `q` (a `pj`
+///   row) that is true when the candidate belongs to a run that stays running, which
+///   pruning always keeps.
+///
+/// Defines `pcut`, `pcand`, `pdrop`, `pdrop_runs` and `del_a`, all keyed by job.
+fn prune_set_ctes(names: &Names, add_key: bool, kept: &str) -> String {
+    let Names { attempts, .. } = names;
+    let add_key = if add_key {
+        "
+            UNION SELECT q.slot, false"
+    } else {
+        ""
+    };
+    format!(
+        "pcut AS (
+    SELECT q.job, c.slot, c.manual FROM pj q CROSS JOIN LATERAL (
+        SELECT k.slot, k.manual FROM (
+            (SELECT DISTINCT a.slot, a.manual FROM {attempts} a
+             WHERE a.job = q.job
+             ORDER BY a.slot DESC, a.manual DESC LIMIT greatest(q.size, 1)){add_key}
+        ) k
+        ORDER BY k.slot DESC, k.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
+    ) c
+),
+pcand AS (
+    SELECT a.job, a.slot, a.manual, a.attempt, a.instance_id
+    FROM pcut c JOIN {attempts} a ON a.job = c.job
+    WHERE a.slot <= c.slot AND (a.slot, a.manual) < (c.slot, c.manual)
+    UNION
+    SELECT a.job, a.slot, a.manual, a.attempt, a.instance_id
+    FROM pj q JOIN {attempts} a ON a.job = q.job, n
+    WHERE q.ttl IS NOT NULL AND a.finished_at < n.ms - q.ttl
+),
+pdrop AS (
+    SELECT p.job, p.slot, p.manual, p.attempt, p.instance_id
+    FROM pcand p JOIN pj q ON q.job = p.job
+    WHERE p.manual OR NOT ({kept})
+),
+pdrop_runs AS (
+    SELECT DISTINCT d.job, d.slot FROM pdrop d
+    WHERE NOT d.manual AND NOT EXISTS (
+        SELECT 1 FROM {attempts} a
+        WHERE a.job = d.job AND a.slot = d.slot AND NOT a.manual
+          AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
+                                                 WHERE NOT e.manual))
+),
+del_a AS (
+    DELETE FROM {attempts} a USING pdrop d
+    WHERE a.job = d.job AND a.slot = d.slot AND a.manual = d.manual AND a.attempt = d.attempt
+      AND a.instance_id = d.instance_id
+),"
+    )
+}
+
+/// The statement that opens every claim, result and takeover batch: it locks the `_jobs`
+/// row of each of the batch's jobs, in job order, and creates the rows of jobs no instance
+/// registered. `ON CONFLICT DO UPDATE ... WHERE false` updates nothing but locks every
+/// existing row it meets, in the order the sorted `SELECT` feeds them. The batch's next
+/// statements then take their snapshots after every earlier claim, result or takeover of
+/// these jobs committed, and none can start until this batch commits: claims of one job by
+/// several instances run one after the other, decided on fresh data, and two batches lock
+/// their common jobs in the same order, so they never deadlock.
+fn lock_jobs_sql(names: &Names) -> String {
+    let Names { jobs, .. } = names;
+    let now = NOW_MS;
+    // $1 jobs.
+    format!(
+        "INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
+SELECT k.job, 0, {now}, 0 FROM (SELECT DISTINCT job FROM unnest($1::text[]) AS u(job)) k
+ORDER BY k.job
+ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
+    )
+}
+
+/// The set-based claim: one statement for a batch in which each job appears at most once
+/// (the store splits a batch that holds several slots of a job into such rounds), run after
+/// [`lock_jobs_sql`] in the same transaction. Each claim is judged by the single claim's
+/// rules (see `LeaseStore::claim`): late on the database clock against its `not_after`;
+/// earlier runs of its job that are running with an ended lease become `interrupted` (and
+/// their running history rows); taken when its run exists; overlap when `skip` and an earlier
+/// run of the job holds a live lease; else its run, the job's next fence and its first
+/// history row are written. A won claim whose `prune` flag is set prunes its job as the
+/// single path did (see [`PRUNE_EVERY`]). One answer row per claim, by `ord`.
+///
+/// The planner guesses one row for every CTE, so it would join a CTE of 256 rows to the
+/// runs through a scan of the whole `_running` index and a nested loop (256 x the running
+/// runs). The writes that join a CTE to the runs therefore compare `status` with a column
+/// of the CTE that holds `'running'` (`to_mark.running`, `chk.running`) rather than with
+/// the constant: the partial index no longer applies, and each CTE row looks its run up by
+/// primary key. Membership tests against CTEs are `IN` / `NOT IN` lists, which the planner
+/// hashes, rather than correlated `EXISTS`.
+fn claim_set_sql(names: &Names, prune: bool) -> String {
+    let Names {
+        runs,
+        attempts,
+        jobs,
+        retry,
+        ..
+    } = names;
+    let now = NOW_MS;
+    // Arrays, one element per claim: $1 job, $2 slot, $3 scheduled_at, $4 instance,
+    // $5 lease ms, $6 not_after, $7 overlap skip, $8 reason, $9 retention size,
+    // $10 retention ttl ms (NULL elements: none), $11 prune.
+    let kept = format!(
+        "p.slot = q.slot
+        OR ((p.job, p.slot) NOT IN (SELECT m.job, m.slot FROM to_mark m)
+            AND EXISTS (SELECT 1 FROM {runs} r
+                        WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running'))"
+    );
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+b AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::int8[],
+                         $6::int8[], $7::bool[], $8::text[], $9::int8[], $10::int8[],
+                         $11::bool[])
+        WITH ORDINALITY AS b(job, slot, scheduled_at, owner, lease_ms, not_after, skip,
+                             reason, size, ttl, prune, ord)
+),
+d AS (
+    SELECT b.*, n.ms,
+           EXISTS (SELECT 1 FROM {runs} r WHERE r.job = b.job AND r.slot = b.slot) AS existed,
+           CASE WHEN b.skip THEN (
+               SELECT r.slot FROM {runs} r
+               WHERE r.job = b.job AND r.slot < b.slot AND r.status = 'running'
+                 AND r.owner IS NOT NULL AND r.expires_at > n.ms
+               ORDER BY r.slot LIMIT 1)
+           END AS live_slot
+    FROM b, n
+    WHERE n.ms <= b.not_after
+),
+to_mark AS (
+    SELECT r.job, r.slot, r.status AS running FROM d JOIN {runs} r ON r.job = d.job
+    WHERE r.slot < d.slot AND r.status = 'running'
+      AND (r.owner IS NULL OR r.expires_at <= d.ms)
+),
+ins AS (
+    INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
+                        scheduled_at, started_at)
+    SELECT d.job, d.slot, 'running', 1, 1, d.owner, d.ms + d.lease_ms, d.scheduled_at, d.ms
+    FROM d WHERE NOT d.existed AND d.live_slot IS NULL
+    ORDER BY d.job, d.slot
+    ON CONFLICT (job, slot) DO NOTHING
+    RETURNING job, slot, expires_at, started_at
+),
+{prune}
+marked AS (
+    UPDATE {runs} r SET status = 'interrupted', owner = NULL
+    FROM to_mark m, n
+    WHERE r.job = m.job AND r.slot = m.slot AND r.status = m.running
+      AND (r.owner IS NULL OR r.expires_at <= n.ms)
+      AND (r.job, r.slot) NOT IN (SELECT p.job, p.slot FROM pdrop_runs p)
+    RETURNING r.job, r.slot, r.attempt
+),
+marked_rows AS (
+    UPDATE {attempts} a
+    SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
+    FROM marked m, n
+    WHERE a.job = m.job AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
+      AND a.status = 'running'
+      AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
+                                             WHERE NOT e.manual)
+),
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p, n
+    WHERE r.job = p.job AND r.slot = p.slot
+      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
+    RETURNING r.job, r.slot
+),
+fence AS (
+    UPDATE {jobs} j
+    SET fence = j.fence + 1,
+        unpruned = CASE WHEN d.prune THEN 0 ELSE j.unpruned + 1 END
+    FROM ins i JOIN d ON d.job = i.job
+    WHERE j.job = i.job
+      AND (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+    RETURNING j.job, j.fence, j.unpruned, i.slot, i.started_at, d.owner, d.scheduled_at,
+              d.reason
+),
+row_ins AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at)
+    SELECT f.job, f.slot, false, 1, f.owner, f.scheduled_at, f.reason, 'running', f.fence,
+           f.started_at
+    FROM fence f
+),
+chk AS (
+    SELECT CASE
+        WHEN (SELECT count(*) FROM ins) <> (SELECT count(*) FROM fence)
+            THEN {retry}('a claimed job has no fence row')
+        WHEN (SELECT count(*) FROM marked)
+             + (SELECT count(*) FROM del_r x
+                WHERE (x.job, x.slot) IN (SELECT m.job, m.slot FROM to_mark m))
+             <> (SELECT count(*) FROM to_mark)
+            THEN {retry}('an ended lease was renewed meanwhile')
+    END AS retry
+)
+SELECT b.ord, n.ms, n.ms > b.not_after AS late, coalesce(d.existed, false) AS existed,
+       d.live_slot, i.expires_at, f.fence,
+       coalesce(f.unpruned, (SELECT j.unpruned FROM {jobs} j WHERE j.job = b.job)) AS unpruned,
+       chk.retry
+FROM b CROSS JOIN n CROSS JOIN chk
+LEFT JOIN d ON d.ord = b.ord
+LEFT JOIN ins i ON i.job = b.job AND i.slot = b.slot
+LEFT JOIN fence f ON f.job = b.job AND i.job IS NOT NULL
+ORDER BY b.ord",
+        prune = if prune {
+            format!(
+                "pj AS (
+    SELECT d.job, d.slot, d.size, d.ttl FROM d JOIN ins i ON i.job = d.job WHERE d.prune
+),
+{}",
+                prune_set_ctes(names, true, &kept)
+            )
+        } else {
+            NO_PRUNE_SET.to_owned()
+        },
+    )
+}
+
+/// The set-based finish: one statement for a batch of results in which each job appears at
+/// most once (the store splits other batches into such rounds), run after
+/// [`lock_jobs_sql`] in the same transaction. Each result is written by the single finish's
+/// rules: conditional on (job, slot, attempt, owner) and status `running`, the run and its
+/// attempt's history row get the status, `finished_at` and error, and the job is pruned to
+/// the result's retention; a stale owner's result writes nothing. One answer row per
+/// result, by `ord`.
+fn finish_set_sql(names: &Names) -> String {
+    let Names {
+        runs,
+        attempts,
+        retry,
+        ..
+    } = names;
+    let now = NOW_MS;
+    // Arrays, one element per result: $1 job, $2 slot, $3 attempt, $4 owner, $5 status,
+    // $6 error (NULL elements: none), $7 retention size, $8 retention ttl ms (NULL: none).
+    let kept = format!(
+        "p.slot <> q.slot
+        AND EXISTS (SELECT 1 FROM {runs} r
+                    WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running')"
+    );
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+b AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int4[], $4::text[], $5::text[],
+                         $6::text[], $7::int8[], $8::int8[])
+        WITH ORDINALITY AS b(job, slot, attempt, owner, status, error, size, ttl, ord)
+),
+chk AS (
+    SELECT b.*, 'running'::text AS running FROM b
+    WHERE EXISTS (SELECT 1 FROM {runs} r
+                  WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt
+                    AND r.owner = b.owner AND r.status = 'running')
+),
+pj AS (SELECT c.job, c.slot, c.size, c.ttl FROM chk c),
+{prune}
+f AS (
+    UPDATE {runs} r SET status = c.status, owner = NULL
+    FROM chk c
+    WHERE r.job = c.job AND r.slot = c.slot AND r.attempt = c.attempt AND r.owner = c.owner
+      AND r.status = c.running
+      AND (r.job, r.slot) NOT IN (SELECT p.job, p.slot FROM pdrop_runs p)
+    RETURNING r.job, r.slot
+),
+h AS (
+    UPDATE {attempts} a SET status = c.status, finished_at = n.ms, error = c.error
+    FROM chk c, n
+    WHERE a.job = c.job AND a.slot = c.slot AND a.attempt = c.attempt AND NOT a.manual
+      AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
+                                             WHERE NOT e.manual)
+),
+del_r AS (
+    DELETE FROM {runs} r USING pdrop_runs p
+    WHERE r.job = p.job AND r.slot = p.slot
+      AND (r.status <> 'running'
+           OR (r.job, r.slot, r.attempt, r.owner)
+              IN (SELECT c.job, c.slot, c.attempt, c.owner FROM chk c))
+    RETURNING r.job, r.slot
+),
+verdict AS (
+    SELECT CASE
+        WHEN (SELECT count(*) FROM chk)
+             <> (SELECT count(*) FROM f)
+                + (SELECT count(*) FROM del_r x
+                   WHERE (x.job, x.slot) IN (SELECT c.job, c.slot FROM chk c)
+                     AND (x.job, x.slot) NOT IN (SELECT y.job, y.slot FROM f y))
+            THEN {retry}('a run changed while it was finished')
+    END AS retry
+)
+SELECT b.ord, b.ord IN (SELECT c.ord FROM chk c) AS done, verdict.retry
+FROM b CROSS JOIN verdict
+ORDER BY b.ord",
+        prune = prune_set_ctes(names, false, &kept),
+    )
+}
+
+/// The CTEs `prune_set_ctes` defines and the claim reads, empty: nothing is pruned. A
+/// round in which no claim is due to prune sends the claim statement with these, which
+/// PostgreSQL plans and runs without the pruning's plan nodes (see [`PRUNE_EVERY`]).
+const NO_PRUNE_SET: &str = "pdrop AS (
+    SELECT NULL::text AS job, NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
+           NULL::text AS instance_id
+    WHERE false
+),
+pdrop_runs AS (SELECT NULL::text AS job, NULL::int8 AS slot WHERE false),";
 const NO_KEYS: &str = "SELECT NULL::int8 AS slot, NULL::bool AS manual WHERE false";
 const NO_SLOTS: &str = "SELECT NULL::int8 AS slot WHERE false";
 
@@ -687,15 +1013,18 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             history,
             record_manual,
             prune: [prune_sql(names, false), prune_sql(names, true)],
+            lock_jobs: lock_jobs_sql(names),
             claim: claim_sql(names, false, false),
             claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
+            finish: [finish_sql(names, false), finish_sql(names, true)],
+            claim_set: [claim_set_sql(names, false), claim_set_sql(names, true)],
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \
                  THEN CAST('anarchon: the claim batch reached its deadline ' || {now} AS int8) \
                  END"
             ),
             heartbeat,
-            finish: [finish_sql(names, false), finish_sql(names, true)],
+            finish_set: finish_set_sql(names),
             release,
             take_over,
             runs: runs_sql,

@@ -1,7 +1,9 @@
 //! The store traits on PostgreSQL: every call is one statement (record_manual two), bounded
-//! by the store's timeout, except the claim and result batches: one pipelined transaction of
-//! the single call's statements. See [`crate::sql`] for the statements.
+//! by the store's timeout, except claims, results and takeovers: one pipelined transaction
+//! that first locks the rows of their jobs in job order, then runs set-based statements
+//! (claims, results) or the takeover statements. See [`crate::sql`] for the statements.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use anarchon_core::store::{
@@ -12,7 +14,7 @@ use anarchon_core::store::{
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 use tokio_postgres::Row;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::KIND;
 use crate::error::{is_connection_lost, is_retryable};
@@ -47,8 +49,14 @@ fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX / 4)
 }
 
-/// The most claims one pipelined transaction carries (`LeaseStore::claim_batch_limit`).
+/// The most claims one batch carries (`LeaseStore::claim_batch_limit`).
 pub(crate) const BATCH_CLAIMS: usize = 256;
+
+/// The most results one batch carries (`LeaseStore::finish_batch_limit`).
+pub(crate) const BATCH_FINISHES: usize = 256;
+
+/// The most takeovers one batch carries (`LeaseStore::take_over_batch_limit`).
+pub(crate) const BATCH_TAKEOVERS: usize = 256;
 
 /// The parameter types of the claim statements.
 const CLAIM_TYPES: [Type; 10] = [
@@ -110,9 +118,6 @@ fn claim_params(claim: &LeaseClaim) -> ClaimParams<'_> {
     }
 }
 
-/// The most results one pipelined transaction carries (`LeaseStore::finish_batch_limit`).
-pub(crate) const BATCH_FINISHES: usize = 256;
-
 /// The parameter types of the finish statements.
 const FINISH_TYPES: [Type; 8] = [
     Type::TEXT,
@@ -165,25 +170,266 @@ fn finish_params<'f>(lease: &'f Lease, finish: &'f Finish) -> FinishParams<'f> {
     }
 }
 
-/// Reads the answer row of a finish statement.
-fn owner_write(row: &Row) -> OwnerWrite {
-    if row.get::<_, bool>(0) {
+/// The parameter types of the set-based claim statement.
+const CLAIM_SET_TYPES: [Type; 11] = [
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::BOOL_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::BOOL_ARRAY,
+];
+
+/// The parameter types of the set-based finish statement.
+const FINISH_SET_TYPES: [Type; 8] = [
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT4_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+];
+
+/// The parameter types of the takeover statement.
+const TAKEOVER_TYPES: [Type; 8] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::TEXT,
+    Type::INT4,
+    Type::BOOL,
+    Type::INT8,
+    Type::INT8,
+];
+
+type Param<'a> = &'a (dyn ToSql + Sync);
+
+/// Splits a batch into rounds in which each job appears at most once: a job's n-th item
+/// goes to round n, and the items of a round keep the order given. Running the rounds one
+/// after the other is running the items of each job in the order given.
+fn rounds<'j>(jobs: impl Iterator<Item = &'j str>) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (i, job) in jobs.enumerate() {
+        let n = seen.entry(job).or_insert(0);
+        if rounds.len() <= *n {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(i);
+        *n += 1;
+    }
+    rounds
+}
+
+/// The bound arrays of one round of the set-based claim statement.
+struct ClaimArrays<'c> {
+    job: Vec<&'c str>,
+    slot: Vec<i64>,
+    scheduled_at: Vec<i64>,
+    instance: Vec<&'c str>,
+    lease_ms: Vec<i64>,
+    not_after: Vec<i64>,
+    skip: Vec<bool>,
+    reason: Vec<&'static str>,
+    size: Vec<i64>,
+    ttl: Vec<Option<i64>>,
+    prune: Vec<bool>,
+}
+
+impl<'c> ClaimArrays<'c> {
+    fn new(
+        claims: &'c [LeaseClaim],
+        round: &[usize],
+        prune_due: impl Fn(&JobName) -> bool,
+    ) -> Self {
+        let pick =
+            |f: &dyn Fn(&'c LeaseClaim) -> i64| round.iter().map(|&i| f(&claims[i])).collect();
+        ClaimArrays {
+            job: round.iter().map(|&i| claims[i].run.job.as_str()).collect(),
+            slot: pick(&|c| c.run.slot),
+            scheduled_at: pick(&|c| c.scheduled_at),
+            instance: round
+                .iter()
+                .map(|&i| claims[i].instance_id.as_str())
+                .collect(),
+            lease_ms: pick(&|c| ms(c.lease_ms)),
+            not_after: pick(&|c| c.not_after),
+            skip: round
+                .iter()
+                .map(|&i| claims[i].overlap == Overlap::Skip)
+                .collect(),
+            reason: round.iter().map(|&i| claims[i].reason.as_str()).collect(),
+            size: pick(&|c| i64::from(c.retention.size)),
+            ttl: round.iter().map(|&i| ttl(claims[i].retention)).collect(),
+            prune: round
+                .iter()
+                .map(|&i| prune_due(&claims[i].run.job))
+                .collect(),
+        }
+    }
+
+    fn refs(&self) -> Vec<Param<'_>> {
+        vec![
+            &self.job,
+            &self.slot,
+            &self.scheduled_at,
+            &self.instance,
+            &self.lease_ms,
+            &self.not_after,
+            &self.skip,
+            &self.reason,
+            &self.size,
+            &self.ttl,
+            &self.prune,
+        ]
+    }
+}
+
+/// The bound arrays of one round of the set-based finish statement.
+struct FinishArrays<'f> {
+    job: Vec<&'f str>,
+    slot: Vec<i64>,
+    attempt: Vec<i32>,
+    owner: Vec<&'f str>,
+    status: Vec<&'static str>,
+    error: Vec<Option<&'f str>>,
+    size: Vec<i64>,
+    ttl: Vec<Option<i64>>,
+}
+
+impl<'f> FinishArrays<'f> {
+    fn new(writes: &'f [(Lease, Finish)], round: &[usize]) -> Self {
+        let w = |i: usize| &writes[i];
+        FinishArrays {
+            job: round.iter().map(|&i| w(i).0.run.job.as_str()).collect(),
+            slot: round.iter().map(|&i| w(i).0.run.slot).collect(),
+            attempt: round
+                .iter()
+                .map(|&i| i32::try_from(w(i).0.attempt).unwrap_or(i32::MAX))
+                .collect(),
+            owner: round.iter().map(|&i| w(i).0.instance_id.as_str()).collect(),
+            status: round.iter().map(|&i| w(i).1.status.as_str()).collect(),
+            error: round.iter().map(|&i| w(i).1.error.as_deref()).collect(),
+            size: round
+                .iter()
+                .map(|&i| i64::from(w(i).1.retention.size))
+                .collect(),
+            ttl: round.iter().map(|&i| ttl(w(i).1.retention)).collect(),
+        }
+    }
+
+    fn refs(&self) -> Vec<Param<'_>> {
+        vec![
+            &self.job,
+            &self.slot,
+            &self.attempt,
+            &self.owner,
+            &self.status,
+            &self.error,
+            &self.size,
+            &self.ttl,
+        ]
+    }
+}
+
+/// The bound values of one takeover statement.
+struct TakeoverParams<'t> {
+    job: &'t str,
+    slot: i64,
+    seen_attempt: i32,
+    instance: &'t str,
+    max_attempts: i32,
+    superseded: bool,
+    lease_ms: i64,
+    not_after: i64,
+}
+
+impl<'t> TakeoverParams<'t> {
+    fn new(t: &'t Takeover) -> Self {
+        TakeoverParams {
+            job: t.run.job.as_str(),
+            slot: t.run.slot,
+            seen_attempt: i32::try_from(t.seen_attempt).unwrap_or(i32::MAX),
+            instance: &t.instance_id,
+            max_attempts: i32::try_from(t.max_attempts).unwrap_or(i32::MAX),
+            superseded: t.superseded,
+            lease_ms: ms(t.lease_ms),
+            not_after: t.not_after,
+        }
+    }
+
+    fn refs(&self) -> Vec<Param<'_>> {
+        vec![
+            &self.job,
+            &self.slot,
+            &self.seen_attempt,
+            &self.instance,
+            &self.max_attempts,
+            &self.superseded,
+            &self.lease_ms,
+            &self.not_after,
+        ]
+    }
+}
+
+/// One statement of a locked batch: its text, parameter types and bound values.
+struct Step<'p> {
+    sql: &'p str,
+    types: &'p [Type],
+    params: Vec<Param<'p>>,
+}
+
+/// How a locked batch ended without an error.
+enum Batch {
+    /// Committed: the answer rows of each step.
+    Committed(Vec<Vec<Row>>),
+    /// The guard found the database clock past the batch's deadline, so the transaction
+    /// rolled back: the answer rows of each step as they were before the rollback.
+    RolledBack(Vec<Vec<Row>>),
+}
+
+/// Why one try of a locked batch did not commit.
+enum Failure {
+    /// A statement asked to be run again (serialization failure, deadlock): rolled back.
+    Retry(tokio_postgres::Error),
+    /// Any other error: rolled back.
+    Failed(tokio_postgres::Error),
+}
+
+fn failure(e: tokio_postgres::Error) -> Failure {
+    if is_retryable(&e) {
+        Failure::Retry(e)
+    } else {
+        Failure::Failed(e)
+    }
+}
+
+/// The bound values of one round: a single statement's or a set-based statement's.
+enum Either<O, S> {
+    One(O),
+    Set(S),
+}
+
+/// Reads the answer row of a finish statement, whose `done` column is `col` (0 in the
+/// single finish's row, 1 after `ord` in the set-based one's).
+fn owner_write(row: &Row, col: usize) -> OwnerWrite {
+    if row.get::<_, bool>(col) {
         OwnerWrite::Done
     } else {
         OwnerWrite::Lost
     }
 }
 
-/// Why a pipelined claim batch did not commit.
-enum BatchFailure {
-    /// A statement asked to be run again (serialization failure, deadlock): the whole
-    /// transaction rolled back.
-    Retry(tokio_postgres::Error),
-    /// The guard found the database clock past the batch's latest deadline: rolled back.
-    /// The answer rows of the claims, as they were before the rollback.
-    Deadline(Vec<std::result::Result<Row, tokio_postgres::Error>>),
-    /// Any other error: rolled back.
-    Failed(tokio_postgres::Error),
+/// The 0-based position an answer row's `ord` column (1-based) names within its round.
+fn ord(row: &Row) -> usize {
+    usize::try_from(row.get::<_, i64>(0) - 1).unwrap_or(usize::MAX)
 }
 
 impl Inner {
@@ -197,7 +443,7 @@ impl Inner {
             .is_none_or(|n| n + 1 >= PRUNE_EVERY)
     }
 
-    /// The claim statement for `claim`: the pruning variant when the job is due.
+    /// The single claim statement for `claim`: the pruning variant when the job is due.
     fn claim_sql(&self, claim: &LeaseClaim) -> &str {
         if self.prune_due(&claim.run.job) {
             &self.sql.claim_pruning[usize::from(claim.retention.ttl_ms.is_some())]
@@ -206,16 +452,17 @@ impl Inner {
         }
     }
 
-    /// Reads the answer row of a claim statement.
-    fn claim_outcome(&self, claim: &LeaseClaim, row: &Row) -> Result<ClaimOutcome> {
-        let now: i64 = row.get(0);
-        let late: bool = row.get(1);
-        let existed: bool = row.get(2);
-        let live_slot: Option<i64> = row.get(3);
-        let expires_at: Option<i64> = row.get(4);
-        let fence: Option<i64> = row.get(5);
-        self.saw_unpruned(&claim.run.job, row.get(6));
-        Ok(if late {
+    /// Reads the answer row of a claim statement, whose columns start at `base` (0 in the
+    /// single claim's row, 1 after `ord` in the set-based one's).
+    fn claim_outcome(&self, claim: &LeaseClaim, row: &Row, base: usize) -> ClaimOutcome {
+        let now: i64 = row.get(base);
+        let late: bool = row.get(base + 1);
+        let existed: bool = row.get(base + 2);
+        let live_slot: Option<i64> = row.get(base + 3);
+        let expires_at: Option<i64> = row.get(base + 4);
+        let fence: Option<i64> = row.get(base + 5);
+        self.saw_unpruned(&claim.run.job, row.get(base + 6));
+        if late {
             ClaimOutcome::Late { store_now: now }
         } else if existed {
             ClaimOutcome::Taken
@@ -233,29 +480,13 @@ impl Inner {
                 expires_at,
             })
         } else {
-            // The insert met a run another instance inserted after this statement's snapshot.
+            // The insert met a run inserted after this statement's snapshot (by a writer
+            // that did not lock the job first).
             ClaimOutcome::Taken
-        })
-    }
-
-    /// The answers of a batch's claim statements, `rows` in the order they ran (`order`),
-    /// put back into the order of `claims`.
-    fn claim_outcomes(
-        &self,
-        claims: &[LeaseClaim],
-        order: &[usize],
-        rows: Vec<std::result::Result<Row, tokio_postgres::Error>>,
-    ) -> Result<Vec<ClaimOutcome>> {
-        let mut out: Vec<Option<ClaimOutcome>> = vec![None; claims.len()];
-        for (&i, row) in order.iter().zip(rows) {
-            let row = row.map_err(|e| self.pg(e, "claim"))?;
-            out[i] = Some(self.claim_outcome(&claims[i], &row)?);
         }
-        Ok(out.into_iter().flatten().collect())
     }
 
-    /// How long a claim or result batch may take: the store's timeout, or the scheduler's if
-    /// shorter.
+    /// How long a batch may take: the store's timeout, or the scheduler's if shorter.
     fn batch_timeout(&self) -> std::time::Duration {
         match self.caller_limit_ms.load(Ordering::Relaxed) {
             0 => self.timeout,
@@ -263,202 +494,102 @@ impl Inner {
         }
     }
 
-    /// At most [`BATCH_CLAIMS`] claims in one pipelined transaction (see
-    /// `LeaseStore::claim_many`), run again as a whole after a serialization failure.
-    async fn claim_batch(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
-        if claims.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Grouped by job, in the given order within a job (a stable sort).
-        let mut order: Vec<usize> = (0..claims.len()).collect();
-        order.sort_by(|&a, &b| claims[a].run.job.cmp(&claims[b].run.job));
-        let deadline = claims.iter().map(|c| c.not_after).max().unwrap_or(0);
+    /// Runs `steps` in one transaction, pipelined in one round trip on one connection:
+    /// `BEGIN`, the lock of `jobs`' rows in job order ([`crate::sql`]'s `lock_jobs`), the
+    /// steps in order, the deadline guard when `deadline` is given, `COMMIT`. The whole
+    /// transaction runs again after a serialization failure or a deadlock (neither happens
+    /// between batches, which lock in one order; a writer that does not lock the job, such
+    /// as a heartbeat renewing an ended lease at the same moment, can cause one), all within
+    /// the batch timeout.
+    async fn locked_batch(
+        &self,
+        operation: &'static str,
+        jobs: &[&str],
+        steps: &[Step<'_>],
+        deadline: Option<i64>,
+    ) -> Result<Batch> {
         let timeout = self.batch_timeout();
-        let client = self.client("claim").await?;
+        let client = self.client(operation).await?;
         let work = async {
             // Statements this connection has not prepared yet cost a round trip each.
-            let mut cached = client.statement_cache.size();
+            let cached = client.statement_cache.size();
             let begin = client.prepare_typed_cached("BEGIN", &[]).await?;
-            let guard = client
-                .prepare_typed_cached(&self.sql.claim_guard, &[Type::INT8])
+            let lock = client
+                .prepare_typed_cached(&self.sql.lock_jobs, &[Type::TEXT_ARRAY])
                 .await?;
+            let guard = match deadline {
+                Some(_) => Some(
+                    client
+                        .prepare_typed_cached(&self.sql.claim_guard, &[Type::INT8])
+                        .await?,
+                ),
+                None => None,
+            };
             let commit = client.prepare_typed_cached("COMMIT", &[]).await?;
+            let mut statements = Vec::with_capacity(steps.len());
+            for step in steps {
+                statements.push(client.prepare_typed_cached(step.sql, step.types).await?);
+            }
+            let prepared = client.statement_cache.size().saturating_sub(cached);
+            self.round_trips
+                .fetch_add(prepared as u64, Ordering::Relaxed);
+            let deadline = deadline.unwrap_or(i64::MAX);
+            let guard_params: [Param<'_>; 1] = [&deadline];
+            let lock_params: [Param<'_>; 1] = [&jobs];
             let mut tries = 0;
             loop {
-                let mut statements = Vec::with_capacity(order.len());
-                for &i in &order {
-                    statements.push(
-                        client
-                            .prepare_typed_cached(self.claim_sql(&claims[i]), &CLAIM_TYPES)
-                            .await?,
-                    );
-                }
-                let params: Vec<ClaimParams<'_>> =
-                    order.iter().map(|&i| claim_params(&claims[i])).collect();
-                let refs: Vec<_> = params.iter().map(ClaimParams::refs).collect();
-                // Every request goes out before the first answer is read: tokio-postgres
-                // pipelines the queries of futures polled together on one connection.
-                let prepared = client.statement_cache.size().saturating_sub(cached);
-                self.round_trips
-                    .fetch_add(1 + prepared as u64, Ordering::Relaxed);
-                cached = client.statement_cache.size();
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.statements
+                    .fetch_add(steps.len() as u64, Ordering::Relaxed);
                 let client = &*client;
-                let guard_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&deadline];
-                let (began, rows, guarded, committed) = futures::join!(
+                // Every request goes out before the first answer is read: tokio-postgres
+                // pipelines the queries of futures polled together on one connection, in
+                // the order they are first polled.
+                let (began, locked, rows, guarded, committed) = futures::join!(
                     client.execute(&begin, &[]),
+                    client.execute(&lock, &lock_params),
                     futures::future::join_all(
                         statements
                             .iter()
-                            .zip(&refs)
-                            .map(|(st, p)| client.query_one(st, p))
+                            .zip(steps)
+                            .map(|(st, step)| client.query(st, &step.params))
                     ),
-                    client.execute(&guard, &guard_params),
+                    async {
+                        match &guard {
+                            Some(g) => client.execute(g, &guard_params).await.map(Some),
+                            None => Ok(None),
+                        }
+                    },
                     client.execute(&commit, &[]),
                 );
-                let failure = match (began, guarded, committed) {
-                    (Err(e), _, _) => BatchFailure::Failed(e),
+                // The first error is the cause: the requests after it only found the
+                // transaction aborted (and its COMMIT answered with a rollback).
+                let failed = match (began, locked) {
+                    (Err(e), _) | (_, Err(e)) => failure(e),
                     _ if rows.iter().any(Result::is_err) => {
-                        // The first error is the cause; the statements after it only
-                        // found the transaction aborted.
-                        let e = rows
-                            .into_iter()
-                            .find_map(Result::err)
-                            .expect("an error is present");
-                        if is_retryable(&e) {
-                            BatchFailure::Retry(e)
-                        } else {
-                            BatchFailure::Failed(e)
+                        failure(rows.into_iter().find_map(Result::err).expect("an error"))
+                    }
+                    _ => match (guarded, committed) {
+                        (Err(e), _) if e.code() == Some(&SqlState::INVALID_TEXT_REPRESENTATION) => {
+                            let rows = rows.into_iter().map(|r| r.expect("answered")).collect();
+                            return Ok(Batch::RolledBack(rows));
                         }
-                    }
-                    (_, Err(e), _) if e.code() == Some(&SqlState::INVALID_TEXT_REPRESENTATION) => {
-                        BatchFailure::Deadline(rows)
-                    }
-                    (_, Err(e), _) | (_, _, Err(e)) => {
-                        if is_retryable(&e) {
-                            BatchFailure::Retry(e)
-                        } else {
-                            BatchFailure::Failed(e)
+                        (Err(e), _) | (_, Err(e)) => failure(e),
+                        _ => {
+                            let rows = rows.into_iter().map(|r| r.expect("answered")).collect();
+                            return Ok(Batch::Committed(rows));
                         }
-                    }
-                    _ => return Ok(self.claim_outcomes(claims, &order, rows)),
+                    },
                 };
-                match failure {
-                    BatchFailure::Retry(e) if tries < MAX_RETRIES => {
+                match failed {
+                    Failure::Retry(e) if tries < MAX_RETRIES => {
                         tries += 1;
-                        tracing::debug!(tries, "postgres claim batch retried: {e}");
+                        self.retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(operation, tries, "postgres batch retried: {e}");
                         tokio::task::yield_now().await;
                     }
-                    BatchFailure::Retry(e) | BatchFailure::Failed(e) => return Err(e),
-                    BatchFailure::Deadline(rows) => {
-                        // Rolled back. A batch that won nothing lost nothing by that (at
-                        // most the marking of ended runs, which the next claim redoes):
-                        // its answers stand. One that won must not report leases it no
-                        // longer holds.
-                        let answers = self.claim_outcomes(claims, &order, rows);
-                        return Ok(match answers {
-                            Ok(out) if !out.iter().any(|o| matches!(o, ClaimOutcome::Won(_))) => {
-                                Ok(out)
-                            }
-                            _ => Err(Error::Timeout {
-                                store: KIND,
-                                operation: "claim",
-                                after: timeout,
-                            }),
-                        });
-                    }
+                    Failure::Retry(e) | Failure::Failed(e) => return Err(e),
                 }
-            }
-        };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                if is_connection_lost(&e) {
-                    drop(Object::take(client));
-                }
-                Err(self.pg(e, "claim"))
-            }
-            Err(_) => {
-                drop(Object::take(client));
-                Err(Error::Timeout {
-                    store: KIND,
-                    operation: "claim",
-                    after: timeout,
-                })
-            }
-        }
-    }
-
-    /// At most [`BATCH_FINISHES`] results in one pipelined transaction (see
-    /// `LeaseStore::finish_many`), run again as a whole after a serialization failure or a
-    /// deadlock, all within the batch timeout.
-    async fn finish_batch(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
-        if writes.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Grouped by job, in the given order within a job (a stable sort), like claims.
-        let mut order: Vec<usize> = (0..writes.len()).collect();
-        order.sort_by(|&a, &b| writes[a].0.run.job.cmp(&writes[b].0.run.job));
-        let timeout = self.batch_timeout();
-        let client = self.client("finish").await?;
-        let work = async {
-            let mut cached = client.statement_cache.size();
-            let begin = client.prepare_typed_cached("BEGIN", &[]).await?;
-            let commit = client.prepare_typed_cached("COMMIT", &[]).await?;
-            let mut tries = 0;
-            loop {
-                let mut statements = Vec::with_capacity(order.len());
-                for &i in &order {
-                    let ttl = writes[i].1.retention.ttl_ms.is_some();
-                    statements.push(
-                        client
-                            .prepare_typed_cached(&self.sql.finish[usize::from(ttl)], &FINISH_TYPES)
-                            .await?,
-                    );
-                }
-                let params: Vec<FinishParams<'_>> = order
-                    .iter()
-                    .map(|&i| finish_params(&writes[i].0, &writes[i].1))
-                    .collect();
-                let refs: Vec<_> = params.iter().map(FinishParams::refs).collect();
-                // One round trip: every request goes out before the first answer is read.
-                let prepared = client.statement_cache.size().saturating_sub(cached);
-                self.round_trips
-                    .fetch_add(1 + prepared as u64, Ordering::Relaxed);
-                cached = client.statement_cache.size();
-                let client = &*client;
-                let (began, rows, committed) = futures::join!(
-                    client.execute(&begin, &[]),
-                    futures::future::join_all(
-                        statements
-                            .iter()
-                            .zip(&refs)
-                            .map(|(st, p)| client.query_one(st, p))
-                    ),
-                    client.execute(&commit, &[]),
-                );
-                // The first error is the cause: the statements after it only found the
-                // transaction aborted (and its COMMIT answered with a rollback).
-                let failed = match (began, committed) {
-                    (Err(e), _) => e,
-                    _ if rows.iter().any(Result::is_err) => rows
-                        .into_iter()
-                        .find_map(Result::err)
-                        .expect("an error is present"),
-                    (_, Err(e)) => e,
-                    _ => {
-                        let mut out = vec![OwnerWrite::Lost; writes.len()];
-                        for (&i, row) in order.iter().zip(rows) {
-                            out[i] = owner_write(&row.expect("every statement answered"));
-                        }
-                        return Ok(out);
-                    }
-                };
-                if !is_retryable(&failed) || tries >= MAX_RETRIES {
-                    return Err(failed);
-                }
-                tries += 1;
-                tracing::debug!(tries, "postgres finish batch retried: {failed}");
-                tokio::task::yield_now().await;
             }
         };
         match tokio::time::timeout(timeout, work).await {
@@ -467,17 +598,184 @@ impl Inner {
                 if is_connection_lost(&e) {
                     drop(Object::take(client));
                 }
-                Err(self.pg(e, "finish"))
+                Err(self.pg(e, operation))
             }
             Err(_) => {
                 drop(Object::take(client));
                 Err(Error::Timeout {
                     store: KIND,
-                    operation: "finish",
+                    operation,
                     after: timeout,
                 })
             }
         }
+    }
+
+    /// At most [`BATCH_CLAIMS`] claims as one transaction of set-based statements, one per
+    /// round (see [`rounds`]): usually one statement. Answers in the order given.
+    async fn claim_batch(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rounds = rounds(claims.iter().map(|c| c.run.job.as_str()));
+        // A round of one claim sends the single claim's statement: the set-based one costs
+        // a lone claim more than its work (its plan has about a hundred nodes).
+        let params: Vec<Either<ClaimParams<'_>, ClaimArrays<'_>>> = rounds
+            .iter()
+            .map(|round| match round.as_slice() {
+                [i] => Either::One(claim_params(&claims[*i])),
+                _ => Either::Set(ClaimArrays::new(claims, round, |job| self.prune_due(job))),
+            })
+            .collect();
+        let steps: Vec<Step<'_>> = params
+            .iter()
+            .zip(&rounds)
+            .map(|(p, round)| match p {
+                Either::One(p) => Step {
+                    sql: self.claim_sql(&claims[round[0]]),
+                    types: &CLAIM_TYPES,
+                    params: p.refs().to_vec(),
+                },
+                Either::Set(a) => Step {
+                    sql: &self.sql.claim_set[usize::from(a.prune.contains(&true))],
+                    types: &CLAIM_SET_TYPES,
+                    params: a.refs(),
+                },
+            })
+            .collect();
+        let jobs: Vec<&str> = claims.iter().map(|c| c.run.job.as_str()).collect();
+        let deadline = claims.iter().map(|c| c.not_after).max().unwrap_or(0);
+        let (rows, committed) = match self
+            .locked_batch("claim", &jobs, &steps, Some(deadline))
+            .await?
+        {
+            Batch::Committed(rows) => (rows, true),
+            Batch::RolledBack(rows) => (rows, false),
+        };
+        let mut out: Vec<Option<ClaimOutcome>> = vec![None; claims.len()];
+        for (round, rows) in rounds.iter().zip(&rows) {
+            if let ([i], [row]) = (round.as_slice(), rows.as_slice()) {
+                out[*i] = Some(self.claim_outcome(&claims[*i], row, 0));
+                continue;
+            }
+            for row in rows {
+                if let Some(&i) = round.get(ord(row)) {
+                    out[i] = Some(self.claim_outcome(&claims[i], row, 1));
+                }
+            }
+        }
+        let out: Vec<ClaimOutcome> = out.into_iter().flatten().collect();
+        if out.len() != claims.len() {
+            return Err(Error::store(
+                KIND,
+                "claim",
+                "a claim of the batch got no answer row",
+            ));
+        }
+        // Rolled back at the deadline: a batch that won nothing lost nothing by that (at
+        // most the marking of ended runs, which the next claim redoes), so its answers
+        // stand; one that won must not report leases it no longer holds.
+        if !committed && out.iter().any(|o| matches!(o, ClaimOutcome::Won(_))) {
+            return Err(Error::Timeout {
+                store: KIND,
+                operation: "claim",
+                after: self.batch_timeout(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// At most [`BATCH_FINISHES`] results as one transaction of set-based statements, one
+    /// per round (see [`rounds`]): usually one statement. Answers in the order given.
+    async fn finish_batch(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rounds = rounds(writes.iter().map(|(l, _)| l.run.job.as_str()));
+        // A round of one result sends the single finish's statement (see `claim_batch`).
+        let params: Vec<Either<FinishParams<'_>, FinishArrays<'_>>> = rounds
+            .iter()
+            .map(|round| match round.as_slice() {
+                [i] => Either::One(finish_params(&writes[*i].0, &writes[*i].1)),
+                _ => Either::Set(FinishArrays::new(writes, round)),
+            })
+            .collect();
+        let steps: Vec<Step<'_>> = params
+            .iter()
+            .zip(&rounds)
+            .map(|(p, round)| match p {
+                Either::One(p) => Step {
+                    sql: &self.sql.finish
+                        [usize::from(writes[round[0]].1.retention.ttl_ms.is_some())],
+                    types: &FINISH_TYPES,
+                    params: p.refs().to_vec(),
+                },
+                Either::Set(a) => Step {
+                    sql: &self.sql.finish_set,
+                    types: &FINISH_SET_TYPES,
+                    params: a.refs(),
+                },
+            })
+            .collect();
+        let jobs: Vec<&str> = writes.iter().map(|(l, _)| l.run.job.as_str()).collect();
+        let rows = match self.locked_batch("finish", &jobs, &steps, None).await? {
+            Batch::Committed(rows) | Batch::RolledBack(rows) => rows,
+        };
+        let mut out = vec![OwnerWrite::Lost; writes.len()];
+        for (round, rows) in rounds.iter().zip(&rows) {
+            if let ([i], [row]) = (round.as_slice(), rows.as_slice()) {
+                out[*i] = owner_write(row, 0);
+                continue;
+            }
+            for row in rows {
+                if let Some(&i) = round.get(ord(row)) {
+                    out[i] = owner_write(row, 1);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// At most [`BATCH_TAKEOVERS`] takeovers in one transaction: the lock of their jobs,
+    /// then the single takeover's statement for each, in the order given, pipelined in one
+    /// round trip, and the deadline guard.
+    async fn take_over_batch(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        if takeovers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let params: Vec<TakeoverParams<'_>> = takeovers.iter().map(TakeoverParams::new).collect();
+        let steps: Vec<Step<'_>> = params
+            .iter()
+            .map(|p| Step {
+                sql: &self.sql.take_over,
+                types: &TAKEOVER_TYPES,
+                params: p.refs(),
+            })
+            .collect();
+        let jobs: Vec<&str> = takeovers.iter().map(|t| t.run.job.as_str()).collect();
+        let deadline = takeovers.iter().map(|t| t.not_after).max().unwrap_or(0);
+        let (rows, committed) = match self
+            .locked_batch("take_over", &jobs, &steps, Some(deadline))
+            .await?
+        {
+            Batch::Committed(rows) => (rows, true),
+            Batch::RolledBack(rows) => (rows, false),
+        };
+        let mut out = Vec::with_capacity(takeovers.len());
+        for (t, rows) in takeovers.iter().zip(&rows) {
+            let row = rows
+                .first()
+                .ok_or_else(|| Error::store(KIND, "take_over", "no result row"))?;
+            out.push(takeover_outcome(t, row)?);
+        }
+        if !committed && out.iter().any(|o| matches!(o, TakeoverOutcome::Won(_))) {
+            return Err(Error::Timeout {
+                store: KIND,
+                operation: "take_over",
+                after: self.batch_timeout(),
+            });
+        }
+        Ok(out)
     }
 
     fn saw_unpruned(&self, job: &JobName, count: Option<i32>) {
@@ -491,6 +789,43 @@ impl Inner {
             }
         }
     }
+}
+
+/// Reads the answer row of a takeover statement.
+fn takeover_outcome(t: &Takeover, row: &Row) -> Result<TakeoverOutcome> {
+    let outcome: Option<&str> = row.get(0);
+    Ok(match outcome {
+        None => TakeoverOutcome::Finished(RunStatus::Interrupted),
+        Some("finished") => TakeoverOutcome::Finished(status(row.get(1))?),
+        Some("live") => TakeoverOutcome::Live,
+        Some("late") => TakeoverOutcome::Late,
+        Some("interrupted") => TakeoverOutcome::Interrupted,
+        Some("exhausted") => TakeoverOutcome::Exhausted,
+        Some("won") => {
+            let attempt: i32 = row.get(2);
+            let expires_at: i64 = row.get(3);
+            let fence: i64 = row.get(4);
+            let scheduled_at: i64 = row.get(5);
+            let now: i64 = row.get(6);
+            TakeoverOutcome::Won(Lease {
+                run: t.run.clone(),
+                attempt: attempt as u32,
+                fence: fence as u64,
+                instance_id: t.instance_id.clone(),
+                reason: Reason::Takeover,
+                scheduled_at,
+                started_at: now,
+                expires_at,
+            })
+        }
+        Some(other) => {
+            return Err(Error::store(
+                KIND,
+                "take_over",
+                format!("outcome {other:?}"),
+            ));
+        }
+    })
 }
 
 fn view(row: &Row) -> Result<RunView> {
@@ -659,37 +994,28 @@ impl HistoryStore for PostgresStore {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
+    /// A batch of one (see [`LeaseStore::claim_many`]): `BEGIN`, the lock of the job's
+    /// row, the claim statement, the deadline guard and `COMMIT`, pipelined in one round
+    /// trip, so single claims lock in the same order as batches.
     async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        let inner = &self.inner;
-        let params = claim_params(claim);
-        let rows = inner
-            .query(
-                "claim",
-                inner.claim_sql(claim),
-                &CLAIM_TYPES,
-                &params.refs(),
-            )
-            .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::store(KIND, "claim", "no result row"))?;
-        inner.claim_outcome(claim, row)
+        let mut out = self.inner.claim_batch(std::slice::from_ref(claim)).await?;
+        out.pop()
+            .ok_or_else(|| Error::store(KIND, "claim", "no result row"))
     }
 
-    /// One round trip and one transaction per 256 claims: `BEGIN`, the single
-    /// claim's statement for each claim, a deadline guard and `COMMIT`, pipelined on one
-    /// connection. Each statement sees what the ones before it wrote, so every claim is
-    /// judged exactly as a single claim after the earlier ones. The claims run grouped by
-    /// job (in the given order within a job), so instances claiming the same jobs lock their
-    /// rows in one order and never deadlock; the answers come back in the order given.
+    /// One round trip and one transaction per 256 claims: `BEGIN`, a statement that locks
+    /// the `_jobs` rows of the batch's jobs in job order, one set-based claim statement
+    /// (arrays bound as parameters, `unnest ... WITH ORDINALITY`, data-modifying CTEs) for
+    /// the whole batch, a deadline guard and `COMMIT`, pipelined on one connection. A batch
+    /// that holds several slots of one job (catch-up) gets one claim statement per round,
+    /// each job once per round, so each slot is judged after the earlier ones of its job,
+    /// in the order given. Instances that claim the same slots at once queue on the job
+    /// locks: the first commits, the next ones find the runs (`Taken`), none deadlocks and
+    /// none runs again. Answers in the order given.
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         let mut out = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(BATCH_CLAIMS) {
-            if let [one] = chunk {
-                out.push(self.claim(one).await?);
-            } else {
-                out.extend(self.inner.claim_batch(chunk).await?);
-            }
+            out.extend(self.inner.claim_batch(chunk).await?);
         }
         Ok(out)
     }
@@ -735,34 +1061,24 @@ impl LeaseStore for PostgresStore {
         Ok(out)
     }
 
+    /// A batch of one (see [`LeaseStore::finish_many`]), so single results lock in the
+    /// same order as batches.
     async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let inner = &self.inner;
-        let params = finish_params(lease, finish);
-        let rows = inner
-            .query(
-                "finish",
-                &inner.sql.finish[usize::from(finish.retention.ttl_ms.is_some())],
-                &FINISH_TYPES,
-                &params.refs(),
-            )
-            .await?;
-        Ok(rows.first().map_or(OwnerWrite::Lost, owner_write))
+        let writes = [(lease.clone(), finish.clone())];
+        let out = self.inner.finish_batch(&writes).await?;
+        Ok(out.first().copied().unwrap_or(OwnerWrite::Lost))
     }
 
-    /// One round trip and one transaction per 256 results: `BEGIN`, the single finish's
-    /// statement for each result and `COMMIT`, pipelined on one connection. Each statement
-    /// sees what the ones before it wrote, so every result is fenced, recorded and pruned
-    /// exactly as a single finish after the earlier ones (a stale owner's result is `Lost`
-    /// and changes nothing). The results run grouped by job (in the given order within a
-    /// job), the order claim batches lock in; the answers come back in the order given.
+    /// One round trip and one transaction per 256 results: `BEGIN`, the lock of the batch's
+    /// jobs (as for claims), one set-based finish statement per round (each job once per
+    /// round, so several results of one job are written in the order given) and `COMMIT`,
+    /// pipelined on one connection. Every result is fenced, recorded and pruned exactly as
+    /// a single finish after the earlier ones (a stale owner's result is `Lost` and changes
+    /// nothing). Answers in the order given.
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         let mut out = Vec::with_capacity(writes.len());
         for chunk in writes.chunks(BATCH_FINISHES) {
-            if let [(lease, finish)] = chunk {
-                out.push(self.finish(lease, finish).await?);
-            } else {
-                out.extend(self.inner.finish_batch(chunk).await?);
-            }
+            out.extend(self.inner.finish_batch(chunk).await?);
         }
         Ok(out)
     }
@@ -804,70 +1120,27 @@ impl LeaseStore for PostgresStore {
         })
     }
 
+    /// A batch of one (see [`LeaseStore::take_over_many`]).
     async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
-        let inner = &self.inner;
-        let rows = inner
-            .query(
-                "take_over",
-                &inner.sql.take_over,
-                &[
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT4,
-                    Type::TEXT,
-                    Type::INT4,
-                    Type::BOOL,
-                    Type::INT8,
-                    Type::INT8,
-                ],
-                &[
-                    &t.run.job.as_str(),
-                    &t.run.slot,
-                    &(t.seen_attempt as i32),
-                    &t.instance_id,
-                    &(t.max_attempts.min(i32::MAX as u32) as i32),
-                    &t.superseded,
-                    &ms(t.lease_ms),
-                    &t.not_after,
-                ],
-            )
-            .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::store(KIND, "take_over", "no result row"))?;
-        let outcome: Option<&str> = row.get(0);
-        Ok(match outcome {
-            None => TakeoverOutcome::Finished(RunStatus::Interrupted),
-            Some("finished") => TakeoverOutcome::Finished(status(row.get(1))?),
-            Some("live") => TakeoverOutcome::Live,
-            Some("late") => TakeoverOutcome::Late,
-            Some("interrupted") => TakeoverOutcome::Interrupted,
-            Some("exhausted") => TakeoverOutcome::Exhausted,
-            Some("won") => {
-                let attempt: i32 = row.get(2);
-                let expires_at: i64 = row.get(3);
-                let fence: i64 = row.get(4);
-                let scheduled_at: i64 = row.get(5);
-                let now: i64 = row.get(6);
-                TakeoverOutcome::Won(Lease {
-                    run: t.run.clone(),
-                    attempt: attempt as u32,
-                    fence: fence as u64,
-                    instance_id: t.instance_id.clone(),
-                    reason: Reason::Takeover,
-                    scheduled_at,
-                    started_at: now,
-                    expires_at,
-                })
-            }
-            Some(other) => {
-                return Err(Error::store(
-                    KIND,
-                    "take_over",
-                    format!("outcome {other:?}"),
-                ));
-            }
-        })
+        let mut out = self.inner.take_over_batch(std::slice::from_ref(t)).await?;
+        out.pop()
+            .ok_or_else(|| Error::store(KIND, "take_over", "no result row"))
+    }
+
+    /// One round trip and one transaction per 256 takeovers: `BEGIN`, the lock of their
+    /// jobs (as for claims, so a takeover never waits for a job's row while holding a run
+    /// that a claim of the job waits for), the single takeover's statement for each in the
+    /// order given, a deadline guard and `COMMIT`, pipelined on one connection.
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        let mut out = Vec::with_capacity(takeovers.len());
+        for chunk in takeovers.chunks(BATCH_TAKEOVERS) {
+            out.extend(self.inner.take_over_batch(chunk).await?);
+        }
+        Ok(out)
+    }
+
+    fn take_over_batch_limit(&self) -> usize {
+        BATCH_TAKEOVERS
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

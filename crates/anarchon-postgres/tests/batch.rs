@@ -164,9 +164,10 @@ async fn concurrent_batches_over_the_same_jobs_in_other_orders_win_each_slot_onc
 }
 
 /// A batch that won a claim but reached its deadline before `COMMIT` rolls back and says
-/// so: another transaction holds the fence row of the batch's last job (in lock order)
-/// past the batch's deadline, so the first job's claim is judged in time and won, and the
-/// guard before `COMMIT` finds the clock past the deadline.
+/// so: another transaction has inserted (uncommitted) the run of the batch's first job and
+/// holds it past the batch's deadline, so the claim statement is judged in time, waits on
+/// that insert, wins when it rolls back, and the guard before `COMMIT` finds the clock past
+/// the deadline.
 #[tokio::test]
 async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout() {
     let Some(url) = common::url() else { return };
@@ -182,8 +183,12 @@ async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout()
     client.batch_execute("BEGIN").await.unwrap();
     client
         .execute(
-            &format!("SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = $1 FOR UPDATE"),
-            &[&last.as_str()],
+            &format!(
+                "INSERT INTO \"{schema}\".anarchon_runs (job, slot, status, attempt, \
+                 counted_starts, owner, expires_at, scheduled_at, started_at) \
+                 VALUES ($1, $2, 'running', 1, 1, 'other', $2, $2, $2)"
+            ),
+            &[&first.as_str(), &t],
         )
         .await
         .unwrap();
@@ -293,11 +298,13 @@ async fn b16_a_batch_of_results_is_one_round_trip_and_fenced_like_single_finishe
         s.finish_many(&batch).await.unwrap(),
         vec![OwnerWrite::Lost; batch.len()]
     );
+    // The first single finish prepares the single finish's statement.
+    s.finish(&held[103], &result(0)).await.unwrap();
     let before = s.round_trips();
-    for l in &held[103..] {
+    for l in &held[104..] {
         s.finish(l, &result(0)).await.unwrap();
     }
-    assert_eq!(s.round_trips() - before, 101, "101 single finishes");
+    assert_eq!(s.round_trips() - before, 100, "100 single finishes");
     s.close().await.unwrap();
     common::drop_schema(&url, &schema).await;
 }
@@ -378,6 +385,164 @@ async fn concurrent_result_batches_over_the_same_jobs_in_other_orders_finish_eac
     }
     assert_eq!(done.len(), jobs.len(), "every run finished once");
     for s in &stores {
+        s.close().await.unwrap();
+    }
+    common::drop_schema(&url, &schema).await;
+}
+
+/// A batch of claims is one set-based statement (and one round trip), whatever its size;
+/// a batch that holds two slots of each job (catch-up) is one statement per round, still
+/// one round trip, and judges each job's second slot after its first.
+#[tokio::test]
+async fn b11_a_batch_of_claims_is_one_statement_and_catch_up_one_per_round() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..152).map(|_| unique_job("st")).collect();
+    let s = store(&url, &schema, 1, &jobs).await;
+    let t = s.now().await.unwrap();
+    // Warm-up: prepares the batch's statements on the (only) connection.
+    s.claim_many(&[
+        claim(&jobs[150], t, "a", t + 60_000),
+        claim(&jobs[151], t, "a", t + 60_000),
+    ])
+    .await
+    .unwrap();
+    let batch: Vec<LeaseClaim> = jobs[1..101]
+        .iter()
+        .map(|j| claim(j, t, "a", t + 60_000))
+        .collect();
+    let (statements, trips) = (s.statements(), s.round_trips());
+    let out = s.claim_many(&batch).await.unwrap();
+    assert_eq!(
+        s.statements() - statements,
+        1,
+        "100 claims in one statement"
+    );
+    assert_eq!(s.round_trips() - trips, 1, "100 claims in one round trip");
+    assert!(
+        out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))),
+        "{out:?}"
+    );
+    // Catch-up: two slots of each of 49 jobs, the later slot first for half of them. With
+    // overlap skip the earlier slot of a job wins and the later one finds it live, exactly
+    // as two single claims in the order given would; with overlap allow both win, the
+    // second with the next fence.
+    let mut batch = Vec::new();
+    for (n, j) in jobs[101..150].iter().enumerate() {
+        let (first, second) = (
+            claim(j, t, "a", t + 60_000),
+            claim(j, t + 1_000, "a", t + 60_000),
+        );
+        let (mut first, mut second) = if n % 2 == 0 {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        if n % 3 == 0 {
+            first.overlap = Overlap::Allow;
+            second.overlap = Overlap::Allow;
+        }
+        batch.push(first);
+        batch.push(second);
+    }
+    let (statements, trips) = (s.statements(), s.round_trips());
+    let out = s.claim_many(&batch).await.unwrap();
+    assert_eq!(s.statements() - statements, 2, "two rounds");
+    assert_eq!(s.round_trips() - trips, 1, "one round trip");
+    for (n, pair) in out.chunks(2).enumerate() {
+        let (first, second) = (&batch[2 * n], &batch[2 * n + 1]);
+        let ClaimOutcome::Won(won) = &pair[0] else {
+            panic!("{}: {:?}", first.run, pair[0])
+        };
+        match (&pair[1], second.overlap, n % 2 == 0) {
+            (ClaimOutcome::Won(next), Overlap::Allow, _) => {
+                assert_eq!(next.fence, won.fence + 1, "{}", second.run);
+            }
+            // The later slot waits for the earlier one's live lease.
+            (ClaimOutcome::Overlap { running_slot }, Overlap::Skip, true) => {
+                assert_eq!(*running_slot, first.run.slot);
+            }
+            // The earlier slot, claimed after the later one: no earlier run holds a lease.
+            (ClaimOutcome::Won(_), Overlap::Skip, false) => {}
+            other => panic!("{}: {other:?}", second.run),
+        }
+    }
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
+/// Three instances send `claim_many` over the same 500 slots (250 jobs, two slots each,
+/// overlap allowed) at once, each in another order: every slot is won exactly once, each
+/// job's two runs get distinct fences, and no batch deadlocks or runs again (the job locks
+/// queue them).
+#[tokio::test]
+async fn b11_three_concurrent_batches_over_500_slots_win_each_slot_exactly_once() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..250).map(|_| unique_job("c3")).collect();
+    let first = store(&url, &schema, 2, &jobs).await;
+    let t = first.now().await.unwrap();
+    let mut stores: Vec<Arc<PostgresStore>> = vec![Arc::new(first)];
+    for _ in 0..2 {
+        stores.push(Arc::new(store(&url, &schema, 2, &jobs).await));
+    }
+    let slots: Vec<(JobName, EpochMs)> = jobs
+        .iter()
+        .flat_map(|j| [(j.clone(), t), (j.clone(), t + 1_000)])
+        .collect();
+    let start = Arc::new(tokio::sync::Barrier::new(stores.len()));
+    let mut tasks = Vec::new();
+    for (n, s) in stores.iter().enumerate() {
+        let mut mine: Vec<LeaseClaim> = slots
+            .iter()
+            .map(|(j, slot)| {
+                let mut c = claim(j, *slot, &format!("i{n}"), t + 60_000);
+                c.overlap = Overlap::Allow;
+                c
+            })
+            .collect();
+        mine.rotate_left(n * 170);
+        if n == 1 {
+            mine.reverse();
+        }
+        let (s, start) = (s.clone(), start.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let out = s.claim_many(&mine).await.expect("batch");
+            (mine, out)
+        }));
+    }
+    let mut winners = std::collections::HashMap::new();
+    let mut fences = std::collections::HashSet::new();
+    for task in tasks {
+        let (claims, out) = task.await.unwrap();
+        assert_eq!(claims.len(), out.len());
+        for (c, o) in claims.iter().zip(out) {
+            match o {
+                ClaimOutcome::Won(l) => {
+                    assert_eq!(l.run, c.run);
+                    assert!(
+                        winners
+                            .insert(c.run.clone(), c.instance_id.clone())
+                            .is_none(),
+                        "{} won twice",
+                        c.run
+                    );
+                    assert!(
+                        fences.insert((l.run.job.clone(), l.fence)),
+                        "{}: fence {} given twice",
+                        l.run,
+                        l.fence
+                    );
+                }
+                ClaimOutcome::Taken => {}
+                other => panic!("{}: {other:?}", c.run),
+            }
+        }
+    }
+    assert_eq!(winners.len(), 500, "every slot won once");
+    for s in &stores {
+        assert_eq!(s.retries(), 0, "no batch deadlocked or ran again");
         s.close().await.unwrap();
     }
     common::drop_schema(&url, &schema).await;
