@@ -968,10 +968,13 @@ impl Driver {
         let Backend::Lease(store) = self.shared.backend.clone() else {
             return;
         };
-        for batch in in_batches(
-            std::mem::take(&mut self.claim_queue),
-            store.claim_batch_limit(),
-        ) {
+        // By job (a stable sort: one job's slots keep their order). Every instance has the
+        // same jobs fall due together, so their batches then hold the same jobs in the same
+        // order: a store that locks a batch's jobs (PostgreSQL) makes a batch wait for its
+        // twin on the other instances only, not for several overlapping ones.
+        let mut queue = std::mem::take(&mut self.claim_queue);
+        queue.sort_by(|a, b| a.3.run.job.cmp(&b.3.run.job));
+        for batch in in_batches(queue, store.claim_batch_limit()) {
             let (items, claims): (Vec<_>, Vec<_>) = batch
                 .into_iter()
                 .map(|(job, slot, reason, claim)| ((job, slot, reason), claim))
