@@ -110,6 +110,13 @@ impl LogLimiter {
     }
 }
 
+/// The local wall clock, epoch ms.
+pub(crate) fn wall_ms() -> EpochMs {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as EpochMs)
+}
+
 /// The keys of one job: `<prefix>{<job>}:...`, one hash slot per job.
 pub(crate) fn job_base(prefix: &str, job: &JobName) -> String {
     format!("{prefix}{{{job}}}:")
@@ -415,6 +422,35 @@ impl Conn {
             }
             r => r.map_err(|e| self.map_err(operation, e)),
         }
+    }
+
+    /// Logs (at debug) when a batch was sent, when the server ran its first and last call
+    /// (the server time in each reply, `{code, now, ...}`; overlap answers carry none), and
+    /// when the answer came back: where the time of a slow batch went.
+    pub(crate) fn trace_batch(&self, operation: &'static str, sent_ms: EpochMs, replies: &[Value]) {
+        if !tracing::enabled!(target: "anarchon_redis", tracing::Level::DEBUG) {
+            return;
+        }
+        let answered_ms = wall_ms();
+        let times = replies.iter().filter_map(|r| match r {
+            Value::Array(v) if int(v.first()) != Some(2) => int(v.get(1)),
+            _ => None,
+        });
+        let (first, last) = times.fold((None, None), |(lo, hi): (Option<i64>, Option<i64>), t| {
+            (
+                Some(lo.map_or(t, |l| l.min(t))),
+                Some(hi.map_or(t, |h| h.max(t))),
+            )
+        });
+        tracing::debug!(
+            target: "anarchon_redis",
+            operation,
+            calls = replies.len(),
+            server_first_after_ms = first.map_or(-1, |f| f - sent_ms),
+            server_last_after_ms = last.map_or(-1, |l| l - sent_ms),
+            answered_after_ms = answered_ms - sent_ms,
+            "batch answered"
+        );
     }
 
     fn count_round_trip(&self) {

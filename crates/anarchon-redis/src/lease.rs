@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use fred::prelude::{Client, Value};
 use tokio::sync::broadcast;
 
-use crate::conn::{Conn, STORE, int};
+use crate::conn::{Conn, STORE, int, wall_ms};
 use crate::error::RedisError;
 use crate::options::RedisOptions;
 use crate::pubsub::{Releases, message};
@@ -386,7 +386,9 @@ impl LeaseStore for RedisStore {
         let mut calls = calls.into_iter();
         for chunk in claims.chunks(BATCH_CLAIMS) {
             let batch: Vec<_> = calls.by_ref().take(chunk.len()).collect();
+            let sent_ms = wall_ms();
             let replies = conn.eval_pipeline("claim", &scripts::CLAIM, batch).await?;
+            conn.trace_batch("claim", sent_ms, &replies);
             if replies.len() != chunk.len() {
                 return Err(bad_reply("claim", &replies));
             }
@@ -458,9 +460,11 @@ impl LeaseStore for RedisStore {
                 .iter()
                 .map(|(lease, finish)| self.finish_call(lease, finish))
                 .collect();
+            let sent_ms = wall_ms();
             let replies = conn
                 .eval_pipeline("finish", &scripts::FINISH, calls)
                 .await?;
+            conn.trace_batch("finish", sent_ms, &replies);
             if replies.len() != chunk.len() {
                 return Err(bad_reply("finish", &replies));
             }
@@ -572,7 +576,20 @@ impl LeaseStore for RedisStore {
                 vec![String::new(), "0".into()],
             )
         });
+        let sent_ms = wall_ms();
         let replies = futures::future::try_join_all(calls).await?;
+        let server_ms = replies.first().and_then(|r| match r {
+            Value::Array(v) => int(v.first()),
+            _ => None,
+        });
+        tracing::debug!(
+            target: "anarchon_redis",
+            operation = "runs",
+            keys = runs.len(),
+            server_after_ms = server_ms.map_or(-1, |t| t - sent_ms),
+            answered_after_ms = wall_ms() - sent_ms,
+            "batch answered"
+        );
         let mut found: Vec<Option<RunView>> = vec![None; runs.len()];
         for (group, reply) in groups.iter().zip(replies) {
             let mut v = reply.into_array().into_iter();
