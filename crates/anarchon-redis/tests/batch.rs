@@ -12,6 +12,8 @@ use anarchon_redis::fred::prelude::*;
 use anarchon_redis::fred::types::InfoKind;
 use anarchon_redis::{RedisOptions, RedisStore};
 
+mod common;
+
 fn claim(job: &JobName, slot: EpochMs, instance: &str, now: EpochMs) -> LeaseClaim {
     LeaseClaim {
         run: key(job, slot),
@@ -205,4 +207,63 @@ async fn b16_a_batch_of_results_is_one_pipeline_on_redis() {
 #[tokio::test]
 async fn b16_a_batch_of_results_is_one_pipeline_on_a_cluster() {
     one_round_trip_per_result_batch("ANARCHON_REDIS_CLUSTER_URL").await;
+}
+
+/// A backup's read of many watched runs (here 1,300, and 20 that do not exist) is one round
+/// trip of short script calls: 512 runs per `EVALSHA` at most, so one backup watching tens
+/// of thousands of runs never blocks the server for long. Counted on a private server, where
+/// `INFO commandstats` counts this store's calls only.
+#[tokio::test]
+async fn a_read_of_many_runs_is_one_round_trip_of_short_script_calls() {
+    let Some(server) = common::OwnServer::start("redis-server", &[]) else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::connect_with(&url, common::options())
+        .await
+        .expect("store");
+    let jobs: Vec<JobName> = (0..1300).map(|_| unique_job("many-runs")).collect();
+    store
+        .prepare(&Prepare {
+            jobs: jobs.clone(),
+            instance_id: "a".into(),
+            call_timeout: Duration::from_secs(5),
+        })
+        .await
+        .expect("prepare");
+    let t = store.now().await.unwrap();
+    let claims: Vec<LeaseClaim> = jobs
+        .iter()
+        .enumerate()
+        .map(|(n, j)| claim(j, t, if n % 2 == 0 { "a" } else { "b" }, t))
+        .collect();
+    let won = store.claim_many(&claims).await.unwrap();
+    assert!(
+        won.iter().all(|o| matches!(o, ClaimOutcome::Won(_))),
+        "{won:?}"
+    );
+    // The runs asked for: every claimed one, and 20 never claimed in between.
+    let mut asked: Vec<_> = claims.iter().map(|c| c.run.clone()).collect();
+    for (n, job) in jobs.iter().take(20).enumerate() {
+        asked.insert(n * 50, key(job, t + 1000));
+    }
+    let calls_before = evalsha_calls(&url).await.expect("a single server");
+    let before = store.round_trips();
+    let views = store.runs(&asked).await.unwrap();
+    assert_eq!(store.round_trips() - before, 1, "one round trip");
+    let calls = evalsha_calls(&url).await.expect("a single server") - calls_before;
+    assert_eq!(
+        calls,
+        1320_u64.div_ceil(512),
+        "512 runs per script call at most"
+    );
+    assert_eq!(views.len(), 1300, "the 20 missing runs are left out");
+    for (view, claim) in views.iter().zip(&claims) {
+        assert_eq!(view.run, claim.run);
+        assert_eq!(view.status, RunStatus::Running);
+        assert_eq!(view.attempt, 1);
+        assert_eq!(view.owner.as_deref(), Some(claim.instance_id.as_str()));
+        assert!(view.expires_at > view.store_now, "{view:?}");
+    }
+    store.close().await.unwrap();
 }
