@@ -367,15 +367,15 @@ impl LeaseStore for RedisStore {
         self.claim_reply(c, &v)
     }
 
-    /// The claim script once per claim, 256 calls in one pipeline: one round
-    /// trip per batch (per node on a cluster). Each call is the single claim's script, so it
-    /// judges lateness on the server clock as a single claim does; calls of one job share a
-    /// hash slot and run in the order given.
+    /// One `claim_many` script call per batch of up to 256 claims on a single node (per
+    /// hash slot on a cluster, those calls in one pipeline): one round trip per batch.
+    /// The script runs the single claim's code once per claim in the order given, so each
+    /// claim judges lateness on the server clock and is fenced exactly as a single claim.
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         match claims {
             [] => return Ok(Vec::new()),
             // One claim (one job falling due alone, the common case at a few jobs) takes the
-            // single claim's path: no pipeline to build, the start lag of one round trip.
+            // single claim's path: no batch to build, the start lag of one round trip.
             [one] => return Ok(vec![self.claim(one).await?]),
             _ => {}
         }
@@ -392,13 +392,44 @@ impl LeaseStore for RedisStore {
         let mut calls = calls.into_iter();
         for chunk in claims.chunks(BATCH_CLAIMS) {
             let batch: Vec<_> = calls.by_ref().take(chunk.len()).collect();
+            let rks: Vec<String> = batch.iter().map(|(keys, _)| keys[0].clone()).collect();
+            let groups = conn.group_by_slot(&rks);
+            let deadline = conn.deadline();
+            let scripted: Vec<(Vec<String>, Vec<String>)> = groups
+                .iter()
+                .map(|group| {
+                    let keys = group.iter().map(|&i| rks[i].clone()).collect();
+                    let mut args = Vec::with_capacity(2 + 10 * group.len());
+                    args.extend([String::new(), deadline.clone()]);
+                    for &i in group {
+                        // The single claim's arguments: base, deadline, then the claim's own.
+                        let single = &batch[i].1;
+                        args.push(single[0].clone());
+                        args.extend(single[2..].iter().cloned());
+                    }
+                    (keys, args)
+                })
+                .collect();
+            drop(batch);
             let sent_ms = wall_ms();
-            let replies = conn.eval_pipeline("claim", &scripts::CLAIM, batch).await?;
-            conn.trace_batch("claim", sent_ms, &replies);
-            if replies.len() != chunk.len() {
+            let replies = conn
+                .eval_pipeline("claim", &scripts::CLAIM_MANY, scripted)
+                .await?;
+            if replies.len() != groups.len() {
                 return Err(bad_reply("claim", &replies));
             }
-            for (c, reply) in chunk.iter().zip(replies) {
+            let mut answers: Vec<Value> = vec![Value::Null; chunk.len()];
+            for (group, reply) in groups.iter().zip(replies) {
+                let v = reply.into_array();
+                if v.len() != group.len() {
+                    return Err(bad_reply("claim", &v));
+                }
+                for (&i, r) in group.iter().zip(v) {
+                    answers[i] = r;
+                }
+            }
+            conn.trace_batch("claim", sent_ms, &answers);
+            for (c, reply) in chunk.iter().zip(answers) {
                 out.push(self.claim_reply(c, &reply.into_array())?);
             }
         }

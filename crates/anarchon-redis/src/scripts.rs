@@ -13,7 +13,13 @@ macro_rules! script {
     };
 }
 
-script!(CLAIM, "lua/prune.lua", "lua/claim.lua");
+script!(CLAIM, "lua/prune.lua", "lua/claim.lua", "lua/claim_one.lua");
+script!(
+    CLAIM_MANY,
+    "lua/prune.lua",
+    "lua/claim.lua",
+    "lua/claim_many.lua"
+);
 script!(HEARTBEAT, "lua/heartbeat.lua");
 script!(FINISH, "lua/prune.lua", "lua/finish.lua");
 script!(RELEASE, "lua/release.lua");
@@ -25,9 +31,10 @@ script!(PUT_ROW, "lua/prune.lua", "lua/put_row.lua");
 script!(SLOT_CLAIM, "lua/slot_claim.lua");
 
 /// Every script the lease strategy uses (loaded once when the store connects).
-pub(crate) fn lease_scripts() -> [&'static Script; 9] {
+pub(crate) fn lease_scripts() -> [&'static Script; 10] {
     [
         &CLAIM,
+        &CLAIM_MANY,
         &HEARTBEAT,
         &FINISH,
         &RELEASE,
