@@ -533,6 +533,70 @@ impl Conn {
         Ok(answers.into_iter().flatten().collect())
     }
 
+    /// Runs a batch of single-run script calls (`keys` = the run hash, `args` = the job's
+    /// key base, the deadline, then the call's own arguments) as calls of the batch script
+    /// `many`, which takes every run's key base and own arguments in a row: one call for the
+    /// whole batch on a single node, one per hash slot on a cluster (in one pipeline). The
+    /// answers of the single calls come back in the order given.
+    pub(crate) async fn eval_batch(
+        &self,
+        operation: &'static str,
+        many: &Script,
+        calls: Vec<(Vec<String>, Vec<String>)>,
+    ) -> Result<Vec<Value>> {
+        let rks: Vec<String> = calls
+            .iter()
+            .map(|(keys, _)| keys.first().cloned().unwrap_or_default())
+            .collect();
+        let groups = self.group_by_slot(&rks);
+        let deadline = self.deadline();
+        let scripted: Vec<(Vec<String>, Vec<String>)> = groups
+            .iter()
+            .map(|group| {
+                let keys = group.iter().map(|&i| rks[i].clone()).collect();
+                let per_call = calls.first().map_or(0, |(_, args)| args.len() - 1);
+                let mut args = Vec::with_capacity(2 + per_call * group.len());
+                args.extend([String::new(), deadline.clone()]);
+                for &i in group {
+                    let single = &calls[i].1;
+                    args.push(single[0].clone());
+                    args.extend(single[2..].iter().cloned());
+                }
+                (keys, args)
+            })
+            .collect();
+        drop(calls);
+        let sent_ms = wall_ms();
+        let replies = self.eval_pipeline(operation, many, scripted).await?;
+        if replies.len() != groups.len() {
+            return Err(Error::store(
+                STORE,
+                operation,
+                format!(
+                    "{} batch calls were answered {} times",
+                    groups.len(),
+                    replies.len()
+                ),
+            ));
+        }
+        let mut answers: Vec<Value> = vec![Value::Null; rks.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let v = reply.into_array();
+            if v.len() != group.len() {
+                return Err(Error::store(
+                    STORE,
+                    operation,
+                    format!("a batch of {} calls was answered with {v:?}", group.len()),
+                ));
+            }
+            for (&i, r) in group.iter().zip(v) {
+                answers[i] = r;
+            }
+        }
+        self.trace_batch(operation, sent_ms, &answers);
+        Ok(answers)
+    }
+
     /// A plain command, bounded.
     pub(crate) async fn command<R: FromValue>(
         &self,

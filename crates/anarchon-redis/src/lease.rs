@@ -392,43 +392,9 @@ impl LeaseStore for RedisStore {
         let mut calls = calls.into_iter();
         for chunk in claims.chunks(BATCH_CLAIMS) {
             let batch: Vec<_> = calls.by_ref().take(chunk.len()).collect();
-            let rks: Vec<String> = batch.iter().map(|(keys, _)| keys[0].clone()).collect();
-            let groups = conn.group_by_slot(&rks);
-            let deadline = conn.deadline();
-            let scripted: Vec<(Vec<String>, Vec<String>)> = groups
-                .iter()
-                .map(|group| {
-                    let keys = group.iter().map(|&i| rks[i].clone()).collect();
-                    let mut args = Vec::with_capacity(2 + 10 * group.len());
-                    args.extend([String::new(), deadline.clone()]);
-                    for &i in group {
-                        // The single claim's arguments: base, deadline, then the claim's own.
-                        let single = &batch[i].1;
-                        args.push(single[0].clone());
-                        args.extend(single[2..].iter().cloned());
-                    }
-                    (keys, args)
-                })
-                .collect();
-            drop(batch);
-            let sent_ms = wall_ms();
-            let replies = conn
-                .eval_pipeline("claim", &scripts::CLAIM_MANY, scripted)
+            let answers = conn
+                .eval_batch("claim", &scripts::CLAIM_MANY, batch)
                 .await?;
-            if replies.len() != groups.len() {
-                return Err(bad_reply("claim", &replies));
-            }
-            let mut answers: Vec<Value> = vec![Value::Null; chunk.len()];
-            for (group, reply) in groups.iter().zip(replies) {
-                let v = reply.into_array();
-                if v.len() != group.len() {
-                    return Err(bad_reply("claim", &v));
-                }
-                for (&i, r) in group.iter().zip(v) {
-                    answers[i] = r;
-                }
-            }
-            conn.trace_batch("claim", sent_ms, &answers);
             for (c, reply) in chunk.iter().zip(answers) {
                 out.push(self.claim_reply(c, &reply.into_array())?);
             }
@@ -485,11 +451,16 @@ impl LeaseStore for RedisStore {
         owner_write(self, "finish", &v)
     }
 
-    /// The finish script once per result, 256 calls in one pipeline: one round trip per
-    /// batch (per node on a cluster). Each call is the single finish's script, so it is
-    /// fenced and prunes exactly as a single finish; calls of one job share a hash slot and
-    /// run in the order given.
+    /// One `finish_many` script call per batch of up to 256 results on a single node (per
+    /// hash slot on a cluster, those calls in one pipeline): one round trip per batch. The
+    /// script runs the single finish's code once per result in the order given, so each is
+    /// fenced and prunes exactly as a single finish.
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        match writes {
+            [] => return Ok(Vec::new()),
+            [(lease, finish)] => return Ok(vec![self.finish(lease, finish).await?]),
+            _ => {}
+        }
         let conn = self.conn();
         let mut out = Vec::with_capacity(writes.len());
         for chunk in writes.chunks(BATCH_FINISHES) {
@@ -497,15 +468,10 @@ impl LeaseStore for RedisStore {
                 .iter()
                 .map(|(lease, finish)| self.finish_call(lease, finish))
                 .collect();
-            let sent_ms = wall_ms();
-            let replies = conn
-                .eval_pipeline("finish", &scripts::FINISH, calls)
+            let answers = conn
+                .eval_batch("finish", &scripts::FINISH_MANY, calls)
                 .await?;
-            conn.trace_batch("finish", sent_ms, &replies);
-            if replies.len() != chunk.len() {
-                return Err(bad_reply("finish", &replies));
-            }
-            for reply in replies {
+            for reply in answers {
                 out.push(owner_write(self, "finish", &reply.into_array())?);
             }
         }

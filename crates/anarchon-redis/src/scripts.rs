@@ -21,7 +21,18 @@ script!(
     "lua/claim_many.lua"
 );
 script!(HEARTBEAT, "lua/heartbeat.lua");
-script!(FINISH, "lua/prune.lua", "lua/finish.lua");
+script!(
+    FINISH,
+    "lua/prune.lua",
+    "lua/finish.lua",
+    "lua/finish_one.lua"
+);
+script!(
+    FINISH_MANY,
+    "lua/prune.lua",
+    "lua/finish.lua",
+    "lua/finish_many.lua"
+);
 script!(RELEASE, "lua/release.lua");
 script!(TAKEOVER, "lua/takeover.lua");
 script!(RUNS, "lua/runs.lua");
@@ -31,12 +42,13 @@ script!(PUT_ROW, "lua/prune.lua", "lua/put_row.lua");
 script!(SLOT_CLAIM, "lua/slot_claim.lua");
 
 /// Every script the lease strategy uses (loaded once when the store connects).
-pub(crate) fn lease_scripts() -> [&'static Script; 10] {
+pub(crate) fn lease_scripts() -> [&'static Script; 11] {
     [
         &CLAIM,
         &CLAIM_MANY,
         &HEARTBEAT,
         &FINISH,
+        &FINISH_MANY,
         &RELEASE,
         &TAKEOVER,
         &RUNS,

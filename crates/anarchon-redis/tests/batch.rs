@@ -211,13 +211,14 @@ async fn b16_a_batch_of_results_is_one_pipeline_on_a_cluster() {
     one_round_trip_per_result_batch("ANARCHON_REDIS_CLUSTER_URL").await;
 }
 
-/// 1,300 claims are one script call per batch of 256 (not one per claim), and a backup's
+/// 1,300 claims (and their results) are one script call per batch of 256 (not one per claim),
+/// and a backup's
 /// read of as many watched runs (and 20 that do not exist) is one round trip of short
 /// script calls: 512 runs per `EVALSHA` at most, so one backup watching tens
 /// of thousands of runs never blocks the server for long. Counted on a private server, where
 /// `INFO commandstats` counts this store's calls only.
 #[tokio::test]
-async fn claim_batches_and_runs_reads_are_few_short_script_calls() {
+async fn claim_and_result_batches_and_runs_reads_are_few_short_script_calls() {
     let Some(server) = common::OwnServer::start("redis-server", &[]) else {
         return;
     };
@@ -274,6 +275,50 @@ async fn claim_batches_and_runs_reads_are_few_short_script_calls() {
         assert_eq!(view.attempt, 1);
         assert_eq!(view.owner.as_deref(), Some(claim.instance_id.as_str()));
         assert!(view.expires_at > view.store_now, "{view:?}");
+    }
+    // Their results: one script call per batch of 256 too, each fenced as a single finish.
+    let writes: Vec<(Lease, Finish)> = won
+        .into_iter()
+        .enumerate()
+        .map(|(n, o)| {
+            let ClaimOutcome::Won(mut lease) = o else {
+                unreachable!()
+            };
+            if n % 7 == 3 {
+                lease.instance_id = "not-the-owner".into();
+            }
+            let finish = Finish {
+                status: RunStatus::Succeeded,
+                error: None,
+                retention: Retention::default(),
+            };
+            (lease, finish)
+        })
+        .collect();
+    let calls_before = evalsha_calls(&url).await.expect("a single server");
+    let written = store.finish_many(&writes).await.unwrap();
+    let calls = evalsha_calls(&url).await.expect("a single server") - calls_before;
+    assert_eq!(
+        calls,
+        1300_u64.div_ceil(256),
+        "one script call per batch of 256 results"
+    );
+    for (n, answer) in written.iter().enumerate() {
+        let expected = if n % 7 == 3 {
+            OwnerWrite::Lost
+        } else {
+            OwnerWrite::Done
+        };
+        assert_eq!(*answer, expected, "result {n}");
+    }
+    let views = store.runs(&asked).await.unwrap();
+    for (n, view) in views.iter().enumerate() {
+        let expected = if n % 7 == 3 {
+            RunStatus::Running
+        } else {
+            RunStatus::Succeeded
+        };
+        assert_eq!(view.status, expected, "{view:?}");
     }
     store.close().await.unwrap();
 }

@@ -1,4 +1,5 @@
--- Reads runs. KEYS: run hashes (the Rust side sends at most 512 per call). Returns {now, {st, att, own, exp} or 0 ...}.
+-- Reads runs. KEYS: run hashes (the Rust side sends at most 512 per call).
+-- Returns {now, {st, att, own, exp} or 0 ...}.
 local now = now_ms()
 local out = {now}
 for i, key in ipairs(KEYS) do
