@@ -567,7 +567,14 @@ impl Conn {
             .collect();
         drop(calls);
         let sent_ms = wall_ms();
-        let replies = self.eval_pipeline(operation, many, scripted).await?;
+        let replies = if let [_] = scripted.as_slice() {
+            // One call (a single node): sent as a plain command, which fred drops unsent
+            // if its timeout passed while it still waited in the client's queue.
+            let (keys, args) = scripted.into_iter().next().unwrap_or_default();
+            vec![self.eval(operation, many, keys, args).await?]
+        } else {
+            self.eval_pipeline(operation, many, scripted).await?
+        };
         if replies.len() != groups.len() {
             return Err(Error::store(
                 STORE,
