@@ -1,12 +1,13 @@
 -- Lease claim of one run, as a function: `claim_one.lua` calls it once, `claim_many.lua` once
 -- per claim of a batch. rk: the run hash; the claim's arguments are ARGV[a + 1 ..]: 1 slot,
 -- 2 not_after, 3 lease_ms, 4 owner, 5 overlap skip (1/0), 6 reason, 7 scheduled_at,
--- 8 history size, 9 history ttl ms (0 = none); `B` (the prelude's key base) is the job's.
+-- 8 history size, 9 history ttl ms (0 = none); `B` (the prelude's key base) is the job's;
+-- now: the server clock (`TIME`, read once per script call: a batch runs atomically, so
+-- every claim of it is judged at the moment the server ran the batch).
 -- Returns {1, now, fence} won (the lease ends at now + lease_ms), {0, now} taken,
 -- {-1, now} late, {2, running_slot} overlap, {-2, now} command deadline passed.
-local function claim_run(rk, a)
+local function claim_run(rk, a, now)
   local slot = ARGV[a + 1]
-  local now = now_ms()
   if expired(now) then return {-2, now} end
   if now > tonumber(ARGV[a + 2]) then return {-1, now} end
   local live, runs, hist, fk = k('live'), k('runs'), k('hist'), k('fence')

@@ -1,11 +1,11 @@
 -- Owner's finish of one run, as a function: `finish_one.lua` calls it once, `finish_many.lua`
 -- once per result of a batch. rk: the run hash; the result's arguments are ARGV[a + 1 ..]:
 -- 1 slot, 2 attempt, 3 owner, 4 status, 5 error, 6 has error (1/0), 7 history size,
--- 8 history ttl ms; `B` (the prelude's key base) is the job's.
+-- 8 history ttl ms; `B` (the prelude's key base) is the job's; now: the server clock, read
+-- once per script call.
 -- Returns {1, now} done, {0} lost, {-2} deadline passed.
-local function finish_run(rk, a)
+local function finish_run(rk, a, now)
   local slot, att = ARGV[a + 1], ARGV[a + 2]
-  local now = now_ms()
   if expired(now) then return {-2} end
   local r = on(rk, 'hash', 'HMGET', rk, 'st', 'att', 'own', att .. 's')
   if r[1] ~= 'running' or r[2] ~= att or r[3] == '' or r[3] ~= ARGV[a + 3] then return {0} end
