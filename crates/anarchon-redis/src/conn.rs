@@ -110,6 +110,13 @@ impl LogLimiter {
     }
 }
 
+/// The local wall clock, epoch ms.
+pub(crate) fn wall_ms() -> EpochMs {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as EpochMs)
+}
+
 /// The keys of one job: `<prefix>{<job>}:...`, one hash slot per job.
 pub(crate) fn job_base(prefix: &str, job: &JobName) -> String {
     format!("{prefix}{{{job}}}:")
@@ -417,6 +424,35 @@ impl Conn {
         }
     }
 
+    /// Logs (at debug) when a batch was sent, when the server ran its first and last call
+    /// (the server time in each reply, `{code, now, ...}`; overlap answers carry none), and
+    /// when the answer came back: where the time of a slow batch went.
+    pub(crate) fn trace_batch(&self, operation: &'static str, sent_ms: EpochMs, replies: &[Value]) {
+        if !tracing::enabled!(target: "anarchon_redis", tracing::Level::DEBUG) {
+            return;
+        }
+        let answered_ms = wall_ms();
+        let times = replies.iter().filter_map(|r| match r {
+            Value::Array(v) if int(v.first()) != Some(2) => int(v.get(1)),
+            _ => None,
+        });
+        let (first, last) = times.fold((None, None), |(lo, hi): (Option<i64>, Option<i64>), t| {
+            (
+                Some(lo.map_or(t, |l| l.min(t))),
+                Some(hi.map_or(t, |h| h.max(t))),
+            )
+        });
+        tracing::debug!(
+            target: "anarchon_redis",
+            operation,
+            calls = replies.len(),
+            server_first_after_ms = first.map_or(-1, |f| f - sent_ms),
+            server_last_after_ms = last.map_or(-1, |l| l - sent_ms),
+            answered_after_ms = answered_ms - sent_ms,
+            "batch answered"
+        );
+    }
+
     fn count_round_trip(&self) {
         self.round_trips
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -495,6 +531,77 @@ impl Conn {
             pending = again;
         }
         Ok(answers.into_iter().flatten().collect())
+    }
+
+    /// Runs a batch of single-run script calls (`keys` = the run hash, `args` = the job's
+    /// key base, the deadline, then the call's own arguments) as calls of the batch script
+    /// `many`, which takes every run's key base and own arguments in a row: one call for the
+    /// whole batch on a single node, one per hash slot on a cluster (in one pipeline). The
+    /// answers of the single calls come back in the order given.
+    pub(crate) async fn eval_batch(
+        &self,
+        operation: &'static str,
+        many: &Script,
+        calls: Vec<(Vec<String>, Vec<String>)>,
+    ) -> Result<Vec<Value>> {
+        let rks: Vec<String> = calls
+            .iter()
+            .map(|(keys, _)| keys.first().cloned().unwrap_or_default())
+            .collect();
+        let groups = self.group_by_slot(&rks);
+        let deadline = self.deadline();
+        let scripted: Vec<(Vec<String>, Vec<String>)> = groups
+            .iter()
+            .map(|group| {
+                let keys = group.iter().map(|&i| rks[i].clone()).collect();
+                let per_call = calls.first().map_or(0, |(_, args)| args.len() - 1);
+                let mut args = Vec::with_capacity(2 + per_call * group.len());
+                args.extend([String::new(), deadline.clone()]);
+                for &i in group {
+                    let single = &calls[i].1;
+                    args.push(single[0].clone());
+                    args.extend(single[2..].iter().cloned());
+                }
+                (keys, args)
+            })
+            .collect();
+        drop(calls);
+        let sent_ms = wall_ms();
+        let replies = if let [_] = scripted.as_slice() {
+            // One call (a single node): sent as a plain command, which fred drops unsent
+            // if its timeout passed while it still waited in the client's queue.
+            let (keys, args) = scripted.into_iter().next().unwrap_or_default();
+            vec![self.eval(operation, many, keys, args).await?]
+        } else {
+            self.eval_pipeline(operation, many, scripted).await?
+        };
+        if replies.len() != groups.len() {
+            return Err(Error::store(
+                STORE,
+                operation,
+                format!(
+                    "{} batch calls were answered {} times",
+                    groups.len(),
+                    replies.len()
+                ),
+            ));
+        }
+        let mut answers: Vec<Value> = vec![Value::Null; rks.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let v = reply.into_array();
+            if v.len() != group.len() {
+                return Err(Error::store(
+                    STORE,
+                    operation,
+                    format!("a batch of {} calls was answered with {v:?}", group.len()),
+                ));
+            }
+            for (&i, r) in group.iter().zip(v) {
+                answers[i] = r;
+            }
+        }
+        self.trace_batch(operation, sent_ms, &answers);
+        Ok(answers)
     }
 
     /// A plain command, bounded.

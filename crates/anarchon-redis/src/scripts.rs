@@ -13,9 +13,26 @@ macro_rules! script {
     };
 }
 
-script!(CLAIM, "lua/prune.lua", "lua/claim.lua");
+script!(CLAIM, "lua/prune.lua", "lua/claim.lua", "lua/claim_one.lua");
+script!(
+    CLAIM_MANY,
+    "lua/prune.lua",
+    "lua/claim.lua",
+    "lua/claim_many.lua"
+);
 script!(HEARTBEAT, "lua/heartbeat.lua");
-script!(FINISH, "lua/prune.lua", "lua/finish.lua");
+script!(
+    FINISH,
+    "lua/prune.lua",
+    "lua/finish.lua",
+    "lua/finish_one.lua"
+);
+script!(
+    FINISH_MANY,
+    "lua/prune.lua",
+    "lua/finish.lua",
+    "lua/finish_many.lua"
+);
 script!(RELEASE, "lua/release.lua");
 script!(TAKEOVER, "lua/takeover.lua");
 script!(RUNS, "lua/runs.lua");
@@ -25,11 +42,13 @@ script!(PUT_ROW, "lua/prune.lua", "lua/put_row.lua");
 script!(SLOT_CLAIM, "lua/slot_claim.lua");
 
 /// Every script the lease strategy uses (loaded once when the store connects).
-pub(crate) fn lease_scripts() -> [&'static Script; 9] {
+pub(crate) fn lease_scripts() -> [&'static Script; 11] {
     [
         &CLAIM,
+        &CLAIM_MANY,
         &HEARTBEAT,
         &FINISH,
+        &FINISH_MANY,
         &RELEASE,
         &TAKEOVER,
         &RUNS,
