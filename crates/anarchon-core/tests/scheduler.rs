@@ -8,7 +8,7 @@ use std::time::Duration;
 use anarchon_core::memory::{Health, MemoryStore};
 use anarchon_core::testkit::runtime::{Instance, node, record_events, wait_for};
 use anarchon_core::{
-    ClaimOnly, Clock, Error, Event, JobConfig, LeaseStore, Reason, Scheduler, SkipReason,
+    ClaimOnly, Clock, Error, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler, SkipReason,
 };
 
 fn sched() -> Scheduler {
@@ -318,6 +318,76 @@ fn s11_watchdog_reports_a_blocked_runtime() {
         assert!(!s.health().stalled, "recovers once the loop turns again");
         s.stop(Duration::from_secs(1)).await.unwrap();
     });
+}
+
+/// A result whose write timed out is sent once more: the run is recorded as it ended
+/// (attempt 1, succeeded) instead of being left running until a backup ran it again.
+#[tokio::test(start_paused = true)]
+async fn s11_a_result_whose_write_timed_out_is_written_once_more() {
+    let store = MemoryStore::new();
+    let s = Scheduler::leased(store.clone())
+        .store_timeout(Duration::from_millis(500))
+        .jitter(Duration::from_millis(0))
+        .catch_up_window(Duration::from_millis(0))
+        .clock(Clock::tokio())
+        .build()
+        .unwrap();
+    let events = {
+        let mut rx = s.events();
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = rx.recv().await {
+                o.lock().unwrap().push(e);
+            }
+        });
+        out
+    };
+    let first_slot = Arc::new(Mutex::new(None));
+    let (hang, slot_seen) = (store.clone(), first_slot.clone());
+    s.every("j", "1s")
+        .handler(move |ctx| {
+            let mut seen = slot_seen.lock().unwrap();
+            if seen.is_none() {
+                // The store stops answering as this run ends, so its result write times
+                // out; it answers again 250 ms later, before the write's 500 ms are over.
+                *seen = Some(ctx.slot_ms());
+                hang.set_health(Health::Hanging);
+                let back = hang.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    back.set_health(Health::Healthy);
+                });
+            }
+            futures::future::ready(Ok(()))
+        })
+        .unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let slot = first_slot.lock().unwrap().expect("the job ran");
+    let events = events.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Error {
+                operation: "finish",
+                ..
+            }
+        )),
+        "the first result write did not fail: {events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Success { run, .. } if run.slot_ms() == slot)),
+        "the run's success was never reported: {events:?}"
+    );
+    let history = s.history("j", 20).await.unwrap();
+    let attempts: Vec<_> = history.iter().filter(|r| r.slot_ms() == slot).collect();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].attempt, 1);
+    assert_eq!(attempts[0].status, RunStatus::Succeeded, "{attempts:?}");
+    s.stop(Duration::from_secs(1)).await.unwrap();
 }
 
 #[tokio::test]

@@ -208,6 +208,13 @@ enum Msg {
         key: RunKey,
         result: Result<OwnerWrite>,
     },
+    /// A result sent once more after its first write failed was answered.
+    SideFinished {
+        info: RunInfo,
+        finish: Finish,
+        duration: Duration,
+        result: Result<OwnerWrite>,
+    },
 }
 
 /// A run this instance owns: its machine and what the driver needs to carry out effects.
@@ -228,6 +235,9 @@ struct Active {
     /// so its final record is never written before it (a pooled store could reorder them).
     start_written: Option<oneshot::Receiver<()>>,
     manual_reply: Option<oneshot::Sender<Result<RunRecord>>>,
+    /// The result last sent for this leased run: sent once more on the side if that write
+    /// fails (see `retry_finish`).
+    sent_finish: Option<Finish>,
 }
 
 impl Active {
@@ -266,7 +276,7 @@ struct Driver {
     /// Claims and takeovers in flight, by key.
     in_flight: HashMap<RunKey, u32>,
     /// Releases sent on the side, in flight.
-    side_releases: u32,
+    side_writes: u32,
     watches: BTreeMap<RunKey, Watch>,
     heartbeat_armed: bool,
     heartbeat_in_flight: bool,
@@ -365,7 +375,7 @@ pub(crate) async fn run(
         next_id: 0,
         held: HashMap::new(),
         in_flight: HashMap::new(),
-        side_releases: 0,
+        side_writes: 0,
         watches: BTreeMap::new(),
         heartbeat_armed: false,
         heartbeat_in_flight: false,
@@ -622,7 +632,7 @@ impl Driver {
 
     /// Nothing is left in flight: stop may return.
     fn settled(&self) -> bool {
-        self.active.is_empty() && self.in_flight.is_empty() && self.side_releases == 0
+        self.active.is_empty() && self.in_flight.is_empty() && self.side_writes == 0
     }
 
     fn emit(&self, event: Event) {
@@ -1421,6 +1431,7 @@ impl Driver {
                 last_renewed: now,
                 start_written: None,
                 manual_reply: None,
+                sent_finish: None,
             },
         );
         if let Some(timeout) = job.opts.timeout {
@@ -1578,10 +1589,24 @@ impl Driver {
                     job: Some(info.job.clone()),
                     message,
                 });
-                // The outcome is unknown: if the run is still ours in the store, the watch
-                // releases it to a backup once this run is gone here.
-                if let Some(key) = key {
-                    self.watch(key, Watch::live());
+                let retry = self
+                    .active
+                    .get_mut(&id)
+                    .and_then(|a| Some((a.lease.clone()?, a.sent_finish.take()?)));
+                match retry {
+                    // A result whose write failed (a timeout, most often under load) is sent
+                    // once more: it is fenced, so it records nothing over a newer attempt, and
+                    // it spares a backup from running a finished handler again.
+                    Some((lease, finish)) if !self.stopping => {
+                        self.retry_finish(lease, finish, info.clone(), duration);
+                    }
+                    // The outcome is unknown: if the run is still ours in the store, the
+                    // watch releases it to a backup once this run is gone here.
+                    _ => {
+                        if let Some(key) = key {
+                            self.watch(key, Watch::live());
+                        }
+                    }
                 }
             }
         }
@@ -1634,6 +1659,7 @@ impl Driver {
                     error,
                     retention,
                 };
+                a.sent_finish = Some(finish.clone());
                 if store.finish_batch_limit() > 1 {
                     // Results of runs that end in one turn of the loop go out together.
                     self.finish_queue.push((id, lease, finish));
@@ -1762,11 +1788,66 @@ impl Driver {
 
     /// Releases a lease this instance holds but will not run (won while stopping, or an
     /// orphan of its own), tracked so stop waits for it.
+    /// Sends a result once more after its first write failed; the answer comes back as
+    /// `Msg::SideFinished`. Counted with the side writes, so `stop()` waits for it.
+    fn retry_finish(&mut self, lease: Lease, finish: Finish, info: RunInfo, duration: Duration) {
+        let Backend::Lease(store) = self.shared.backend.clone() else {
+            return;
+        };
+        self.side_writes += 1;
+        let sent = finish.clone();
+        self.call(
+            "finish",
+            async move { store.finish(&lease, &sent).await },
+            move |result| Msg::SideFinished {
+                info,
+                finish,
+                duration,
+                result,
+            },
+        );
+    }
+
+    /// The answer to a result sent once more: reported as the first write's answer would
+    /// have been; a second failure hands the run to the watch (a backup continues it).
+    fn side_finished(
+        &mut self,
+        info: RunInfo,
+        finish: Finish,
+        duration: Duration,
+        result: Result<OwnerWrite>,
+    ) {
+        self.side_writes = self.side_writes.saturating_sub(1);
+        self.count(result.is_ok());
+        let key = RunKey::new(info.job.clone(), info.slot_ms());
+        match result {
+            Ok(OwnerWrite::Done) if finish.status == RunStatus::Succeeded => {
+                self.emit(Event::Success {
+                    run: info,
+                    duration,
+                })
+            }
+            Ok(OwnerWrite::Done) => self.emit(Event::Failure {
+                run: info,
+                error: finish.error.unwrap_or_else(|| "failed".into()),
+            }),
+            Ok(OwnerWrite::Lost) => {
+                // [B-16] Another attempt owns the run now; back it up.
+                self.emit(Event::Lost(info));
+                self.watch(key, Watch::live());
+            }
+            Err(e) => {
+                self.error("finish", Some(&key.job), &e);
+                self.watch(key, Watch::live());
+            }
+        }
+    }
+
     fn side_release(&mut self, lease: Lease) {
         let Backend::Lease(store) = self.shared.backend.clone() else {
             return;
         };
-        self.side_releases += 1;
+        self.side_writes += 1;
         let key = lease.run.clone();
         self.call(
             "release",
@@ -2156,8 +2237,14 @@ impl Driver {
             Msg::HandlerDone { id, result } => self.handler_done(id, result),
             Msg::Written { id, result } => self.written(id, result),
             Msg::WrittenMany { ids, result } => self.written_many(ids, result),
+            Msg::SideFinished {
+                info,
+                finish,
+                duration,
+                result,
+            } => self.side_finished(info, finish, duration, result),
             Msg::SideReleased { key, result } => {
-                self.side_releases = self.side_releases.saturating_sub(1);
+                self.side_writes = self.side_writes.saturating_sub(1);
                 self.count(result.is_ok());
                 if let Err(e) = result {
                     self.error("release", Some(&key.job), &e);
