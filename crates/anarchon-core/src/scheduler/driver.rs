@@ -300,6 +300,8 @@ struct Driver {
     gauges: (usize, usize),
     /// Claims of this loop turn, sent together at its end (stores that batch claims).
     claim_queue: Vec<(Arc<JobDef>, EpochMs, Reason, LeaseClaim)>,
+    /// Watched runs to read at once (release notifications of this turn), sent together.
+    read_queue: Vec<RunKey>,
     /// Results of this loop turn, sent together at its end (stores that batch finishes).
     finish_queue: Vec<(u64, Lease, Finish)>,
     /// Takeovers of this loop turn, sent together at its end (stores that batch them).
@@ -394,6 +396,7 @@ pub(crate) async fn run(
         watching: false,
         gauges: (usize::MAX, usize::MAX),
         claim_queue: Vec::new(),
+        read_queue: Vec::new(),
         finish_queue: Vec::new(),
         takeover_queue: Vec::new(),
     };
@@ -444,6 +447,7 @@ pub(crate) async fn run(
             }
         }
         d.flush_claims();
+        d.flush_reads();
         d.flush_takeovers();
         d.flush_finishes();
         d.announce_watching();
@@ -2013,6 +2017,18 @@ impl Driver {
         );
     }
 
+    /// Reads the runs released in this turn in one call (a burst of release notifications,
+    /// a stopping instance handing over many runs, is one read, not one per run).
+    fn flush_reads(&mut self) {
+        if self.read_queue.is_empty() {
+            return;
+        }
+        let mut keys = std::mem::take(&mut self.read_queue);
+        keys.sort();
+        keys.dedup();
+        self.read_runs(keys, false);
+    }
+
     /// A release notification: look at that run now instead of at the next poll. [B-17]
     fn released(&mut self, key: RunKey) {
         self.feed_watch(&key, WatchInput::Released);
@@ -2083,7 +2099,8 @@ impl Driver {
             instance_id: seen.and_then(|v| v.owner.clone()).unwrap_or_default(),
         };
         match effect {
-            WatchEffect::Read => self.read_runs(vec![key.clone()], false),
+            // Read with the other runs released in this turn: one call. [B-17]
+            WatchEffect::Read => self.read_queue.push(key.clone()),
             WatchEffect::TakeOver {
                 seen_attempt,
                 superseded,
