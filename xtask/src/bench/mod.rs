@@ -1,8 +1,10 @@
-//! `cargo xtask bench`: a store's claim micro-bench (`bench <store>`), and the scale and
-//! start-precision benches (`bench scale`, `bench precision`) that run real scheduler
-//! processes (`examples/bench-node.rs`, built in release) against a store.
+//! `cargo xtask bench`: a store's claim micro-bench (`bench <store>`), and the scale,
+//! start-precision and graceful-handover benches (`bench scale`, `bench precision`,
+//! `bench handover`) that run real scheduler processes (`examples/bench-node.rs`, built in
+//! release) against a store.
 
 mod claim;
+mod handover;
 mod node;
 mod precision;
 mod scale;
@@ -17,6 +19,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     match args.first().map(String::as_str) {
         Some("scale") => scale::run(&args[1..]),
         Some("precision") => precision::run(&args[1..]),
+        Some("handover") => handover::run(&args[1..]),
         _ => claim::run(args),
     }
 }
