@@ -8,6 +8,7 @@
 //! bench-node ceiling --store SPEC --callers K --seconds S
 //! bench-node floor   --store SPEC --log FILE
 //! bench-node clean   --store SPEC
+//! bench-node handover --store SPEC --id ID [--every-ms 5000] [--hold-ms 3000]
 //! ```
 //!
 //! SPEC is `sqlite:<path>`, `redis:<url>#<key prefix>`, `postgres:<url>#<schema>` or
@@ -27,6 +28,15 @@
 //! - `floor`: until SIGTERM, the bare one-row operation (Redis `PING`; PostgreSQL and SQLite
 //!   a one-row `UPDATE`, committed) about 20 times a second, away from whole seconds so it
 //!   does not meet the scheduler's claims; FILE gets one duration in µs per line.
+//! - `handover` (`cargo xtask bench handover`): one leased scheduler with one job `h` every
+//!   `--every-ms` (jitter 0) whose handler holds for `--hold-ms` unless its signal is
+//!   cancelled. Prints, each with this process's wall clock in µs: `READY pid= us=`,
+//!   `RUN us= slot= attempt= reason=` when a handler starts, `CANCELLED us= slot= attempt=`
+//!   when a handler sees its signal cancelled (it then returns the cancellation, so a
+//!   stopping owner hands the run over), `SIGNAL us=` when SIGTERM/SIGINT arrives,
+//!   `EVENT us= name= slot= attempt= [cause=|op=]` for the scheduler's start, interrupted
+//!   (`cause=handed-over`: the release was answered), lost, fenced and error events,
+//!   and `EXIT us=` after the stop.
 //! - `clean`: deletes what the run left (Redis keys under the prefix, the PostgreSQL schema;
 //!   the SQLite file is removed by xtask).
 
@@ -591,6 +601,105 @@ fn write_samples(path: &str, samples: &[u64]) -> Result<()> {
     Ok(())
 }
 
+// ----- graceful handover ----------------------------------------------------------------
+
+/// Prints one line at once (stdout is line-buffered), so xtask reads it as it happens.
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+async fn handover(args: &Args) -> Result<()> {
+    let stop = stop_signal()?;
+    let spec = Spec::parse(args.get("store")?)?;
+    let id = args.get("id")?.to_owned();
+    let every = Duration::from_millis(args.num("every-ms").unwrap_or(5000).max(100));
+    let hold = Duration::from_millis(args.num("hold-ms").unwrap_or(3000));
+    let scheduler = spec
+        .builder()
+        .await?
+        .instance_id(&id)
+        .jitter(Duration::ZERO)
+        .build()?;
+    let mut events = scheduler.events();
+    let listener = tokio::spawn(async move {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(RecvError::Lagged(n)) => {
+                    say(format_args!("EVENT us={} name=lagged n={n}", now_us()));
+                    continue;
+                }
+                Err(RecvError::Closed) => break,
+            };
+            let us = now_us();
+            match &event {
+                Event::Start(run) | Event::Lost(run) | Event::Fenced(run) => say(format_args!(
+                    "EVENT us={us} name={} slot={} attempt={}",
+                    event.name(),
+                    run.slot_ms(),
+                    run.attempt
+                )),
+                Event::Interrupted { run, cause } => say(format_args!(
+                    "EVENT us={us} name=interrupted slot={} attempt={} cause={}",
+                    run.slot_ms(),
+                    run.attempt,
+                    cause.as_str().replace(' ', "-")
+                )),
+                Event::Error {
+                    operation, message, ..
+                } => say(format_args!(
+                    "EVENT us={us} name=error op={operation} message={}",
+                    message.replace(['\n', ' '], "_")
+                )),
+                _ => {}
+            }
+        }
+    });
+    scheduler.every("h", every).handler(move |ctx| async move {
+        say(format_args!(
+            "RUN us={} slot={} attempt={} reason={:?}",
+            now_us(),
+            ctx.slot_ms(),
+            ctx.attempt,
+            ctx.reason
+        ));
+        tokio::select! {
+            _ = tokio::time::sleep(hold) => Ok(()),
+            _ = ctx.signal.cancelled() => {
+                say(format_args!(
+                    "CANCELLED us={} slot={} attempt={}",
+                    now_us(),
+                    ctx.slot_ms(),
+                    ctx.attempt
+                ));
+                ctx.check_cancelled().map_err(Into::into)
+            }
+        }
+    })?;
+    scheduler.start().await?;
+    say(format_args!(
+        "READY pid={} us={}",
+        std::process::id(),
+        now_us()
+    ));
+    stop.await;
+    say(format_args!("SIGNAL us={}", now_us()));
+    let stopped = scheduler.stop(Duration::from_secs(10)).await;
+    drop(scheduler);
+    let _ = tokio::time::timeout(Duration::from_secs(2), listener).await;
+    if let Err(e) = stopped {
+        say(format_args!(
+            "STOP_ERROR {}",
+            e.to_string().replace('\n', " ")
+        ));
+    }
+    say(format_args!("EXIT us={}", now_us()));
+    Ok(())
+}
+
 async fn clean(args: &Args) -> Result<()> {
     let spec = Spec::parse(args.get("store")?)?;
     if spec.kind == "libsql" {
@@ -613,7 +722,9 @@ async fn main() -> Result<()> {
     }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some((mode, rest)) = argv.split_first() else {
-        bail!("usage: bench-node run|ceiling|floor|clean --store SPEC ... (see the file's header)");
+        bail!(
+            "usage: bench-node run|ceiling|floor|clean|handover --store SPEC ... (see the file's header)"
+        );
     };
     let args = Args::parse(rest)?;
     match mode.as_str() {
@@ -621,6 +732,7 @@ async fn main() -> Result<()> {
         "ceiling" => ceiling(&args).await,
         "floor" => floor(&args).await,
         "clean" => clean(&args).await,
-        other => bail!("unknown mode {other:?}: expected run, ceiling, floor or clean"),
+        "handover" => handover(&args).await,
+        other => bail!("unknown mode {other:?}: expected run, ceiling, floor, clean or handover"),
     }
 }

@@ -53,6 +53,13 @@ commands:
   bench precision [--store sqlite,redis,postgres] [--seconds S] [--instances K] [--json]
       Start lag of one `every 1s` job on K instances (3) per store for S seconds (30),
       beside the p99 of the store's bare one-row operation (PING, a committed UPDATE).
+  bench handover [--store sqlite,redis,postgres] [--rounds N] [--every-ms MS] [--hold-ms MS]
+      3 scheduler processes share one long job (every 5 s, handler holds 3 s); each round
+      sends SIGTERM to attempt 1's owner and times signal -> attempt 2 started on another
+      process (p50/p99/max, target 50 ms) with its split, beside the bare one-row op (20).
+  bench driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H]
+      The scheduler alone: one process, N `every 1s` jobs (10,000) on the in-memory store;
+      runs per second, slots late, start lag, CPU and RSS per job every 10 s.
 ";
 
 fn main() -> ExitCode {

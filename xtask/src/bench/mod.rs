@@ -1,10 +1,12 @@
-//! `cargo xtask bench`: a store's claim micro-bench (`bench <store>`), and the scale and
-//! start-precision benches (`bench scale`, `bench precision`) that run real scheduler
-//! processes (`examples/bench-node.rs`, built in release) against a store, and the driver
-//! bench (`bench driver`): the scheduler alone on the in-memory store.
+//! `cargo xtask bench`: a store's claim micro-bench (`bench <store>`), the scale,
+//! start-precision and graceful-handover benches (`bench scale`, `bench precision`,
+//! `bench handover`) that run real scheduler processes (`examples/bench-node.rs`, built in
+//! release) against a store, and the driver bench (`bench driver`): the scheduler alone on the
+//! in-memory store.
 
 mod claim;
 mod driver;
+mod handover;
 mod node;
 mod precision;
 mod scale;
@@ -20,6 +22,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
         Some("driver") => driver::run(&args[1..]),
         Some("scale") => scale::run(&args[1..]),
         Some("precision") => precision::run(&args[1..]),
+        Some("handover") => handover::run(&args[1..]),
         _ => claim::run(args),
     }
 }
