@@ -497,16 +497,27 @@ impl Raw {
         match self {
             Raw::Redis(store, prefix) => {
                 use anarchon::redis::fred::prelude::*;
-                // KEYS blocks the server briefly; this runs once, after the bench.
-                let script = "local keys = redis.call('KEYS', ARGV[1])
-                    for i = 1, #keys, 5000 do
-                      redis.call('UNLINK', unpack(keys, i, math.min(i + 4999, #keys)))
-                    end
-                    return #keys";
-                let n: i64 = store
-                    .client()
-                    .eval(script, Vec::<String>::new(), vec![format!("{prefix}*")])
-                    .await?;
+                // One SCAN step per call (a bounded piece of work each, unlike one KEYS over
+                // a big keyspace, which outlived the client's timeout), until the cursor is 0.
+                let script = "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 5000)
+                    if #r[2] > 0 then redis.call('UNLINK', unpack(r[2])) end
+                    return {r[1], #r[2]}";
+                let (mut cursor, mut n) = ("0".to_owned(), 0i64);
+                loop {
+                    let (next, found): (String, i64) = store
+                        .client()
+                        .eval(
+                            script,
+                            Vec::<String>::new(),
+                            vec![cursor.clone(), format!("{prefix}*")],
+                        )
+                        .await?;
+                    n += found;
+                    cursor = next;
+                    if cursor == "0" {
+                        break;
+                    }
+                }
                 println!("CLEANED keys={n}");
             }
             Raw::Postgres(store, schema) => {
