@@ -499,7 +499,8 @@ impl Raw {
                 use anarchon::redis::fred::prelude::*;
                 // One SCAN step per call (a bounded piece of work each, unlike one KEYS over
                 // a big keyspace, which outlived the client's timeout), until the cursor is 0.
-                let script = "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 5000)
+                let script =
+                    "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 5000)
                     if #r[2] > 0 then redis.call('UNLINK', unpack(r[2])) end
                     return {r[1], #r[2]}";
                 let (mut cursor, mut n) = ("0".to_owned(), 0i64);

@@ -26,6 +26,19 @@ fn ok()
     |_ctx| futures::future::ready(Ok(()))
 }
 
+/// Every event the scheduler emits from now on, in order.
+fn collect_events(s: &Scheduler) -> Arc<Mutex<Vec<Event>>> {
+    let mut rx = s.events();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let o = out.clone();
+    tokio::spawn(async move {
+        while let Ok(e) = rx.recv().await {
+            o.lock().unwrap().push(e);
+        }
+    });
+    out
+}
+
 #[tokio::test]
 async fn b01_bad_intervals_are_refused_naming_the_input() {
     let s = sched();
@@ -245,17 +258,7 @@ async fn s11_hung_store_calls_time_out_and_are_reported() {
         .clock(Clock::tokio())
         .build()
         .unwrap();
-    let events = {
-        let mut rx = s.events();
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let o = out.clone();
-        tokio::spawn(async move {
-            while let Ok(e) = rx.recv().await {
-                o.lock().unwrap().push(e);
-            }
-        });
-        out
-    };
+    let events = collect_events(&s);
     s.every("j", "1s").handler(ok()).unwrap();
     s.start().await.unwrap();
     store.set_health(Health::Hanging);
@@ -332,17 +335,7 @@ async fn s11_a_result_whose_write_timed_out_is_written_once_more() {
         .clock(Clock::tokio())
         .build()
         .unwrap();
-    let events = {
-        let mut rx = s.events();
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let o = out.clone();
-        tokio::spawn(async move {
-            while let Ok(e) = rx.recv().await {
-                o.lock().unwrap().push(e);
-            }
-        });
-        out
-    };
+    let events = collect_events(&s);
     let first_slot = Arc::new(Mutex::new(None));
     let (hang, slot_seen) = (store.clone(), first_slot.clone());
     s.every("j", "1s")
