@@ -26,6 +26,18 @@ fn ok()
     |_ctx| futures::future::ready(Ok(()))
 }
 
+/// A scheduler on `store` that gives up on a store call after 500 ms, with no jitter and no
+/// catch-up, on tokio's (paused) clock.
+fn quick_timeouts(store: &MemoryStore) -> Scheduler {
+    Scheduler::leased(store.clone())
+        .store_timeout(Duration::from_millis(500))
+        .jitter(Duration::from_millis(0))
+        .catch_up_window(Duration::from_millis(0))
+        .clock(Clock::tokio())
+        .build()
+        .unwrap()
+}
+
 /// Every event the scheduler emits from now on, in order.
 fn collect_events(s: &Scheduler) -> Arc<Mutex<Vec<Event>>> {
     let mut rx = s.events();
@@ -251,13 +263,7 @@ async fn b04_jobs_can_be_added_and_removed_while_running() {
 #[tokio::test(start_paused = true)]
 async fn s11_hung_store_calls_time_out_and_are_reported() {
     let store = MemoryStore::new();
-    let s = Scheduler::leased(store.clone())
-        .store_timeout(Duration::from_millis(500))
-        .jitter(Duration::from_millis(0))
-        .catch_up_window(Duration::from_millis(0))
-        .clock(Clock::tokio())
-        .build()
-        .unwrap();
+    let s = quick_timeouts(&store);
     let events = collect_events(&s);
     s.every("j", "1s").handler(ok()).unwrap();
     s.start().await.unwrap();
@@ -328,13 +334,7 @@ fn s11_watchdog_reports_a_blocked_runtime() {
 #[tokio::test(start_paused = true)]
 async fn s11_a_result_whose_write_timed_out_is_written_once_more() {
     let store = MemoryStore::new();
-    let s = Scheduler::leased(store.clone())
-        .store_timeout(Duration::from_millis(500))
-        .jitter(Duration::from_millis(0))
-        .catch_up_window(Duration::from_millis(0))
-        .clock(Clock::tokio())
-        .build()
-        .unwrap();
+    let s = quick_timeouts(&store);
     let events = collect_events(&s);
     let first_slot = Arc::new(Mutex::new(None));
     let (hang, slot_seen) = (store.clone(), first_slot.clone());

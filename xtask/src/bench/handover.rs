@@ -545,20 +545,7 @@ fn run_store(
 
 pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
     let args = parse_args(args)?;
-    let mut plan: Vec<(StoreKind, Option<String>)> = Vec::new();
-    if args.stores.is_empty() {
-        plan.push((StoreKind::Sqlite, None));
-        for kind in [StoreKind::Redis, StoreKind::Postgres] {
-            match node::server_url(kind) {
-                Ok(url) => plan.push((kind, url)),
-                Err(e) => eprintln!("SKIP {}: {e:#}", kind.name()),
-            }
-        }
-    } else {
-        for kind in &args.stores {
-            plan.push((*kind, node::server_url(*kind)?));
-        }
-    }
+    let plan = node::store_plan(&args.stores)?;
     let bin = node::build_node()?;
     let load_before = node::load();
     let mut runs = Vec::new();

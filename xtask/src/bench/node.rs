@@ -171,6 +171,27 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| util::project_root().join("target"))
 }
 
+/// The stores a multi-store bench runs on, with their server URLs: the ones named, or by
+/// default SQLite plus Redis and PostgreSQL where their URLs are set (a `SKIP` line for each
+/// one that is not).
+pub(crate) fn store_plan(named: &[StoreKind]) -> Result<Vec<(StoreKind, Option<String>)>> {
+    let mut plan = Vec::new();
+    if named.is_empty() {
+        plan.push((StoreKind::Sqlite, None));
+        for kind in [StoreKind::Redis, StoreKind::Postgres] {
+            match server_url(kind) {
+                Ok(url) => plan.push((kind, url)),
+                Err(e) => eprintln!("SKIP {}: {e:#}", kind.name()),
+            }
+        }
+    } else {
+        for kind in named {
+            plan.push((*kind, server_url(*kind)?));
+        }
+    }
+    Ok(plan)
+}
+
 /// `cargo` for a release build of the benches. `cargo xtask` (a `cargo run`) hands xtask's
 /// own package variables to us; build scripts such as ring's rerun when they change, which
 /// would rebuild half the release tree: they are removed.
