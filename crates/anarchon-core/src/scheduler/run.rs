@@ -62,8 +62,15 @@ pub(crate) enum OwnerState {
     /// The handler runs; a leased run renews its lease. `fenced` once self-fencing
     /// cancelled the signal (reported once).
     Running { fenced: bool },
-    /// The result write is in flight; `handler_running` after a timeout.
-    Writing { write: Write, handler_running: bool },
+    /// The result write is in flight; `handler_running` after a timeout. `retry`: a failed
+    /// write of a leased run's result is sent once more before the run is left to a backup
+    /// (it is fenced, so it records nothing over a newer attempt, and it spares a backup
+    /// from running a finished handler again).
+    Writing {
+        write: Write,
+        handler_running: bool,
+        retry: bool,
+    },
     /// Nothing is left to write; the handler (cancelled) has yet to return.
     Draining,
     /// Done: the driver forgets the run.
@@ -118,6 +125,8 @@ pub(crate) struct OwnerRun {
     pub(crate) state: OwnerState,
     /// The run holds a lease (lease stores, not manual): it renews and hands over.
     pub(crate) leased: bool,
+    /// `stop()` was called: a failed result write is not sent again.
+    pub(crate) stopping: bool,
 }
 
 impl OwnerRun {
@@ -125,7 +134,18 @@ impl OwnerRun {
         OwnerRun {
             state: OwnerState::Running { fenced: false },
             leased,
+            stopping: false,
         }
+    }
+
+    /// A leased run's result (not a hand-over) gets one more try when its write fails.
+    fn retries(&self, write: &Write) -> bool {
+        self.leased && matches!(write, Write::Finish { .. })
+    }
+
+    /// The result write is in flight.
+    pub(crate) fn is_writing(&self) -> bool {
+        matches!(self.state, OwnerState::Writing { .. })
     }
 
     /// The lease is renewed in this state.
@@ -142,6 +162,9 @@ impl OwnerRun {
         use OwnerEffect as E;
         use OwnerInput as I;
         use OwnerState as S;
+        if input == I::Stop {
+            self.stopping = true;
+        }
         let (next, effects) = match (&self.state, input) {
             // ----- the handler runs
             (S::Running { .. }, I::HandlerReturned { result, cause }) => {
@@ -159,6 +182,7 @@ impl OwnerRun {
                 };
                 (
                     S::Writing {
+                        retry: self.retries(&write),
                         write: write.clone(),
                         handler_running: false,
                     },
@@ -173,6 +197,7 @@ impl OwnerRun {
                 };
                 (
                     S::Writing {
+                        retry: self.retries(&write),
                         write: write.clone(),
                         handler_running: true,
                     },
@@ -213,12 +238,14 @@ impl OwnerRun {
                 S::Writing {
                     write,
                     handler_running: true,
+                    retry,
                 },
                 I::HandlerReturned { .. },
             ) => (
                 S::Writing {
                     write: write.clone(),
                     handler_running: false,
+                    retry: *retry,
                 },
                 vec![],
             ),
@@ -226,19 +253,39 @@ impl OwnerRun {
                 S::Writing {
                     write,
                     handler_running: true,
+                    retry,
                 },
                 I::AbortGraceElapsed,
             ) => (
                 S::Writing {
                     write: write.clone(),
                     handler_running: false,
+                    retry: *retry,
                 },
                 vec![E::Abort],
+            ),
+            // The write failed or timed out (most often under load): sent once more, unless
+            // stopping (stop does not wait for a second round).
+            (
+                S::Writing {
+                    write,
+                    handler_running,
+                    retry: true,
+                },
+                I::WriteAnswered(WriteAnswer::Failed(e)),
+            ) if !self.stopping => (
+                S::Writing {
+                    write: write.clone(),
+                    handler_running: *handler_running,
+                    retry: false,
+                },
+                vec![E::Emit(Note::WriteFailed(e)), E::Write(write.clone())],
             ),
             (
                 S::Writing {
                     write,
                     handler_running,
+                    ..
                 },
                 I::WriteAnswered(answer),
             ) => {
@@ -398,6 +445,18 @@ pub(crate) mod table {
                         error: None,
                     },
                     handler_running: false,
+                    retry: true,
+                },
+            ),
+            (
+                "writing, last try",
+                OwnerState::Writing {
+                    write: Write::Finish {
+                        status: RunStatus::Succeeded,
+                        error: None,
+                    },
+                    handler_running: false,
+                    retry: false,
                 },
             ),
             (
@@ -408,6 +467,7 @@ pub(crate) mod table {
                         error: Some("timed out".into()),
                     },
                     handler_running: true,
+                    retry: true,
                 },
             ),
             ("draining", OwnerState::Draining),
@@ -463,14 +523,16 @@ pub(crate) mod table {
                 OwnerState::Writing {
                     write: Write::Finish { status, .. },
                     handler_running,
+                    retry,
                 } => format!(
-                    "writing ({}){}",
+                    "writing ({}){}{}",
                     status.as_str(),
                     if *handler_running {
                         ", handler running"
                     } else {
                         ""
-                    }
+                    },
+                    if *retry { "" } else { ", last try" }
                 ),
                 other => format!("{other:?}"),
             })
@@ -513,6 +575,7 @@ pub(crate) mod table {
                 let mut run = OwnerRun {
                     state: state.clone(),
                     leased: true,
+                    stopping: false,
                 };
                 let effects = run.handle(input);
                 let fx: Vec<String> = effects.iter().map(effect_name).collect();

@@ -1,0 +1,200 @@
+//! Runs this instance backs up: each a [`Watch`] machine, polled every heartbeat and read at
+//! once on a release notification; the takeover decision is the machine's, carried out here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Core, Micros, Timer};
+use crate::event::{Event, RunInfo};
+use crate::history::{Reason, to_datetime};
+use crate::ids::RunKey;
+use crate::scheduler::JobDef;
+use crate::scheduler::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote, WatchState};
+use crate::store::{Lease, RunView, Takeover, TakeoverOutcome};
+
+impl Core {
+    /// Starts watching a run of a registered job (or upgrades a pending watch once the run
+    /// was seen). [B-14]
+    pub(super) fn watch(&mut self, key: RunKey, watch: Watch) {
+        if self.stopping || !self.jobs.contains_key(&key.job) {
+            return;
+        }
+        match self.watches.get_mut(&key) {
+            Some(existing) => {
+                if matches!(existing.state, WatchState::Pending { .. })
+                    && watch.state == WatchState::Live
+                {
+                    existing.state = WatchState::Live;
+                }
+            }
+            None => {
+                self.watches.insert(key, watch);
+            }
+        }
+        if !self.watch_armed {
+            self.watch_armed = true;
+            let every = self.heartbeat_every();
+            self.arm_after(every, Timer::Watch);
+        }
+    }
+
+    /// The backup poll: one `runs` call for every polled watch.
+    pub(super) fn watch_tick(&mut self) {
+        if self.watches.is_empty() {
+            self.watch_armed = false;
+            return;
+        }
+        let asked: Vec<RunKey> = self
+            .watches
+            .iter()
+            .filter(|(_, w)| w.polled())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !self.watch_in_flight && !asked.is_empty() {
+            self.watch_in_flight = true;
+            self.read_runs(asked, true);
+        }
+        let every = self.heartbeat_every();
+        self.arm_after(every, Timer::Watch);
+    }
+
+    /// A `runs` read was answered.
+    pub(super) fn watched(&mut self, asked: Vec<RunKey>, sent: Micros, views: Vec<RunView>) {
+        if let Some(v) = views.first() {
+            self.clock = super::ClockSample::measure(v.store_now, sent, self.now);
+        }
+        let mut by_key: HashMap<RunKey, RunView> =
+            views.into_iter().map(|v| (v.run.clone(), v)).collect();
+        for key in asked {
+            match by_key.remove(&key) {
+                Some(view) => self.feed_watch(&key, WatchInput::Seen(view)),
+                None => self.feed_watch(&key, WatchInput::Missing),
+            }
+        }
+    }
+
+    /// Feeds a watched run's machine and carries out its effects.
+    pub(super) fn feed_watch(&mut self, key: &RunKey, input: WatchInput) {
+        let now = self.now_ms();
+        let job = self.jobs.get(&key.job).cloned();
+        let here = self.is_here(key);
+        let stopping = self.stopping;
+        let Some(w) = self.watches.get_mut(key) else {
+            // No longer watched (job removed, stop): a takeover won now is handed back.
+            if let WatchInput::TakeoverAnswered(Ok(TakeoverOutcome::Won(lease))) = input {
+                self.side_release(lease);
+            }
+            return;
+        };
+        let facts = Facts {
+            now,
+            newest_due: job.as_ref().and_then(|j| j.schedule.newest_due(now)),
+            instance_id: &self.cfg.instance_id,
+            here,
+            stopping,
+        };
+        if let WatchInput::Seen(view) = &input {
+            w.seen = Some(view.clone());
+        }
+        let seen = w.seen.clone();
+        let effects = w.handle(&facts, input);
+        if w.is_gone() {
+            self.watches.remove(key);
+        }
+        for effect in effects {
+            self.watch_effect(key, job.clone(), seen.as_ref(), effect);
+        }
+    }
+
+    fn watch_effect(
+        &mut self,
+        key: &RunKey,
+        job: Option<Arc<JobDef>>,
+        seen: Option<&RunView>,
+        effect: WatchEffect,
+    ) {
+        let info = || RunInfo {
+            job: key.job.clone(),
+            slot: to_datetime(key.slot),
+            attempt: seen.map_or(0, |v| v.attempt),
+            fence: 0,
+            reason: Reason::Takeover,
+            manual: false,
+            instance_id: seen.and_then(|v| v.owner.clone()).unwrap_or_default(),
+        };
+        match effect {
+            // Read with the other runs released in this turn: one call. [B-17]
+            WatchEffect::Read => self.queues.reads.push(key.clone()),
+            WatchEffect::TakeOver {
+                seen_attempt,
+                superseded,
+            } => {
+                let Some(job) = job.filter(|_| self.cfg.lease_store) else {
+                    self.watches.remove(key);
+                    return;
+                };
+                let takeover = Takeover {
+                    run: key.clone(),
+                    seen_attempt,
+                    instance_id: self.cfg.instance_id.to_string(),
+                    lease_ms: self.lease_ms(),
+                    max_attempts: job.opts.max_attempts,
+                    superseded,
+                    not_after: self.call_deadline(),
+                };
+                self.flight_start(key);
+                // Takeovers decided in one turn (an instance with many runs died) go out
+                // together.
+                self.queues.takeovers.push(takeover);
+            }
+            WatchEffect::Start(lease) => match job {
+                Some(job) => self.start_leased(job, lease),
+                None => self.side_release(lease),
+            },
+            WatchEffect::Release(lease) => self.side_release(lease),
+            WatchEffect::ReleaseOrphan { attempt } => {
+                let lease = Lease {
+                    run: key.clone(),
+                    attempt,
+                    fence: 0,
+                    instance_id: self.cfg.instance_id.to_string(),
+                    reason: Reason::Takeover,
+                    scheduled_at: key.slot,
+                    started_at: 0,
+                    expires_at: 0,
+                };
+                tracing::info!(
+                    run = %key,
+                    attempt,
+                    "releasing a run this instance claimed after it had given up on the claim"
+                );
+                self.side_release(lease);
+            }
+            WatchEffect::Emit(note) => match note {
+                WatchNote::Exhausted => {
+                    let max = job.as_ref().map_or(0, |j| j.opts.max_attempts);
+                    self.emit(Event::Failure {
+                        run: info(),
+                        error: format!("exhausted: started {max} times without finishing"),
+                    });
+                }
+                WatchNote::Replaced => self.emit(Event::Interrupted {
+                    run: info(),
+                    cause: crate::event::InterruptCause::ReplacedByNextSlot,
+                }),
+                WatchNote::TakeoverFailed(message) => self.emit(Event::Error {
+                    operation: "take_over",
+                    job: Some(key.job.clone()),
+                    message,
+                }),
+            },
+            WatchEffect::ClaimNewest => self.claim_newest(job),
+        }
+    }
+
+    /// Watches still polled (for tests and the bounds).
+    #[cfg(test)]
+    pub(super) fn watched_runs(&self) -> usize {
+        self.watches.len()
+    }
+}

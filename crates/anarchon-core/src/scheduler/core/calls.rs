@@ -1,0 +1,593 @@
+//! Store calls as values: what the core asks ([`Request`]), what comes back ([`Answer`]),
+//! which calls go out together (the per-turn queues), and the bounds on what is in flight.
+//!
+//! Calls that fall due in the same turn go out together where the store batches them:
+//! claims (sorted by job, so every instance sends the same jobs in the same order),
+//! takeovers and results, in chunks of the store's limits; the runs to read after release
+//! notifications go out as one `runs` call.
+//!
+//! Bounds: at most [`MAX_CLAIMS_IN_FLIGHT`] claims are sent and unanswered at once. Claims
+//! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
+//! job replaces the older, which is reported `late`), and a queued claim whose last moment
+//! passes is reported `late` and backed up. So what an instance holds for claims does not
+//! depend on how fast the store answers.
+
+use std::sync::Arc;
+
+use super::{Core, Micros, RunId};
+use crate::error::{Error, Result};
+use crate::event::{Event, SkipReason};
+use crate::history::{Reason, Retention, RunRecord, to_datetime};
+use crate::ids::{EpochMs, JobName, RunKey};
+use crate::scheduler::JobDef;
+use crate::scheduler::run::{OwnerInput, WriteAnswer};
+use crate::scheduler::watch::{Watch, WatchInput};
+use crate::store::{
+    ClaimOutcome, Finish, Lease, LeaseClaim, OwnerWrite, Renewal, RunView, SlotClaim, SlotOutcome,
+    Takeover, TakeoverOutcome,
+};
+
+/// Claims sent and not answered yet, at most (see the module docs).
+pub(crate) const MAX_CLAIMS_IN_FLIGHT: usize = 16_384;
+
+/// Identifies a store call in flight.
+pub(crate) type CallId = u64;
+
+/// How many calls of each kind the store takes in one round trip (1: no batching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) claims: usize,
+    pub(crate) takeovers: usize,
+    pub(crate) finishes: usize,
+}
+
+/// A store call. `batch`: send through the store's `*_many` call (else the single call,
+/// with exactly one item).
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    Claim {
+        claims: Vec<LeaseClaim>,
+        batch: bool,
+    },
+    ClaimSlot(SlotClaim),
+    Heartbeat {
+        leases: Vec<Lease>,
+        lease_ms: u64,
+    },
+    Runs(Vec<RunKey>),
+    TakeOver {
+        takeovers: Vec<Takeover>,
+        batch: bool,
+    },
+    Finish {
+        writes: Vec<(Lease, Finish)>,
+        batch: bool,
+    },
+    Release(Lease),
+    /// A history record of a run without a lease (manual, claim-only).
+    Record {
+        record: RunRecord,
+        retention: Retention,
+        /// Through the claim-only store's `record` (else `record_manual`).
+        claim_only: bool,
+    },
+    Unfinished(Vec<JobName>),
+}
+
+impl Request {
+    /// The store trait method's name, for errors, spans and metrics.
+    pub(crate) fn operation(&self) -> &'static str {
+        match self {
+            Request::Claim { .. } | Request::ClaimSlot(_) => "claim",
+            Request::Heartbeat { .. } => "heartbeat",
+            Request::Runs(_) => "runs",
+            Request::TakeOver { .. } => "take_over",
+            Request::Finish { .. } => "finish",
+            Request::Release(_) => "release",
+            Request::Record { .. } => "record",
+            Request::Unfinished(_) => "unfinished_runs",
+        }
+    }
+
+    /// The shape of its answer.
+    pub(crate) fn shape(&self) -> Shape {
+        match self {
+            Request::Claim { .. } => Shape::Claims,
+            Request::ClaimSlot(_) => Shape::Slot,
+            Request::Heartbeat { .. } => Shape::Renewals,
+            Request::Runs(_) | Request::Unfinished(_) => Shape::Runs,
+            Request::TakeOver { .. } => Shape::Takeovers,
+            Request::Finish { .. } => Shape::Writes,
+            Request::Release(_) => Shape::Released,
+            Request::Record { .. } => Shape::Recorded,
+        }
+    }
+}
+
+/// Which [`Answer`] variant a request's answer takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Claims,
+    Slot,
+    Renewals,
+    Runs,
+    Takeovers,
+    Writes,
+    Released,
+    Recorded,
+}
+
+impl Shape {
+    /// The answer of a call that failed or timed out as a whole.
+    pub(crate) fn failed(self, e: Error) -> Answer {
+        match self {
+            Shape::Claims => Answer::Claims(Err(e)),
+            Shape::Slot => Answer::Slot(Err(e)),
+            Shape::Renewals => Answer::Renewals(Err(e)),
+            Shape::Runs => Answer::Runs(Err(e)),
+            Shape::Takeovers => Answer::Takeovers(Err(e)),
+            Shape::Writes => Answer::Writes(Err(e)),
+            Shape::Released => Answer::Released(Err(e)),
+            Shape::Recorded => Answer::Recorded(Err(e)),
+        }
+    }
+}
+
+/// The answer to a [`Request`], one variant per request kind.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Claims(Result<Vec<ClaimOutcome>>),
+    Slot(Result<SlotOutcome>),
+    Renewals(Result<Vec<Renewal>>),
+    Runs(Result<Vec<RunView>>),
+    Takeovers(Result<Vec<TakeoverOutcome>>),
+    Writes(Result<Vec<OwnerWrite>>),
+    Released(Result<OwnerWrite>),
+    Recorded(Result<()>),
+}
+
+impl Answer {
+    /// The error, when the call failed as a whole.
+    pub(crate) fn error(&self) -> Option<&Error> {
+        match self {
+            Answer::Claims(Err(e))
+            | Answer::Slot(Err(e))
+            | Answer::Renewals(Err(e))
+            | Answer::Runs(Err(e))
+            | Answer::Takeovers(Err(e))
+            | Answer::Writes(Err(e))
+            | Answer::Released(Err(e))
+            | Answer::Recorded(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What the core remembers of a call in flight.
+#[derive(Debug)]
+pub(super) enum Pending {
+    Claims {
+        items: Vec<(Arc<JobDef>, EpochMs, Reason)>,
+        sent: Micros,
+    },
+    Slot {
+        job: Arc<JobDef>,
+        slot: EpochMs,
+    },
+    Heartbeat {
+        ids: Vec<RunId>,
+        sent: Micros,
+    },
+    Runs {
+        asked: Vec<RunKey>,
+        poll: bool,
+        sent: Micros,
+    },
+    Takeovers {
+        keys: Vec<RunKey>,
+    },
+    /// Result writes of owned runs (finish batches, a release, a record).
+    Writes {
+        ids: Vec<RunId>,
+    },
+    /// A release sent on the side (won while stopping, an orphan of ours).
+    SideRelease {
+        key: RunKey,
+    },
+    /// The `running` record of a run without a lease.
+    StartRecord {
+        run: RunId,
+        job: JobName,
+    },
+    Unfinished,
+}
+
+/// A claim waiting for the end of the turn (or for room in flight).
+#[derive(Debug)]
+pub(super) struct QueuedClaim {
+    pub(super) job: Arc<JobDef>,
+    pub(super) slot: EpochMs,
+    pub(super) reason: Reason,
+    pub(super) claim: LeaseClaim,
+}
+
+/// The per-turn queues.
+#[derive(Debug, Default)]
+pub(super) struct Queues {
+    pub(super) claims: Vec<QueuedClaim>,
+    /// Claims sent and unanswered.
+    pub(super) claims_in_flight: usize,
+    /// Watched runs to read at once (release notifications of this turn).
+    pub(super) reads: Vec<RunKey>,
+    pub(super) finishes: Vec<(RunId, Lease, Finish)>,
+    pub(super) takeovers: Vec<Takeover>,
+}
+
+/// `queue` in chunks of at most `limit` (at least 1), in order.
+pub(super) fn in_batches<T>(queue: Vec<T>, limit: usize) -> Vec<Vec<T>> {
+    let limit = limit.max(1);
+    let mut out = Vec::with_capacity(queue.len().div_ceil(limit));
+    let mut queue = queue.into_iter().peekable();
+    while queue.peek().is_some() {
+        out.push(queue.by_ref().take(limit).collect());
+    }
+    out
+}
+
+/// The answer of a batch call, one per item: the item's outcome, or the batch's error text
+/// for each item when the call failed or answered the wrong number of items.
+fn per_item<T>(
+    items: usize,
+    what: &str,
+    result: Result<Vec<T>>,
+) -> Vec<std::result::Result<T, String>> {
+    let failed = |message: String| (0..items).map(|_| Err(message.clone())).collect();
+    match result {
+        Ok(outcomes) if outcomes.len() == items => outcomes.into_iter().map(Ok).collect(),
+        Ok(outcomes) => failed(format!(
+            "a batch of {items} {what} was answered with {} outcomes",
+            outcomes.len()
+        )),
+        Err(e) => failed(crate::scheduler::telemetry::error_chain(&e)),
+    }
+}
+
+impl Core {
+    /// Sends a call: an effect for the shell, remembered until answered.
+    pub(super) fn call(&mut self, request: Request, pending: Pending, run: Option<RunId>) {
+        self.next_call += 1;
+        let id = self.next_call;
+        self.calls.insert(id, pending);
+        self.push(super::Effect::Call { id, request, run });
+    }
+
+    /// Queues a claim for the end of the turn. One queued claim per job: a newer slot
+    /// replaces an older one still waiting for room, which is then late.
+    pub(super) fn queue_claim(&mut self, queued: QueuedClaim) {
+        if let Some(i) = self
+            .queues
+            .claims
+            .iter()
+            .position(|q| q.job.name == queued.job.name && q.reason == queued.reason)
+            && self.queues.claims_in_flight >= MAX_CLAIMS_IN_FLIGHT
+        {
+            let old = self.queues.claims.swap_remove(i);
+            self.shed(old);
+        }
+        self.queues.claims.push(queued);
+    }
+
+    /// A queued claim that cannot go out in time: reported late, backed up.
+    fn shed(&mut self, q: QueuedClaim) {
+        self.flight_end(&q.claim.run);
+        self.note_late(&q.job.name, 1);
+        self.emit(Event::Skip {
+            job: q.job.name.clone(),
+            slot: to_datetime(q.slot),
+            reason: SkipReason::Late,
+        });
+        let until = self.claimable_until(&q.job, q.slot);
+        self.watch(q.claim.run.clone(), Watch::pending(until));
+        if q.reason == Reason::CatchUp {
+            self.advance_catch_up(&q.job);
+        }
+    }
+
+    /// Queued claims whose last moment passed while they waited for room are late.
+    pub(super) fn shed_queued_claims(&mut self) {
+        if self.queues.claims_in_flight < MAX_CLAIMS_IN_FLIGHT || self.queues.claims.is_empty() {
+            return;
+        }
+        let now = self.now_ms();
+        let (late, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queues.claims)
+            .into_iter()
+            .partition(|q| q.claim.not_after < now);
+        self.queues.claims = keep;
+        for q in late {
+            self.shed(q);
+        }
+    }
+
+    /// On stop, claims not sent yet are dropped (nothing new starts).
+    pub(super) fn drop_queued_claims(&mut self) {
+        for q in std::mem::take(&mut self.queues.claims) {
+            self.flight_end(&q.claim.run);
+        }
+    }
+
+    /// Sends the claims queued in this turn (as many as the bound lets out), in batches
+    /// the store takes in one round trip.
+    pub(super) fn flush_claims(&mut self) {
+        if self.queues.claims.is_empty() {
+            return;
+        }
+        let room = MAX_CLAIMS_IN_FLIGHT.saturating_sub(self.queues.claims_in_flight);
+        if room == 0 {
+            return;
+        }
+        // By job (a stable sort: one job's slots keep their order). Every instance has the
+        // same jobs fall due together, so their batches then hold the same jobs in the same
+        // order: a store that locks a batch's jobs (PostgreSQL) makes a batch wait for its
+        // twin on the other instances only, not for several overlapping ones.
+        let mut queue = std::mem::take(&mut self.queues.claims);
+        queue.sort_by(|a, b| a.claim.run.job.cmp(&b.claim.run.job));
+        if queue.len() > room {
+            self.queues.claims = queue.split_off(room);
+        }
+        let limit = self.cfg.limits.claims;
+        self.queues.claims_in_flight += queue.len();
+        for batch in in_batches(queue, limit) {
+            let mut items = Vec::with_capacity(batch.len());
+            let mut claims = Vec::with_capacity(batch.len());
+            for q in batch {
+                items.push((q.job, q.slot, q.reason));
+                claims.push(q.claim);
+            }
+            let sent = self.now.mono;
+            self.call(
+                Request::Claim {
+                    claims,
+                    batch: limit > 1,
+                },
+                Pending::Claims { items, sent },
+                None,
+            );
+        }
+    }
+
+    /// Reads the runs released in this turn in one call (a burst of release notifications,
+    /// a stopping instance handing over many runs, is one read, not one per run).
+    pub(super) fn flush_reads(&mut self) {
+        if self.queues.reads.is_empty() {
+            return;
+        }
+        let mut keys = std::mem::take(&mut self.queues.reads);
+        keys.sort();
+        keys.dedup();
+        self.read_runs(keys, false);
+    }
+
+    /// Sends the takeovers queued in this turn, in batches.
+    pub(super) fn flush_takeovers(&mut self) {
+        if self.queues.takeovers.is_empty() {
+            return;
+        }
+        let limit = self.cfg.limits.takeovers;
+        for batch in in_batches(std::mem::take(&mut self.queues.takeovers), limit) {
+            let keys: Vec<RunKey> = batch.iter().map(|t| t.run.clone()).collect();
+            self.call(
+                Request::TakeOver {
+                    takeovers: batch,
+                    batch: limit > 1,
+                },
+                Pending::Takeovers { keys },
+                None,
+            );
+        }
+    }
+
+    /// Sends the results queued in this turn, in batches.
+    pub(super) fn flush_finishes(&mut self) {
+        if self.queues.finishes.is_empty() {
+            return;
+        }
+        let limit = self.cfg.limits.finishes;
+        for batch in in_batches(std::mem::take(&mut self.queues.finishes), limit) {
+            let (ids, writes): (Vec<RunId>, Vec<(Lease, Finish)>) = batch
+                .into_iter()
+                .map(|(id, lease, finish)| (id, (lease, finish)))
+                .unzip();
+            // A batch of one stays in its run's span; a larger one has no single parent.
+            let parent = match ids.as_slice() {
+                [id] => Some(*id),
+                _ => None,
+            };
+            self.call(
+                Request::Finish {
+                    writes,
+                    batch: limit > 1,
+                },
+                Pending::Writes { ids },
+                parent,
+            );
+        }
+    }
+
+    /// Routes an answer to what asked for it.
+    pub(super) fn answered(&mut self, id: CallId, answer: Answer) {
+        let Some(pending) = self.calls.remove(&id) else {
+            return;
+        };
+        match (pending, answer) {
+            (Pending::Claims { items, sent }, Answer::Claims(result)) => {
+                self.queues.claims_in_flight =
+                    self.queues.claims_in_flight.saturating_sub(items.len());
+                self.claims_answered(items, sent, result);
+            }
+            (Pending::Slot { job, slot }, Answer::Slot(result)) => {
+                self.slot_claimed(job, slot, result)
+            }
+            (Pending::Heartbeat { ids, sent }, Answer::Renewals(result)) => {
+                self.heartbeat_done(ids, sent, result)
+            }
+            (Pending::Runs { asked, poll, sent }, Answer::Runs(result)) => {
+                if poll {
+                    self.watch_in_flight = false;
+                }
+                self.count(result.is_ok());
+                match result {
+                    Ok(views) => self.watched(asked, sent, views),
+                    Err(e) => self.error("runs", None, &e),
+                }
+            }
+            (Pending::Takeovers { keys }, Answer::Takeovers(result)) => {
+                // One call, however many takeovers it carried: health counts calls.
+                self.count(result.is_ok());
+                let answers = per_item(keys.len(), "takeovers", result);
+                for (key, answer) in keys.into_iter().zip(answers) {
+                    self.flight_end(&key);
+                    self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
+                }
+            }
+            (Pending::Writes { ids }, Answer::Writes(result)) => {
+                self.count(result.is_ok());
+                let answers = per_item(ids.len(), "results", result)
+                    .into_iter()
+                    .map(|a| match a {
+                        Ok(OwnerWrite::Done) => WriteAnswer::Done,
+                        Ok(OwnerWrite::Lost) => WriteAnswer::Lost,
+                        Err(message) => WriteAnswer::Failed(message),
+                    });
+                for (id, answer) in ids.into_iter().zip(answers) {
+                    self.feed_owner(id, OwnerInput::WriteAnswered(answer));
+                }
+            }
+            (Pending::Writes { ids }, Answer::Released(result)) => {
+                let result = result.map(|w| vec![w]);
+                self.answered_writes(ids, result);
+            }
+            (Pending::Writes { ids }, Answer::Recorded(result)) => {
+                let result = result.map(|()| vec![OwnerWrite::Done]);
+                self.answered_writes(ids, result);
+            }
+            (Pending::SideRelease { key }, Answer::Released(result)) => {
+                self.side_writes = self.side_writes.saturating_sub(1);
+                self.count(result.is_ok());
+                if let Err(e) = result {
+                    self.error("release", Some(&key.job), &e);
+                    // Unknown: keep watching it (not while stopping).
+                    self.watch(key, Watch::live());
+                }
+            }
+            (Pending::StartRecord { run, job }, Answer::Recorded(result)) => {
+                if let Err(e) = result {
+                    self.emit(Event::Error {
+                        operation: "record",
+                        job: Some(job),
+                        message: e.to_string(),
+                    });
+                }
+                self.start_recorded(run);
+            }
+            (Pending::Unfinished, Answer::Runs(result)) => {
+                self.count(result.is_ok());
+                match result {
+                    Ok(views) => {
+                        for v in views {
+                            // Orphans are taken over, the rest watched. [B-19]
+                            let key = v.run.clone();
+                            self.watch(key.clone(), Watch::live());
+                            self.feed_watch(&key, WatchInput::Seen(v));
+                        }
+                    }
+                    Err(e) => self.error("unfinished_runs", None, &e),
+                }
+                self.start_catch_up();
+            }
+            (pending, answer) => {
+                // A shell bug: an answer of the wrong kind. Report it; the call's subject is
+                // left to its timers and watches.
+                let e = Error::store(
+                    self.cfg.store_kind,
+                    "answer",
+                    format!("the answer {answer:?} does not fit the call {pending:?}"),
+                );
+                self.error("answer", None, &e);
+            }
+        }
+    }
+
+    fn answered_writes(&mut self, ids: Vec<RunId>, result: Result<Vec<OwnerWrite>>) {
+        self.count(result.is_ok());
+        let answers = per_item(ids.len(), "results", result);
+        for (id, answer) in ids.into_iter().zip(answers) {
+            let answer = match answer {
+                Ok(OwnerWrite::Done) => WriteAnswer::Done,
+                Ok(OwnerWrite::Lost) => WriteAnswer::Lost,
+                Err(message) => WriteAnswer::Failed(message),
+            };
+            self.feed_owner(id, OwnerInput::WriteAnswered(answer));
+        }
+    }
+
+    /// A claim-only claim.
+    pub(super) fn claim_slot(&mut self, job: Arc<JobDef>, slot: EpochMs, not_after: EpochMs) {
+        let claim = SlotClaim {
+            run: RunKey::new(job.name.clone(), slot),
+            instance_id: self.cfg.instance_id.to_string(),
+            not_after,
+        };
+        self.call(Request::ClaimSlot(claim), Pending::Slot { job, slot }, None);
+    }
+
+    /// Reads watched runs (a poll, or the runs released in this turn).
+    pub(super) fn read_runs(&mut self, asked: Vec<RunKey>, poll: bool) {
+        if !self.cfg.lease_store {
+            return;
+        }
+        let sent = self.now.mono;
+        self.call(
+            Request::Runs(asked.clone()),
+            Pending::Runs { asked, poll, sent },
+            None,
+        );
+    }
+
+    /// Releases a lease this instance holds but will not run (won while stopping, or an
+    /// orphan of its own), tracked so stop waits for it.
+    pub(super) fn side_release(&mut self, lease: Lease) {
+        if !self.cfg.lease_store {
+            return;
+        }
+        self.side_writes += 1;
+        let key = lease.run.clone();
+        self.call(Request::Release(lease), Pending::SideRelease { key }, None);
+    }
+
+    /// Lists the unfinished runs of the jobs at start. [B-19]
+    pub(super) fn list_unfinished(&mut self, names: Vec<JobName>) {
+        self.call(Request::Unfinished(names), Pending::Unfinished, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_keep_order_and_respect_the_limit() {
+        let batches = in_batches((0..7).collect::<Vec<_>>(), 3);
+        assert_eq!(batches, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+        assert_eq!(in_batches(vec![1, 2], 0), vec![vec![1], vec![2]]);
+        assert!(in_batches(Vec::<u8>::new(), 4).is_empty());
+    }
+
+    #[test]
+    fn a_short_batch_answer_fails_every_item() {
+        let answers = per_item(3, "claims", Ok(vec![1, 2]));
+        assert!(answers.iter().all(|a| {
+            a.as_ref()
+                .is_err_and(|e| e.contains("a batch of 3 claims was answered with 2"))
+        }));
+    }
+}

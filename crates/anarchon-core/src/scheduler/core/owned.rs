@@ -1,0 +1,472 @@
+//! Runs this instance owns: starting them, their result writes (each an
+//! [`OwnerRun`] machine, whose effects are carried out here), heartbeats and self-fencing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::calls::{Pending, Request};
+use super::{Core, Effect, HandlerStart, Micros, ReplyTo, RunId, Timer};
+use crate::context::{CancelCause, Data};
+use crate::error::{Error, Result};
+use crate::event::{Event, RunInfo};
+use crate::history::{Reason, RunRecord, RunStatus};
+use crate::ids::EpochMs;
+use crate::scheduler::JobDef;
+use crate::scheduler::run::{Note, OwnerEffect, OwnerInput, OwnerRun, Write};
+use crate::scheduler::telemetry;
+use crate::scheduler::watch::Watch;
+use crate::store::{Finish, Lease, Renewal};
+
+/// A run this instance owns: its machine and what the core needs to carry out effects.
+#[derive(Debug)]
+pub(super) struct Owned {
+    pub(super) job: Arc<JobDef>,
+    pub(super) info: RunInfo,
+    pub(super) lease: Option<Lease>,
+    pub(super) machine: OwnerRun,
+    /// Monotonic µs when it started.
+    pub(super) started: Micros,
+    pub(super) started_at: EpochMs,
+    pub(super) scheduled_at: EpochMs,
+    /// When the last renewal that succeeded was sent (monotonic µs).
+    pub(super) last_renewed: Micros,
+    /// A run without a lease has its `running` record written first; its final record
+    /// waits here until that write is answered (a pooled store could reorder them).
+    pub(super) start_pending: bool,
+    pub(super) held_write: Option<Request>,
+    pub(super) reply: Option<ReplyTo>,
+}
+
+impl Owned {
+    fn record(
+        &self,
+        status: RunStatus,
+        error: Option<String>,
+        finished_at: Option<EpochMs>,
+    ) -> RunRecord {
+        RunRecord {
+            job: self.info.job.clone(),
+            slot: self.info.slot_ms(),
+            scheduled_at: self.scheduled_at,
+            instance_id: self.info.instance_id.clone(),
+            manual: self.info.manual,
+            attempt: self.info.attempt,
+            reason: self.info.reason,
+            status,
+            fence: self.info.fence,
+            started_at: self.started_at,
+            finished_at,
+            error,
+        }
+    }
+}
+
+/// The run holds its lease for `health().leases_held`: running, or writing its result.
+fn holds_lease(o: &Owned) -> bool {
+    o.lease.is_some() && (o.machine.renews() || o.machine.is_writing())
+}
+
+impl Core {
+    /// How long after its last confirmed renewal a lease can no longer be counted on: the
+    /// lease less one heartbeat. Self-fencing and the handler's lease deadline use it.
+    fn lease_margin(&self) -> Duration {
+        Duration::from_millis(
+            self.lease_ms()
+                .saturating_sub(self.cfg.timing.heartbeat_ms()),
+        )
+    }
+
+    /// Starts a run from a lease won by a claim or a takeover.
+    pub(super) fn start_leased(&mut self, job: Arc<JobDef>, lease: Lease) {
+        let info = super::info_of(&lease);
+        let started_at = lease.started_at;
+        self.start_run(job, info, Some(lease), started_at, None, None);
+    }
+
+    /// Starts a run without a lease (manual, claim-only) and writes its `running` record.
+    pub(super) fn start_unleased(
+        &mut self,
+        job: Arc<JobDef>,
+        info: RunInfo,
+        started_at: EpochMs,
+        data: Option<Data>,
+        reply: Option<ReplyTo>,
+    ) {
+        let id = self.start_run(job, info, None, started_at, data, reply);
+        let Some(o) = self.runs.get_mut(&id) else {
+            return;
+        };
+        o.start_pending = true;
+        let record = o.record(RunStatus::Running, None, None);
+        let retention = o.job.opts.retention();
+        let claim_only = !self.cfg.lease_store && !o.info.manual;
+        let job = o.info.job.clone();
+        self.call(
+            Request::Record {
+                record,
+                retention,
+                claim_only,
+            },
+            Pending::StartRecord { run: id, job },
+            Some(id),
+        );
+    }
+
+    fn start_run(
+        &mut self,
+        job: Arc<JobDef>,
+        info: RunInfo,
+        lease: Option<Lease>,
+        started_at: EpochMs,
+        data: Option<Data>,
+        reply: Option<ReplyTo>,
+    ) -> RunId {
+        self.next_run += 1;
+        let id = self.next_run;
+        let now = self.now.mono;
+        let lease_deadline = lease
+            .as_ref()
+            .and_then(|_| now.checked_add(super::micros(self.lease_margin())));
+        let scheduled_at = lease.as_ref().map_or(info.slot_ms(), |l| l.scheduled_at);
+        if let Some(l) = &lease {
+            self.held.insert(l.run.clone(), id);
+        }
+        let leased = lease.is_some();
+        if !info.manual {
+            let lag = self.now_ms().saturating_sub(info.slot_ms()).max(0);
+            telemetry::start_lag(
+                &self.cfg.instance_id,
+                info.job.as_str(),
+                info.reason,
+                Duration::from_millis(lag as u64),
+            );
+        }
+        self.emit(Event::Start(info.clone()));
+        self.push(Effect::StartHandler(Box::new(HandlerStart {
+            run: id,
+            job: job.clone(),
+            info: info.clone(),
+            scheduled_at,
+            lease_deadline,
+            data,
+        })));
+        if let Some(timeout) = job.opts.timeout {
+            self.arm_after(timeout, Timer::Timeout { run: id });
+        }
+        self.runs.insert(
+            id,
+            Owned {
+                job,
+                info,
+                lease,
+                machine: OwnerRun::new(leased),
+                started: now,
+                started_at,
+                scheduled_at,
+                last_renewed: now,
+                start_pending: false,
+                held_write: None,
+                reply,
+            },
+        );
+        if leased && !self.heartbeat_armed {
+            self.heartbeat_armed = true;
+            let every = self.heartbeat_every();
+            self.arm_after(every, Timer::Heartbeat);
+        }
+        if leased {
+            self.health.leases_held = self.health.leases_held.saturating_add(1);
+        }
+        id
+    }
+
+    /// A handler returned; `cause` is why its signal was cancelled, if it was.
+    pub(crate) fn handler_returned(
+        &mut self,
+        now: super::Now,
+        run: RunId,
+        result: std::result::Result<(), String>,
+        cause: Option<CancelCause>,
+    ) {
+        self.now = now;
+        self.feed_owner(run, OwnerInput::HandlerReturned { result, cause });
+    }
+
+    /// Feeds an owner run's machine and carries out its effects.
+    pub(super) fn feed_owner(&mut self, id: RunId, input: OwnerInput) {
+        let Some(o) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let counted = holds_lease(o);
+        let effects = o.machine.handle(input);
+        for effect in effects {
+            self.owner_effect(id, effect);
+        }
+        let Some(o) = self.runs.get(&id) else {
+            return;
+        };
+        // `leases_held` counts runs whose lease is theirs until their result is written: a
+        // run recorded failed (timed out) whose handler still runs under its abort grace is
+        // no longer one.
+        if counted && !holds_lease(o) {
+            self.health.leases_held = self.health.leases_held.saturating_sub(1);
+        }
+        if o.machine.is_finished() {
+            if let Some(l) = &o.lease
+                && self.held.get(&l.run) == Some(&id)
+            {
+                self.held.remove(&l.run);
+            }
+            self.runs.remove(&id);
+            self.push(Effect::Forget { run: id });
+        }
+    }
+
+    fn owner_effect(&mut self, id: RunId, effect: OwnerEffect) {
+        let Some(o) = self.runs.get_mut(&id) else {
+            return;
+        };
+        match effect {
+            OwnerEffect::Cancel(cause) => self.push(Effect::Cancel { run: id, cause }),
+            OwnerEffect::Write(write) => self.write_result(id, write),
+            OwnerEffect::ArmAbort => {
+                let grace = self.cfg.abort_grace;
+                self.arm_after(grace, Timer::AbortGrace { run: id });
+            }
+            OwnerEffect::Abort => self.push(Effect::Abort { run: id }),
+            OwnerEffect::Reply(outcome) => {
+                let Some(to) = o.reply.take() else {
+                    return;
+                };
+                let answer = match outcome {
+                    Some((status, error)) => {
+                        let error = match (status, error) {
+                            (RunStatus::Interrupted, None) => Some("stopped".to_owned()),
+                            (_, e) => e,
+                        };
+                        Ok(o.record(status, error, Some(self.now.epoch_ms())))
+                    }
+                    None => Err(Error::State {
+                        state: "stopped",
+                        hint: "the run outlived stop()'s timeout",
+                    }),
+                };
+                self.push(Effect::Reply { to, answer });
+            }
+            OwnerEffect::Emit(note) => self.owner_note(id, note),
+        }
+    }
+
+    fn owner_note(&mut self, id: RunId, note: Note) {
+        let Some(o) = self.runs.get(&id) else {
+            return;
+        };
+        let info = o.info.clone();
+        let job = o.job.clone();
+        let key = o.lease.as_ref().map(|l| l.run.clone());
+        let duration = Duration::from_micros(self.now.mono.saturating_sub(o.started));
+        // A write that failed and is sent once more leaves the run in `writing`.
+        let retrying = o.machine.is_writing();
+        let terminal = match note {
+            Note::Fenced => false,
+            Note::WriteFailed(_) => !retrying,
+            _ => true,
+        };
+        match note {
+            Note::Fenced => self.emit(Event::Fenced(info.clone())),
+            Note::Lost => {
+                // [B-16] Another instance owns the run now; back it up.
+                self.emit(Event::Lost(info.clone()));
+                if let Some(key) = key {
+                    self.watch(key, Watch::live());
+                }
+            }
+            Note::Succeeded => self.emit(Event::Success {
+                run: info.clone(),
+                duration,
+            }),
+            Note::Failed(error) => self.emit(Event::Failure {
+                run: info.clone(),
+                error,
+            }),
+            Note::Interrupted(cause) => self.emit(Event::Interrupted {
+                run: info.clone(),
+                cause,
+            }),
+            Note::WriteFailed(message) => {
+                self.emit(Event::Error {
+                    operation: "finish",
+                    job: Some(info.job.clone()),
+                    message,
+                });
+                // The outcome is unknown and no retry is left: if the run is still ours in
+                // the store, the watch releases it to a backup once it is gone here.
+                if !retrying && let Some(key) = key {
+                    self.watch(key, Watch::live());
+                }
+            }
+        }
+        if terminal && info.reason == Reason::CatchUp {
+            self.advance_catch_up(&job);
+        }
+    }
+
+    fn write_result(&mut self, id: RunId, write: Write) {
+        let Some(o) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let retention = o.job.opts.retention();
+        let finished_at = self.now.epoch_ms();
+        let Some(lease) = o.lease.clone() else {
+            // Manual runs and claim-only runs: history only.
+            let (status, error) = match &write {
+                Write::Finish { status, error } => (*status, error.clone()),
+                Write::Release => (RunStatus::Interrupted, Some("stopped".into())),
+            };
+            let record = o.record(status, error, Some(finished_at));
+            let request = Request::Record {
+                record,
+                retention,
+                claim_only: !self.cfg.lease_store && !o.info.manual,
+            };
+            if o.start_pending {
+                o.held_write = Some(request);
+            } else {
+                self.call(request, Pending::Writes { ids: vec![id] }, Some(id));
+            }
+            return;
+        };
+        match write {
+            Write::Finish { status, error } => {
+                let finish = Finish {
+                    status,
+                    error,
+                    retention,
+                };
+                // Results of runs that end in one turn of the loop go out together.
+                self.queues.finishes.push((id, lease, finish));
+            }
+            Write::Release => {
+                self.call(
+                    Request::Release(lease),
+                    Pending::Writes { ids: vec![id] },
+                    Some(id),
+                );
+            }
+        }
+    }
+
+    /// The `running` record of a run without a lease was answered: its final record, if it
+    /// is waiting, goes out now.
+    pub(super) fn start_recorded(&mut self, id: RunId) {
+        let Some(o) = self.runs.get_mut(&id) else {
+            return;
+        };
+        o.start_pending = false;
+        if let Some(request) = o.held_write.take() {
+            self.call(request, Pending::Writes { ids: vec![id] }, Some(id));
+        }
+    }
+
+    // ----- heartbeat and self-fencing ------------------------------------------------------
+
+    pub(super) fn heartbeat(&mut self) {
+        let lease_ms = self.lease_ms();
+        let now = self.now.mono;
+        // Self-fencing: cancel before the lease can have expired, judged on the monotonic
+        // clock from the last renewal that succeeded (counted from when it was sent).
+        let fence_after = super::micros(self.lease_margin());
+        let mut overdue: Vec<RunId> = self
+            .runs
+            .iter()
+            .filter(|(_, o)| {
+                o.machine.renews() && now.saturating_sub(o.last_renewed) >= fence_after
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        overdue.sort_unstable();
+        for id in overdue {
+            self.feed_owner(id, OwnerInput::RenewalOverdue);
+        }
+        let mut renew: Vec<(RunId, Lease)> = self
+            .runs
+            .iter()
+            .filter(|(_, o)| o.machine.renews())
+            .filter_map(|(id, o)| o.lease.clone().map(|l| (*id, l)))
+            .collect();
+        if renew.is_empty() {
+            self.heartbeat_armed = false;
+            return;
+        }
+        renew.sort_unstable_by_key(|(id, _)| *id);
+        if !self.heartbeat_in_flight {
+            self.heartbeat_in_flight = true;
+            let (ids, leases): (Vec<RunId>, Vec<Lease>) = renew.into_iter().unzip();
+            self.call(
+                Request::Heartbeat { leases, lease_ms },
+                Pending::Heartbeat { ids, sent: now },
+                None,
+            );
+        }
+        let every = self.heartbeat_every();
+        self.arm_after(every, Timer::Heartbeat);
+    }
+
+    pub(super) fn heartbeat_done(
+        &mut self,
+        ids: Vec<RunId>,
+        sent: Micros,
+        result: Result<Vec<Renewal>>,
+    ) {
+        self.heartbeat_in_flight = false;
+        self.count(result.is_ok());
+        let renewals = match result {
+            Ok(renewals) => renewals,
+            Err(e) => {
+                self.error("heartbeat", None, &e);
+                return;
+            }
+        };
+        let mut store_now = None;
+        let deadline = sent.checked_add(super::micros(self.lease_margin()));
+        for (id, renewal) in ids.into_iter().zip(renewals) {
+            let Some(o) = self.runs.get_mut(&id) else {
+                continue;
+            };
+            if !o.machine.renews() {
+                continue;
+            }
+            match renewal {
+                Renewal::Renewed { expires_at } => {
+                    o.last_renewed = o.last_renewed.max(sent);
+                    if let Some(l) = o.lease.as_mut() {
+                        l.expires_at = expires_at;
+                    }
+                    if let Some(at) = deadline {
+                        self.push(Effect::ExtendDeadline { run: id, at });
+                    }
+                    store_now =
+                        Some(expires_at.saturating_sub(
+                            self.cfg.timing.lease_ms().min(i64::MAX as u64) as EpochMs,
+                        ));
+                }
+                // [B-16] Another instance owns the run now.
+                Renewal::Lost => self.feed_owner(id, OwnerInput::RenewalLost),
+            }
+        }
+        if let Some(store_now) = store_now {
+            self.clock = super::ClockSample::measure(store_now, sent, self.now);
+            let due = self
+                .last_skew_event
+                .is_none_or(|t| self.now.mono.saturating_sub(t) > 60_000_000);
+            let rtt = (self.now.mono.saturating_sub(sent) / 1_000).min(i64::MAX as u64) as i64;
+            if due
+                && let Some(event) =
+                    super::skew_event(self.now_ms(), store_now, rtt, self.cfg.skew_threshold_ms)
+            {
+                self.last_skew_event = Some(self.now.mono);
+                self.emit(event);
+            }
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Slots: when each job's next slot is due, which slot is claimed, what a claim's outcome
+//! means (start, back up, skip), and catch-up after a restart or an outage.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::calls::QueuedClaim;
+use super::{Core, Micros, Timer, UNREACHABLE_AFTER};
+use crate::error::{Error, Result};
+use crate::event::{Event, RunInfo, SkipReason};
+use crate::history::{Reason, to_datetime};
+use crate::ids::{EpochMs, JobName, RunKey};
+use crate::options::CatchUp;
+use crate::scheduler::JobDef;
+use crate::scheduler::telemetry;
+use crate::scheduler::watch::Watch;
+use crate::slot::Schedule;
+use crate::store::{ClaimOutcome, LeaseClaim, SlotOutcome};
+
+/// How many slots from `from` (included) to `to` (excluded): counted one by one up to a cap,
+/// so a process paused for a day costs bounded work (the count then says "at least").
+pub(super) fn slots_between(schedule: &Schedule, from: EpochMs, to: EpochMs) -> u64 {
+    const CAP: u64 = 100_000;
+    let mut n = 0;
+    let mut at = from;
+    while at < to && n < CAP {
+        n += 1;
+        match schedule.next_after(at) {
+            Some(next) if next > at => at = next,
+            _ => break,
+        }
+    }
+    n
+}
+
+/// `ms` as a signed duration, saturating.
+fn signed(ms: u64) -> EpochMs {
+    ms.min(i64::MAX as u64) as EpochMs
+}
+
+impl Core {
+    /// Schedules every job and lists the unfinished runs (orphans first, then catch-up).
+    pub(super) fn begin(&mut self, jobs: Vec<Arc<JobDef>>) {
+        let names: Vec<JobName> = jobs.iter().map(|j| j.name.clone()).collect();
+        for job in jobs {
+            self.jobs.insert(job.name.clone(), job.clone());
+            self.schedule_next(&job, self.now_ms());
+        }
+        if self.cfg.lease_store {
+            // Orphans first, then catch-up. [B-19]
+            self.list_unfinished(names);
+        }
+    }
+
+    /// Arms the timer of the job's next slot after `after` (plus its jitter).
+    pub(super) fn schedule_next(&mut self, job: &Arc<JobDef>, after: EpochMs) {
+        let Some(slot) = job.schedule.next_after(after) else {
+            return;
+        };
+        let mut jitter = job.opts.jitter_ms();
+        if let Schedule::Every { interval_ms, .. } = job.schedule {
+            // Never jitter past the next slot: a fast job would skip slots.
+            jitter = jitter.min(interval_ms / 2);
+        }
+        let jitter = signed(self.random_up_to(jitter));
+        // A slot too far ahead to represent is simply never due.
+        if let Some(at) = self.mono_at(slot.saturating_add(jitter)) {
+            self.arm(
+                at,
+                Timer::Due {
+                    job: job.clone(),
+                    slot,
+                },
+            );
+        }
+    }
+
+    /// A job's slot timer fired.
+    pub(super) fn slot_due(&mut self, job: Arc<JobDef>, slot: EpochMs) {
+        let current = self
+            .jobs
+            .get(&job.name)
+            .is_some_and(|j| Arc::ptr_eq(j, &job));
+        if !current || self.stopping {
+            return;
+        }
+        // Only the newest due slot is ever claimed. [B-10]
+        let now = self.now_ms();
+        let newest = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
+        if newest > slot {
+            // The timer fired after a newer slot was due (an overloaded or paused process):
+            // the armed slot and any between are not claimed here. Say so, and back the
+            // armed slot up in case another instance claimed it. [B-10]
+            let skipped = slots_between(&job.schedule, slot, newest);
+            self.note_late(&job.name, skipped);
+            self.emit(Event::Skip {
+                job: job.name.clone(),
+                slot: to_datetime(slot),
+                reason: SkipReason::Late,
+            });
+            if self.cfg.lease_store {
+                let until = self.claimable_until(&job, slot);
+                self.watch(RunKey::new(job.name.clone(), slot), Watch::pending(until));
+            }
+        }
+        let slot = newest;
+        let not_after = slot.saturating_add(signed(job.opts.max_late_ms()));
+        self.claim(job.clone(), slot, Reason::Scheduled, not_after);
+        self.schedule_next(&job, slot.max(now));
+    }
+
+    /// The last moment (instance clock) any instance may still claim `slot`: a scheduled
+    /// claim until `max_late`, a catch-up until `catch_up`, plus one lease of slack for a
+    /// claim in flight. Instances claim only the newest due slot (and catch-up `Latest`
+    /// only the newest too), so unless the job replays every missed slot (`CatchUp::All`)
+    /// nobody claims `slot` once the next one is due: a job keeps at most a couple of
+    /// pending watches however often its slots are skipped.
+    pub(super) fn claimable_until(&self, job: &JobDef, slot: EpochMs) -> EpochMs {
+        let slack = signed(self.lease_ms());
+        let catch_up = match job.opts.catch_up {
+            CatchUp::None => 0,
+            _ => job.opts.catch_up_ms(),
+        };
+        let window = signed(job.opts.max_late_ms().max(catch_up));
+        let by_window = slot.saturating_add(window).saturating_add(slack);
+        match (job.opts.catch_up, job.schedule.next_after(slot)) {
+            (CatchUp::All { .. }, _) | (_, None) => by_window,
+            (_, Some(next)) => by_window.min(next.saturating_add(slack)),
+        }
+    }
+
+    /// The store-clock moment this instance stops waiting for a call sent now, less the
+    /// error of the clock measurement, so the store can refuse to commit after it.
+    pub(super) fn call_deadline(&self) -> EpochMs {
+        let budget = self.cfg.store_timeout.as_millis().min(i64::MAX as u128) as i64;
+        let margin = self.clock.rtt_ms.saturating_add(10);
+        self.now_ms()
+            .saturating_add(self.clock.offset_ms)
+            .saturating_add(budget)
+            .saturating_sub(margin)
+    }
+
+    /// Claims `slot` of `job`: queued for the end of the turn on a lease store, sent at once
+    /// on a claim-only one.
+    pub(super) fn claim(
+        &mut self,
+        job: Arc<JobDef>,
+        slot: EpochMs,
+        reason: Reason,
+        not_after: EpochMs,
+    ) {
+        if !self.cfg.lease_store {
+            self.claim_slot(job, slot, not_after);
+            return;
+        }
+        let run = RunKey::new(job.name.clone(), slot);
+        let claim = LeaseClaim {
+            run: run.clone(),
+            scheduled_at: slot,
+            instance_id: self.cfg.instance_id.to_string(),
+            lease_ms: self.lease_ms(),
+            // Never commit after this instance stopped waiting. [B-10]
+            not_after: not_after.min(self.call_deadline()),
+            overlap: job.opts.overlap,
+            reason,
+            retention: job.opts.retention(),
+        };
+        self.flight_start(&run);
+        self.queue_claim(QueuedClaim {
+            job,
+            slot,
+            reason,
+            claim,
+        });
+    }
+
+    /// The answer to a batch of claims (one call).
+    pub(super) fn claims_answered(
+        &mut self,
+        items: Vec<(Arc<JobDef>, EpochMs, Reason)>,
+        sent: Micros,
+        result: Result<Vec<ClaimOutcome>>,
+    ) {
+        let e = match result {
+            Ok(outcomes) if outcomes.len() == items.len() => {
+                for ((job, slot, reason), outcome) in items.into_iter().zip(outcomes) {
+                    self.claimed(job, slot, reason, sent, Ok(outcome));
+                }
+                return;
+            }
+            Ok(outcomes) => Error::store(
+                self.cfg.store_kind,
+                "claim",
+                format!(
+                    "a batch of {} claims was answered with {} outcomes",
+                    items.len(),
+                    outcomes.len()
+                ),
+            ),
+            Err(e) => e,
+        };
+        // Every claim of a failed batch has an unknown outcome: each is handled as a failed
+        // claim (reported once, then watched). One failed call, however many claims it
+        // carried: health counts calls.
+        let message = telemetry::error_chain(&e);
+        let failures_before = self.failures;
+        for (i, (job, slot, reason)) in items.into_iter().enumerate() {
+            let err = if i == 0 {
+                Error::store(self.cfg.store_kind, "claim", message.clone())
+            } else {
+                Error::store(
+                    self.cfg.store_kind,
+                    "claim",
+                    "the batch this claim was in failed (reported above)",
+                )
+            };
+            self.claimed(job, slot, reason, sent, Err(err));
+        }
+        self.failures = failures_before.saturating_add(1);
+        self.health.store_unreachable = self.failures >= UNREACHABLE_AFTER;
+    }
+
+    /// One claim's outcome: start, back up, or skip. [B-10, B-14]
+    fn claimed(
+        &mut self,
+        job: Arc<JobDef>,
+        slot: EpochMs,
+        reason: Reason,
+        sent: Micros,
+        result: Result<ClaimOutcome>,
+    ) {
+        let key = RunKey::new(job.name.clone(), slot);
+        self.flight_end(&key);
+        self.count(result.is_ok());
+        let outcome = match &result {
+            Ok(ClaimOutcome::Won(_)) => "won",
+            Ok(ClaimOutcome::Taken) => "taken",
+            Ok(ClaimOutcome::Late { .. }) => "late",
+            Ok(ClaimOutcome::Overlap { .. }) => "overlap",
+            Err(_) => "error",
+        };
+        telemetry::claim(&self.cfg.instance_id, job.name.as_str(), outcome);
+        let skip = |reason| Event::Skip {
+            job: job.name.clone(),
+            slot: to_datetime(slot),
+            reason,
+        };
+        match result {
+            Ok(ClaimOutcome::Won(lease)) => {
+                self.clock = super::ClockSample::measure(lease.started_at, sent, self.now);
+                if self.stopping {
+                    // Won while stopping: hand it straight over before stop returns. [B-34]
+                    self.side_release(lease);
+                    return;
+                }
+                self.start_leased(job, lease);
+                return;
+            }
+            Ok(ClaimOutcome::Taken) => {
+                self.emit(skip(SkipReason::Taken));
+                // A backup watches the run it lost. [B-14]
+                self.watch(key, Watch::live());
+            }
+            Ok(ClaimOutcome::Late { .. }) => {
+                self.note_late(&job.name, 1);
+                self.emit(skip(SkipReason::Late));
+                // Another instance may have claimed it in time, or may still (catch-up).
+                let until = self.claimable_until(&job, slot);
+                self.watch(key, Watch::pending(until));
+            }
+            Ok(ClaimOutcome::Overlap { running_slot }) => {
+                self.emit(skip(SkipReason::Overlap));
+                self.watch(RunKey::new(job.name.clone(), running_slot), Watch::live());
+                // The skipped slot may still be started by another instance's catch-up.
+                let until = self.claimable_until(&job, slot);
+                self.watch(key, Watch::pending(until));
+            }
+            Err(e) => {
+                // Unknown outcome: the claim may have committed. Watch the run; if it is
+                // ours, it is released to a backup at once. [B-14]
+                self.error("claim", Some(&job.name), &e);
+                self.missed.insert(job.name.clone());
+                let until = self.claimable_until(&job, slot);
+                self.watch(key, Watch::pending(until));
+            }
+        }
+        if reason == Reason::CatchUp {
+            self.advance_catch_up(&job);
+        }
+    }
+
+    /// A claim-only claim's outcome. [B-29]
+    pub(super) fn slot_claimed(
+        &mut self,
+        job: Arc<JobDef>,
+        slot: EpochMs,
+        result: Result<SlotOutcome>,
+    ) {
+        self.count(result.is_ok());
+        let outcome = match &result {
+            Ok(SlotOutcome::Won) => "won",
+            Ok(SlotOutcome::Late) => "late",
+            Ok(SlotOutcome::Unknown) => "unknown",
+            Ok(_) => "taken",
+            Err(_) => "error",
+        };
+        telemetry::claim(&self.cfg.instance_id, job.name.as_str(), outcome);
+        if matches!(result, Ok(SlotOutcome::Late)) {
+            self.note_late(&job.name, 1);
+        }
+        let reason = match result {
+            Ok(SlotOutcome::Won) => {
+                if self.stopping {
+                    return;
+                }
+                let info = RunInfo {
+                    job: job.name.clone(),
+                    slot: to_datetime(slot),
+                    attempt: 1,
+                    fence: 0,
+                    reason: Reason::Scheduled,
+                    manual: false,
+                    instance_id: self.cfg.instance_id.to_string(),
+                };
+                let now = self.now_ms();
+                self.start_unleased(job, info, now, None, None);
+                return;
+            }
+            Ok(SlotOutcome::Late) => SkipReason::Late,
+            Ok(SlotOutcome::Unknown) => SkipReason::Unknown,
+            Ok(_) => SkipReason::Taken,
+            Err(e) => {
+                // The answer is lost: skip rather than risk a duplicate.
+                self.error("claim", Some(&job.name), &e);
+                SkipReason::Unknown
+            }
+        };
+        self.emit(Event::Skip {
+            job: job.name.clone(),
+            slot: to_datetime(slot),
+            reason,
+        });
+    }
+
+    /// `run_now`: a manual run on this instance, no claim. [B-35]
+    pub(super) fn run_now(
+        &mut self,
+        job: Arc<JobDef>,
+        data: Option<crate::context::Data>,
+        reply: super::ReplyTo,
+    ) {
+        if self.stopping {
+            self.push(super::Effect::Reply {
+                to: reply,
+                answer: Err(Error::State {
+                    state: "stopping",
+                    hint: "run_now after stop()",
+                }),
+            });
+            return;
+        }
+        let now = self.now_ms();
+        let info = RunInfo {
+            job: job.name.clone(),
+            slot: to_datetime(now),
+            attempt: 1,
+            fence: 0,
+            reason: Reason::Manual,
+            manual: true,
+            instance_id: self.cfg.instance_id.to_string(),
+        };
+        self.start_unleased(job, info, now, data, Some(reply));
+    }
+
+    // ----- catch-up --------------------------------------------------------------------------
+
+    pub(super) fn start_catch_up(&mut self) {
+        let mut jobs: Vec<Arc<JobDef>> = self.jobs.values().cloned().collect();
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        for job in jobs {
+            self.catch_up_job(&job);
+        }
+    }
+
+    /// Queues the job's missed slots by its catch-up policy and claims the first. [B-19]
+    pub(super) fn catch_up_job(&mut self, job: &Arc<JobDef>) {
+        if self.stopping || !self.cfg.lease_store {
+            return;
+        }
+        let now = self.now_ms();
+        let window = signed(job.opts.catch_up_ms());
+        if window == 0 {
+            return;
+        }
+        let slots: VecDeque<EpochMs> = match job.opts.catch_up {
+            CatchUp::None => return,
+            CatchUp::Latest => job
+                .schedule
+                .newest_due(now)
+                .filter(|s| now.saturating_sub(*s) <= window)
+                .into_iter()
+                .collect(),
+            CatchUp::All { max } => job
+                .schedule
+                .due_between(now.saturating_sub(window).saturating_sub(1), now, max)
+                .into(),
+        };
+        if !slots.is_empty() && !self.catch_up.contains_key(&job.name) {
+            self.catch_up.insert(job.name.clone(), slots);
+            self.advance_catch_up(job);
+        }
+    }
+
+    /// Claims the next queued catch-up slot of a job, one at a time.
+    pub(super) fn advance_catch_up(&mut self, job: &Arc<JobDef>) {
+        if self.stopping {
+            return;
+        }
+        let Some(queue) = self.catch_up.get_mut(&job.name) else {
+            return;
+        };
+        let Some(slot) = queue.pop_front() else {
+            self.catch_up.remove(&job.name);
+            return;
+        };
+        let not_after = slot.saturating_add(signed(job.opts.catch_up_ms()));
+        self.claim(job.clone(), slot, Reason::CatchUp, not_after);
+    }
+
+    /// The replaced run's job may start its due slot now: it may have been skipped for
+    /// overlap while the dead run still looked live. [B-15]
+    pub(super) fn claim_newest(&mut self, job: Option<Arc<JobDef>>) {
+        if let Some(job) = job
+            && !self.stopping
+            && let Some(slot) = job.schedule.newest_due(self.now_ms())
+        {
+            let not_after = slot.saturating_add(signed(job.opts.max_late_ms()));
+            self.claim(job, slot, Reason::Scheduled, not_after);
+        }
+    }
+}
