@@ -19,7 +19,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -69,6 +69,39 @@ struct State {
     claimed: BTreeSet<RunKey>,
 }
 
+/// A clock set by hand, for tests on virtual time: a [`MemoryStore::with_clock`] store reads
+/// it instead of tokio's clock, so its calls complete without a runtime.
+///
+/// ```
+/// use anarchon_core::memory::{ManualClock, MemoryStore};
+/// use anarchon_core::store::Store;
+/// use futures::FutureExt;
+///
+/// let clock = ManualClock::new(1_000);
+/// let store = MemoryStore::with_clock(clock.clone());
+/// clock.set(5_000);
+/// assert_eq!(store.now().now_or_never().unwrap().unwrap(), 5_000);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    /// A clock reading `epoch_ms`.
+    pub fn new(epoch_ms: EpochMs) -> Self {
+        ManualClock(Arc::new(AtomicI64::new(epoch_ms)))
+    }
+
+    /// Sets the time.
+    pub fn set(&self, epoch_ms: EpochMs) {
+        self.0.store(epoch_ms, Ordering::SeqCst);
+    }
+
+    /// The time.
+    pub fn now_ms(&self) -> EpochMs {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// The in-memory reference store. Clone it to share one store between several schedulers
 /// (instances) in one process.
 #[derive(Clone)]
@@ -79,6 +112,8 @@ pub struct MemoryStore {
     releases: broadcast::Sender<RunKey>,
     health: Arc<AtomicU8>,
     fast_handover: bool,
+    /// Read instead of tokio's clock when set.
+    manual: Option<ManualClock>,
 }
 
 impl Default for MemoryStore {
@@ -112,6 +147,16 @@ impl MemoryStore {
             releases: broadcast::channel(1024).0,
             health: Arc::new(AtomicU8::new(HEALTHY)),
             fast_handover: true,
+            manual: None,
+        }
+    }
+
+    /// A new, empty store whose clock is `clock` (virtual time: nothing of it needs a
+    /// runtime, and a call completes at its first poll unless the store hangs).
+    pub fn with_clock(clock: ManualClock) -> Self {
+        MemoryStore {
+            manual: Some(clock),
+            ..Self::starting_at(0)
         }
     }
 
@@ -133,6 +178,9 @@ impl MemoryStore {
 
     /// The store's clock, without the health check (for tests).
     pub fn clock_ms(&self) -> EpochMs {
+        if let Some(clock) = &self.manual {
+            return clock.now_ms();
+        }
         self.anchor_ms + self.anchor.elapsed().as_millis() as EpochMs
     }
 

@@ -77,6 +77,7 @@ fn core_config(shared: &Shared) -> CoreConfig {
                 claims: s.claim_batch_limit(),
                 takeovers: s.take_over_batch_limit(),
                 finishes: s.finish_batch_limit(),
+                claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
             },
         ),
         Backend::Claim(_) => (
@@ -85,6 +86,7 @@ fn core_config(shared: &Shared) -> CoreConfig {
                 claims: 1,
                 takeovers: 1,
                 finishes: 1,
+                claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
             },
         ),
     };

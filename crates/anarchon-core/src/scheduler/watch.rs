@@ -41,6 +41,12 @@ pub(crate) struct Facts<'a> {
     pub(crate) instance_id: &'a str,
     /// This instance runs the run, or has a claim or takeover of it in flight.
     pub(crate) here: bool,
+    /// This instance gave up waiting for a claim or takeover of this run (a timeout or an
+    /// error: its outcome is unknown). Only then is a run that shows this instance as its
+    /// owner, with nothing running it here, an orphan of this life to release at once; one
+    /// of an earlier life (a restart under the same instance id) or one whose result could
+    /// not be written is left to expire, so its takeover counts against `max_attempts`.
+    pub(crate) gave_up: bool,
     /// `stop()` was called.
     pub(crate) stopping: bool,
 }
@@ -193,7 +199,7 @@ fn seen(facts: &Facts<'_>, view: &RunView) -> (WatchState, Vec<WatchEffect>) {
             }],
         );
     }
-    if view.owner.as_deref() == Some(facts.instance_id) {
+    if view.owner.as_deref() == Some(facts.instance_id) && facts.gave_up {
         return (
             WatchState::Live,
             vec![WatchEffect::ReleaseOrphan {
@@ -273,7 +279,14 @@ pub(crate) mod table {
                 false,
             ),
             (
-                "seen live, owned by this instance, nothing runs it here",
+                "seen live, owned by this instance, nothing runs it here, gave up on its claim",
+                seen(view(Running, Some("me"), NOW + 100)),
+                false,
+                false,
+                false,
+            ),
+            (
+                "seen live, owned by this instance, nothing runs it here (earlier life)",
                 seen(view(Running, Some("me"), NOW + 100)),
                 false,
                 false,
@@ -421,6 +434,7 @@ pub(crate) mod table {
                     newest_due: Some(if due { SLOT + 10 } else { SLOT }),
                     instance_id: "me",
                     here,
+                    gave_up: inn.contains("gave up"),
                     stopping,
                 };
                 let mut w = Watch {

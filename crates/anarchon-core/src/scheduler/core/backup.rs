@@ -78,6 +78,7 @@ impl Core {
         let now = self.now_ms();
         let job = self.jobs.get(&key.job).cloned();
         let here = self.is_here(key);
+        let gave_up = self.gave_up.contains(key);
         let stopping = self.stopping;
         let Some(w) = self.watches.get_mut(key) else {
             // No longer watched (job removed, stop): a takeover won now is handed back.
@@ -91,6 +92,7 @@ impl Core {
             newest_due: job.as_ref().and_then(|j| j.schedule.newest_due(now)),
             instance_id: &self.cfg.instance_id,
             here,
+            gave_up,
             stopping,
         };
         if let WatchInput::Seen(view) = &input {
@@ -100,6 +102,7 @@ impl Core {
         let effects = w.handle(&facts, input);
         if w.is_gone() {
             self.watches.remove(key);
+            self.gave_up.remove(key);
         }
         for effect in effects {
             self.watch_effect(key, job.clone(), seen.as_ref(), effect);

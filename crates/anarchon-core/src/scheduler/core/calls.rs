@@ -27,7 +27,7 @@ use crate::store::{
     Takeover, TakeoverOutcome,
 };
 
-/// Claims sent and not answered yet, at most (see the module docs).
+/// Claims sent and not answered yet, at most, by default (see the module docs).
 pub(crate) const MAX_CLAIMS_IN_FLIGHT: usize = 16_384;
 
 /// Identifies a store call in flight.
@@ -39,6 +39,8 @@ pub(crate) struct Limits {
     pub(crate) claims: usize,
     pub(crate) takeovers: usize,
     pub(crate) finishes: usize,
+    /// Claims sent and unanswered, at most ([`MAX_CLAIMS_IN_FLIGHT`]).
+    pub(crate) claims_in_flight: usize,
 }
 
 /// A store call. `batch`: send through the store's `*_many` call (else the single call,
@@ -269,7 +271,7 @@ impl Core {
             .claims
             .iter()
             .position(|q| q.job.name == queued.job.name && q.reason == queued.reason)
-            && self.queues.claims_in_flight >= MAX_CLAIMS_IN_FLIGHT
+            && self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
         {
             let old = self.queues.claims.swap_remove(i);
             self.shed(old);
@@ -295,7 +297,9 @@ impl Core {
 
     /// Queued claims whose last moment passed while they waited for room are late.
     pub(super) fn shed_queued_claims(&mut self) {
-        if self.queues.claims_in_flight < MAX_CLAIMS_IN_FLIGHT || self.queues.claims.is_empty() {
+        if self.queues.claims_in_flight < self.cfg.limits.claims_in_flight
+            || self.queues.claims.is_empty()
+        {
             return;
         }
         let now = self.now_ms();
@@ -321,7 +325,11 @@ impl Core {
         if self.queues.claims.is_empty() {
             return;
         }
-        let room = MAX_CLAIMS_IN_FLIGHT.saturating_sub(self.queues.claims_in_flight);
+        let room = self
+            .cfg
+            .limits
+            .claims_in_flight
+            .saturating_sub(self.queues.claims_in_flight);
         if room == 0 {
             return;
         }
@@ -446,6 +454,9 @@ impl Core {
                 let answers = per_item(keys.len(), "takeovers", result);
                 for (key, answer) in keys.into_iter().zip(answers) {
                     self.flight_end(&key);
+                    if answer.is_err() && self.watches.contains_key(&key) {
+                        self.gave_up.insert(key.clone());
+                    }
                     self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
                 }
             }

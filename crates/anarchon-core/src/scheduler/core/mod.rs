@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use calls::{Answer, CallId, Limits, Request};
+pub(crate) use calls::{Answer, CallId, Limits, MAX_CLAIMS_IN_FLIGHT, Request};
 
 use super::JobDef;
 use super::telemetry;
@@ -229,6 +229,9 @@ pub(crate) struct Core {
     /// Releases sent on the side, in flight.
     side_writes: u32,
     watches: BTreeMap<RunKey, Watch>,
+    /// Watched runs whose claim or takeover this instance gave up waiting for (their
+    /// outcome is unknown): a commit found later is an orphan of this life, released at once.
+    gave_up: HashSet<RunKey>,
     heartbeat_armed: bool,
     heartbeat_in_flight: bool,
     watch_armed: bool,
@@ -276,6 +279,7 @@ impl Core {
             in_flight: HashMap::new(),
             side_writes: 0,
             watches: BTreeMap::new(),
+            gave_up: HashSet::new(),
             heartbeat_armed: false,
             heartbeat_in_flight: false,
             watch_armed: false,
@@ -367,6 +371,7 @@ impl Core {
                 self.watches.retain(|k, w| {
                     k.job != name || w.state == super::watch::WatchState::TakingOver
                 });
+                self.gave_up.retain(|k| k.job != name);
             }
             CoreCommand::RunNow { job, data, reply } => self.run_now(job, data, reply),
             CoreCommand::Stop { timeout } => {
@@ -569,6 +574,7 @@ impl Core {
         self.watch_armed = false;
         self.watches
             .retain(|_, w| w.state == super::watch::WatchState::TakingOver);
+        self.gave_up.clear();
         self.catch_up.clear();
         self.missed.clear();
         self.drop_queued_claims();

@@ -281,7 +281,10 @@ impl Core {
                 self.error("claim", Some(&job.name), &e);
                 self.missed.insert(job.name.clone());
                 let until = self.claimable_until(&job, slot);
-                self.watch(key, Watch::pending(until));
+                self.watch(key.clone(), Watch::pending(until));
+                if self.watches.contains_key(&key) {
+                    self.gave_up.insert(key);
+                }
             }
         }
         if reason == Reason::CatchUp {
