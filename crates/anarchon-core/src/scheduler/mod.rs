@@ -1538,6 +1538,11 @@ pub(crate) mod transition_tables {
     }
 
     #[test]
+    fn every_claim_outcome_is_as_documented() {
+        check("claim-outcomes", super::core::table::render());
+    }
+
+    #[test]
     fn every_backup_transition_is_as_documented() {
         check("backup-transitions", super::watch::table::render());
     }

@@ -621,3 +621,160 @@ impl std::fmt::Debug for JobDef {
 
 #[cfg(test)]
 mod tests;
+
+/// The table of claim outcomes and what the core does with each, rendered by driving a core;
+/// a test checks that `docs/architecture.md` shows exactly this table.
+#[cfg(test)]
+pub(crate) mod table {
+    use super::*;
+    use crate::history::Reason;
+    use crate::options::{JobKind, JobOptions};
+    use crate::slot::Schedule;
+    use crate::store::{ClaimOutcome, Lease};
+
+    const T0: EpochMs = 1_800_000_000_000;
+
+    fn core(catch_up: bool) -> (Core, Now) {
+        let job = Arc::new(JobDef {
+            name: JobName::new("j").unwrap(),
+            kind: JobKind::Every,
+            schedule: Schedule::every(Duration::from_secs(60), 0).unwrap(),
+            opts: JobOptions {
+                jitter: Duration::ZERO,
+                catch_up: if catch_up {
+                    crate::options::CatchUp::Latest
+                } else {
+                    crate::options::CatchUp::None
+                },
+                ..JobOptions::default()
+            },
+            handler: Arc::new(|_| Box::pin(async { Ok(()) })),
+            data: None,
+        });
+        let now = Now {
+            mono: 0,
+            epoch_us: (T0 + 1) * 1_000,
+        };
+        let cfg = CoreConfig {
+            instance_id: "me".into(),
+            timing: LeaseTiming::default(),
+            store_timeout: Duration::from_secs(2),
+            skew_threshold_ms: 1_000,
+            abort_grace: Duration::from_secs(5),
+            lease_store: true,
+            store_kind: "memory",
+            limits: Limits {
+                claims: 8,
+                takeovers: 8,
+                finishes: 8,
+                claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
+            },
+            seed: 1,
+        };
+        let mut core = Core::new(cfg, now, ClockSample::default(), vec![job]);
+        // Answer the start's listing with no run: catch-up (when on) claims slot T0.
+        let id = match core.poll_effect() {
+            Some(Effect::Call { id, .. }) => id,
+            other => panic!("{other:?}"),
+        };
+        core.handle_answer(now, id, Answer::Runs(Ok(vec![])));
+        core.end_turn(now);
+        (core, now)
+    }
+
+    fn effect_name(e: &Effect) -> Option<String> {
+        Some(match e {
+            Effect::Call { request, .. } => match request {
+                Request::Release(_) => "release the won lease".into(),
+                Request::Claim { claims, .. } => format!("claim ({})", claims[0].reason.as_str()),
+                other => format!("call {}", other.operation()),
+            },
+            Effect::StartHandler(_) => "start the handler".into(),
+            Effect::Emit(Event::Skip { reason, .. }) => format!("skip ({})", reason.as_str()),
+            Effect::Emit(Event::Error { operation, .. }) => format!("emit error ({operation})"),
+            Effect::Emit(event) => format!("emit {}", event.name()),
+            Effect::Watching(true) => "back up".into(),
+            _ => return None,
+        })
+    }
+
+    /// Every claim outcome, for a scheduled claim and a catch-up one, as markdown rows.
+    pub(crate) fn render() -> String {
+        let lease = Lease {
+            run: RunKey::new(JobName::new("j").unwrap(), T0),
+            attempt: 1,
+            fence: 1,
+            instance_id: "me".into(),
+            reason: Reason::Scheduled,
+            scheduled_at: T0,
+            started_at: T0 + 1,
+            expires_at: T0 + 30_001,
+        };
+        let answers: Vec<(&str, Result<ClaimOutcome>)> = vec![
+            ("won", Ok(ClaimOutcome::Won(lease))),
+            ("taken", Ok(ClaimOutcome::Taken)),
+            ("late", Ok(ClaimOutcome::Late { store_now: T0 })),
+            (
+                "overlap",
+                Ok(ClaimOutcome::Overlap {
+                    running_slot: T0 - 60_000,
+                }),
+            ),
+            (
+                "failed or timed out",
+                Err(Error::store("memory", "claim", "down")),
+            ),
+        ];
+        let mut out = String::from("| claim | answer | while | effects |\n|---|---|---|---|\n");
+        for catch_up in [false, true] {
+            for stopping in [false, true] {
+                for (name, answer) in &answers {
+                    let (mut core, mut now) = core(catch_up);
+                    if !catch_up {
+                        now.epoch_us = (T0 + 60_000) * 1_000;
+                        now.mono = 60_000_000;
+                        core.handle_timeout(now);
+                        core.end_turn(now);
+                    }
+                    let id = std::iter::from_fn(|| core.poll_effect())
+                        .find_map(|e| match e {
+                            Effect::Call {
+                                id,
+                                request: Request::Claim { .. },
+                                ..
+                            } => Some(id),
+                            _ => None,
+                        })
+                        .expect("a claim");
+                    if stopping {
+                        core.handle_command(
+                            now,
+                            CoreCommand::Stop {
+                                timeout: Duration::from_secs(5),
+                            },
+                        );
+                        while core.poll_effect().is_some() {}
+                    }
+                    let answer = match answer {
+                        Ok(o) => Answer::Claims(Ok(vec![o.clone()])),
+                        Err(_) => Answer::Claims(Err(Error::store("memory", "claim", "down"))),
+                    };
+                    core.handle_answer(now, id, answer);
+                    core.end_turn(now);
+                    let fx: Vec<String> = std::iter::from_fn(|| core.poll_effect())
+                        .filter_map(|e| effect_name(&e))
+                        .collect();
+                    let fx = if fx.is_empty() {
+                        "—".to_owned()
+                    } else {
+                        fx.join(", ")
+                    };
+                    let claim = if catch_up { "catch-up" } else { "scheduled" };
+                    let when = if stopping { "stopping" } else { "running" };
+                    out.push_str(&format!("| {claim} | {name} | {when} | {fx} |\n"));
+                }
+            }
+        }
+        out
+    }
+}
