@@ -1,0 +1,333 @@
+//! [`SchedulerBuilder`]: the scheduler's options and their defaults, checked when the
+//! scheduler is built. The builder makes the state the handles and the driver share;
+//! [`SchedulerBuilder::build`] itself lives beside the handle it returns (`handle.rs`), so
+//! this file does not depend on the handle.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::clock::Clock;
+use super::convert::IntoTimezone;
+use super::mode::{Leased, Mode};
+use super::shared::{Backend, Config, DriverState, Shared};
+use crate::context::DataSource;
+use crate::error::{Error, Result};
+use crate::options::{CatchUp, JobOptions, LeaseTiming, ms};
+use crate::store::Overlap;
+
+/// Builds a [`Scheduler`]; see [`Scheduler::leased`] and [`Scheduler::claim_only`].
+///
+/// Every option has a default; the job options set here are the defaults of every job, which
+/// each [`JobBuilder`] may override. Lengths are `std::time::Duration`. Lease-only options
+/// (`lease`, `heartbeat`, `overlap`, `max_attempts`, `catch_up*`, `history_ttl`) exist only
+/// on the builder of a lease store. Nothing is checked before [`SchedulerBuilder::build`].
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::{memory::MemoryStore, CatchUp, Scheduler};
+///
+/// let scheduler = Scheduler::leased(MemoryStore::new())
+///     .instance_id("worker-1")
+///     .lease(Duration::from_secs(30))
+///     .heartbeat(Duration::from_secs(5))
+///     .jitter(Duration::from_millis(500))
+///     .max_late(Duration::from_secs(30))
+///     .timeout(Duration::from_secs(600))
+///     .timezone("Europe/Berlin")
+///     .catch_up(CatchUp::Latest)
+///     .store_timeout(Duration::from_secs(3))
+///     .build()?;
+/// assert_eq!(scheduler.instance_id(), "worker-1");
+///
+/// // A heartbeat too slow for its lease is refused, naming the option.
+/// let err = Scheduler::leased(MemoryStore::new())
+///     .lease(Duration::from_secs(10))
+///     .heartbeat(Duration::from_secs(5))
+///     .build()
+///     .unwrap_err();
+/// assert!(err.to_string().contains("heartbeat"), "{err}");
+/// # Ok::<_, anarchon_core::Error>(())
+/// ```
+///
+/// [`Scheduler`]: crate::Scheduler
+/// [`Scheduler::leased`]: crate::Scheduler::leased
+/// [`Scheduler::claim_only`]: crate::Scheduler::claim_only
+/// [`JobBuilder`]: crate::JobBuilder
+pub struct SchedulerBuilder<M> {
+    backend: Backend,
+    instance_id: Option<String>,
+    timing: LeaseTiming,
+    defaults: JobOptions,
+    data: Option<DataSource>,
+    store_timeout: Duration,
+    stall_after: Duration,
+    skew_threshold: Duration,
+    clock: Clock,
+    abort_grace: Duration,
+    stop_timeout: Duration,
+    event_capacity: usize,
+    parent: Option<CancellationToken>,
+    error: Option<Error>,
+    _mode: PhantomData<M>,
+}
+
+impl<M: Mode> SchedulerBuilder<M> {
+    pub(super) fn new(backend: Backend) -> Self {
+        SchedulerBuilder {
+            backend,
+            instance_id: None,
+            timing: LeaseTiming::default(),
+            defaults: JobOptions::default(),
+            data: None,
+            store_timeout: Duration::from_secs(5),
+            stall_after: Duration::from_secs(10),
+            skew_threshold: Duration::from_secs(1),
+            clock: Clock::System,
+            abort_grace: Duration::from_secs(5),
+            stop_timeout: Duration::from_secs(30),
+            event_capacity: 1024,
+            parent: None,
+            error: None,
+            _mode: PhantomData,
+        }
+    }
+
+    /// This instance's id (default `hostname-pid-random`). [B-32]
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+    /// Default jitter for every job: a random delay from zero to this after each slot before
+    /// claiming, so instances do not all hit the store at once (default 2 s, at most
+    /// `max_late`). [B-09]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.defaults.jitter = jitter;
+        self
+    }
+    /// Default for how late after its slot a claim may still start a run; a later one is
+    /// skipped as `late` (default 60 s). [B-10]
+    pub fn max_late(mut self, max_late: Duration) -> Self {
+        self.defaults.max_late = max_late;
+        self
+    }
+    /// Default number of runs kept per job (default 100). [B-37]
+    pub fn history_size(mut self, n: u32) -> Self {
+        self.defaults.history_size = n;
+        self
+    }
+    /// Default timeout of a handler: its signal is cancelled and the attempt failed after
+    /// this (default none). [B-21]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.defaults.timeout = Some(timeout);
+        self
+    }
+    /// Default IANA timezone for cron jobs (`"Europe/Berlin"` or a [`chrono_tz::Tz`]); an
+    /// unknown name is an error at [`SchedulerBuilder::build`]. [B-06]
+    pub fn timezone(mut self, tz: impl IntoTimezone) -> Self {
+        match tz.into_timezone() {
+            Ok(tz) => self.defaults.timezone = Some(tz),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+    /// Scheduler-level data (fixed or a function), merged into every run's
+    /// [`JobContext::data`]. [B-31]
+    ///
+    /// [`JobContext::data`]: crate::JobContext::data
+    pub fn data(mut self, data: impl Into<DataSource>) -> Self {
+        self.data = Some(data.into());
+        self
+    }
+    /// Bound on every store call (default 5 s); `start()`'s `prepare` (the schema and every
+    /// job registered, maybe while other instances do the same) gets four times it. [G-04]
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+    /// The watchdog reports a driver loop that has not turned for this long (default
+    /// 10 s). [G-04]
+    pub fn stall_after(mut self, after: Duration) -> Self {
+        self.stall_after = after;
+        self
+    }
+    /// Report a clock skew between this instance and the store above this (default 1 s).
+    /// [B-20]
+    pub fn clock_skew_threshold(mut self, threshold: Duration) -> Self {
+        self.skew_threshold = threshold;
+        self
+    }
+    /// Where slots read the time (tests use [`Clock::tokio`]).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// How long a handler may go on after its timeout cancelled it before its task is
+    /// aborted (default 5 s). The attempt is recorded failed ("timed out") at the timeout
+    /// itself; the grace only bounds how long the stray task may live.
+    pub fn abort_grace(mut self, grace: Duration) -> Self {
+        self.abort_grace = grace;
+        self
+    }
+    /// Stops the scheduler when `token` is cancelled, as `stop()` with the
+    /// [stop timeout](SchedulerBuilder::stop_timeout) would.
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, CancellationToken, Scheduler};
+    ///
+    /// let shutdown = CancellationToken::new();
+    /// let scheduler = Scheduler::leased(MemoryStore::new())
+    ///     .stop_on(shutdown.child_token())
+    ///     .build()?;
+    /// // ... later, from a signal handler: shutdown.cancel();
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
+    pub fn stop_on(mut self, token: CancellationToken) -> Self {
+        self.parent = Some(token);
+        self
+    }
+    /// The stop timeout used when the scheduler stops by itself: when the token given to
+    /// [`SchedulerBuilder::stop_on`] is cancelled or the last [`Scheduler`] handle is
+    /// dropped (default 30 s).
+    ///
+    /// [`Scheduler`]: crate::Scheduler
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
+    /// How many events the broadcast channel of [`Scheduler::events`] keeps for a receiver
+    /// that falls behind (default 1024; taken within 1 ..= 1,048,576, since the channel
+    /// allocates its whole buffer up front). A slower receiver gets
+    /// `RecvError::Lagged(n)`: it lost the `n` oldest events and goes on with the next. With
+    /// thousands of jobs, raise it or keep the receiver quick; the scheduler never waits for
+    /// a receiver.
+    ///
+    /// [`Scheduler::events`]: crate::Scheduler::events
+    pub fn event_capacity(mut self, events: usize) -> Self {
+        self.event_capacity = events.clamp(1, 1 << 20);
+        self
+    }
+    /// Checks the options and makes the state the scheduler's handles and driver share
+    /// (see [`SchedulerBuilder::build`]).
+    pub(super) fn into_shared(self) -> Result<Arc<Shared>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.defaults.validate()?;
+        if M::LEASE {
+            self.timing.validate()?;
+        }
+        for (option, value) in [
+            ("store_timeout", self.store_timeout),
+            ("stall_after", self.stall_after),
+        ] {
+            if value < Duration::from_millis(1) {
+                return Err(Error::invalid_option(option, "must be at least 1 ms"));
+            }
+            if value > crate::options::MAX_DURATION {
+                return Err(Error::OutOfRange {
+                    option,
+                    value: format!("{} ms", value.as_millis()),
+                    allowed: format!(
+                        "at most {} ms (365 days)",
+                        crate::options::MAX_DURATION.as_millis()
+                    ),
+                });
+            }
+        }
+        let instance_id = match self.instance_id {
+            Some(id) if id.is_empty() || id.len() > 200 => {
+                return Err(Error::invalid_option(
+                    "instance_id",
+                    "must be 1 to 200 characters",
+                ));
+            }
+            Some(id) => id,
+            None => default_instance_id(),
+        };
+        let shutdown = match &self.parent {
+            Some(parent) => parent.child_token(),
+            None => CancellationToken::new(),
+        };
+        Ok(Arc::new(Shared {
+            shutdown,
+            backend: self.backend,
+            cfg: Config {
+                instance_id: instance_id.into(),
+                timing: self.timing,
+                defaults: self.defaults,
+                data: self.data,
+                store_timeout: self.store_timeout,
+                stall_after: self.stall_after,
+                skew_threshold_ms: ms(self.skew_threshold.min(crate::options::MAX_DURATION)),
+                clock: self.clock,
+                abort_grace: self.abort_grace,
+                default_stop_timeout: self.stop_timeout,
+            },
+            jobs: Mutex::default(),
+            events: broadcast::channel(self.event_capacity).0,
+            driver: Mutex::new(DriverState::Idle),
+            health: Arc::default(),
+        }))
+    }
+}
+
+impl SchedulerBuilder<Leased> {
+    /// Lease length (default 30 s): how long a silent owner keeps its run before a backup
+    /// takes it over. [B-13]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.timing.lease = lease;
+        self
+    }
+    /// Heartbeat interval (default 5 s); `heartbeat * 2 < lease`. [B-13]
+    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.timing.heartbeat = heartbeat;
+        self
+    }
+    /// Default overlap policy. [B-12]
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.defaults.overlap = overlap;
+        self
+    }
+    /// Default crash budget. [B-14]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.defaults.max_attempts = n;
+        self
+    }
+    /// Default catch-up window: how far back missed slots are looked for on start; zero
+    /// turns catch-up off (default 5 min). [B-19]
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.defaults.catch_up_window = window;
+        self
+    }
+    /// Default catch-up policy. [G-05]
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.defaults.catch_up = policy;
+        self
+    }
+    /// Default history TTL: finished runs older than this are pruned. [B-37]
+    pub fn history_ttl(mut self, ttl: Duration) -> Self {
+        self.defaults.history_ttl = Some(ttl);
+        self
+    }
+}
+
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
