@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::cancel::CancelCause;
+
 /// A boxed error from a handler, a data function or a driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -194,12 +196,12 @@ pub enum Error {
     /// The run's signal was cancelled (stop, timeout, lost lease); returned by
     /// [`crate::JobContext::check_cancelled`], so a handler can stop before its next side
     /// effect. [B-30]
-    #[error("run of job {job:?} was cancelled ({})", cause.map_or("cancelled", crate::context::CancelCause::as_str))]
+    #[error("run of job {job:?} was cancelled ({})", cause.map_or("cancelled", CancelCause::as_str))]
     Cancelled {
         /// The job.
         job: String,
         /// Why; `None` when the signal was cancelled from outside the scheduler.
-        cause: Option<crate::context::CancelCause>,
+        cause: Option<CancelCause>,
     },
     /// A data function failed. [B-31]
     #[error("data function failed for job {job:?}: {source}")]

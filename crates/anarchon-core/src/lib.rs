@@ -50,6 +50,7 @@
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod bench;
+mod cancel;
 pub mod context;
 pub mod error;
 pub mod event;
