@@ -53,7 +53,6 @@ use chrono::{DateTime, LocalResult, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
-use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::store::EpochMs;
@@ -223,6 +222,7 @@ fn too_long_interval() -> String {
 /// A random delay in `0..=max_ms` ms that an instance waits after a slot's time before it
 /// claims, to spread the load on the store and vary the winner. [B-09]
 pub fn jitter(max_ms: u64) -> u64 {
+    use rand::Rng;
     rand::rng().random_range(0..=max_ms)
 }
 
