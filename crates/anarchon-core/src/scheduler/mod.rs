@@ -1,16 +1,18 @@
-//! The scheduler runtime: registration, `start`/`stop`, and the driver task that turns the
+//! The scheduler runtime: registration, `start`/`stop`, and the instance that turns the
 //! pure parts (slot math, options) and a store into runs. [B-11..B-21, B-30..B-39]
 //!
-//! One driver task per scheduler owns every timer (a queue for all jobs, not a task per job),
-//! the heartbeat of all held leases, the backups' watch and takeovers. Store calls run in
-//! short tasks bounded by `store_timeout_ms` and report back to the driver, so a hung
-//! connection never stops the loop; a watchdog thread reports a loop that stops turning.
+//! One instance is a pure [`core`] (every decision: slots, claims, owned runs, backups,
+//! catch-up, batching, bounds; inputs with the time passed in, effects out) inside a tokio
+//! shell, the `driver` task, which owns the timers, the store calls (short tasks bounded by
+//! `store_timeout`), the handler tasks and the channels, so a hung connection never stops
+//! the loop; a watchdog thread reports a loop that stops turning.
 //!
 //! The files, from the bottom up: `mode` (the type markers), `clock`, `convert` (what the
 //! builders take), `shared` (the state the handles and the driver share), `builder` and
-//! `job_builder`, then `handle` (the public [`Scheduler`]) on top. The driver task (`driver`,
-//! with the run machines `run` and `watch`, and `wake`, `telemetry`) uses `shared` and
-//! `clock`, never the handle; the handle starts it.
+//! `job_builder`, then `handle` (the public [`Scheduler`]) on top. The core (`core/`, with the
+//! run machines `run` and `watch`) uses neither; the driver (with `exec`, `handler_task`,
+//! `wake`, `watchdog`, `telemetry`) uses `shared`, `clock` and the core, never the handle;
+//! the handle starts it.
 
 mod builder;
 mod clock;
