@@ -700,3 +700,71 @@ async fn b36_history_takes_any_count() {
     assert!(s.history("e", 0).await.unwrap().is_empty());
     s.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+#[test]
+fn b39_a_store_timeout_too_short_for_any_claim_is_refused_naming_why() {
+    // 1 ms used to be accepted: every claim's deadline then lay in the past and the job never
+    // ran, with every slot reported late and no error.
+    for short in [Duration::from_millis(1), Duration::from_millis(49)] {
+        let err = Scheduler::leased(MemoryStore::new())
+            .store_timeout(short)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::OutOfRange { option: "store_timeout", allowed, .. }
+                if allowed.contains("at least 50ms") && allowed.contains("late")),
+            "{err}"
+        );
+    }
+    assert!(
+        Scheduler::leased(MemoryStore::new())
+            .store_timeout(Duration::from_millis(50))
+            .build()
+            .is_ok()
+    );
+}
+
+#[test]
+fn s11_a_stall_after_shorter_than_four_watchdog_ticks_is_refused() {
+    // 40 ms used to be accepted and health flapped to stalled while the loop was fine.
+    let err = Scheduler::leased(MemoryStore::new())
+        .stall_after(Duration::from_millis(40))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::OutOfRange { option: "stall_after", allowed, .. }
+            if allowed.contains("200ms")),
+        "{err}"
+    );
+    assert!(
+        Scheduler::leased(MemoryStore::new())
+            .stall_after(Duration::from_millis(200))
+            .build()
+            .is_ok()
+    );
+}
+
+#[test]
+fn b32_an_instance_id_with_a_control_character_is_refused() {
+    for id in ["a\0b", "line\nbreak", "esc\u{1b}[31m"] {
+        let err = Scheduler::leased(MemoryStore::new())
+            .instance_id(id)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidOption { option: "instance_id", reason }
+                if reason.contains("control character")),
+            "{err}"
+        );
+        assert!(
+            !err.to_string().contains('\0'),
+            "the error shows it escaped"
+        );
+    }
+    assert!(
+        Scheduler::leased(MemoryStore::new())
+            .instance_id("worker-1 (eu-west)")
+            .build()
+            .is_ok()
+    );
+}

@@ -144,14 +144,16 @@ impl<M: Mode> SchedulerBuilder<M> {
         self.data = Some(data.into());
         self
     }
-    /// Bound on every store call (default 5 s); `start()`'s `prepare` (the schema and every
-    /// job registered, maybe while other instances do the same) gets four times it. [G-04]
+    /// Bound on every store call (default 5 s, at least 50 ms); `start()`'s `prepare` (the
+    /// schema and every job registered, maybe while other instances do the same) gets four
+    /// times it, and `start()` refuses a timeout not longer than the store's measured round
+    /// trip plus 10 ms (every claim would be late). [G-04]
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
         self
     }
     /// The watchdog reports a driver loop that has not turned for this long (default
-    /// 10 s). [G-04]
+    /// 10 s, at least 200 ms). [G-04]
     pub fn stall_after(mut self, after: Duration) -> Self {
         self.stall_after = after;
         self
@@ -222,12 +224,28 @@ impl<M: Mode> SchedulerBuilder<M> {
         if M::LEASE {
             self.timing.validate()?;
         }
-        for (option, value) in [
-            ("store_timeout", self.store_timeout),
-            ("stall_after", self.stall_after),
+        for (option, value, least, why) in [
+            (
+                "store_timeout",
+                self.store_timeout,
+                MIN_STORE_TIMEOUT,
+                "a claim must commit before the call's timeout less the round trip and 10 ms \
+                 of margin, so a shorter timeout makes every claim late",
+            ),
+            (
+                "stall_after",
+                self.stall_after,
+                MIN_STALL_AFTER,
+                "the driver turns at least every stall_after / 4 (at least every 50 ms), so a \
+                 shorter one reports a healthy loop as stalled",
+            ),
         ] {
-            if value < Duration::from_millis(1) {
-                return Err(Error::invalid_option(option, "must be at least 1 ms"));
+            if value < least {
+                return Err(Error::OutOfRange {
+                    option,
+                    value: format!("{value:?}"),
+                    allowed: format!("at least {least:?}: {why}"),
+                });
             }
             if value > crate::options::MAX_DURATION {
                 return Err(Error::OutOfRange {
@@ -245,6 +263,16 @@ impl<M: Mode> SchedulerBuilder<M> {
                 return Err(Error::invalid_option(
                     "instance_id",
                     "must be 1 to 200 characters",
+                ));
+            }
+            Some(id) if id.chars().any(char::is_control) => {
+                return Err(Error::invalid_option(
+                    "instance_id",
+                    format!(
+                        "{:?} holds a control character (NUL, newline, escape ...): stores \
+                         record the id as text, use printable characters",
+                        id.escape_debug().to_string()
+                    ),
                 ));
             }
             Some(id) => id,
@@ -316,6 +344,14 @@ impl SchedulerBuilder<Leased> {
         self
     }
 }
+
+/// The shortest `store_timeout`: a claim's deadline is the call's timeout less the round trip
+/// and a 10 ms margin.
+pub(crate) const MIN_STORE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The shortest `stall_after`: the driver turns at least every quarter of it but no more
+/// often than every 50 ms, so below 4 × 50 ms a healthy loop would look stalled.
+const MIN_STALL_AFTER: Duration = Duration::from_millis(200);
 
 fn default_instance_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

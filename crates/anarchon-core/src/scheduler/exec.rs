@@ -66,6 +66,20 @@ pub(crate) async fn prepare(shared: &Arc<Shared>, jobs: &[Arc<JobDef>]) -> Resul
     let origin = Instant::now();
     let store_now = bounded(shared, "now", store.now()).await?;
     let at = now(shared, origin);
+    // A claim must commit before the call's timeout less the round trip and 10 ms: a
+    // timeout no longer than that would make every claim late, silently.
+    let rtt = origin.elapsed();
+    if shared.cfg.store_timeout <= rtt + Duration::from_millis(10) {
+        return Err(Error::OutOfRange {
+            option: "store_timeout",
+            value: format!("{:?}", shared.cfg.store_timeout),
+            allowed: format!(
+                "longer than the store's round trip plus 10 ms ({:?} measured now): every \
+                 claim would reach the store after its deadline",
+                rtt + Duration::from_millis(10)
+            ),
+        });
+    }
     if let Some(event) = skew_event(at.epoch_ms(), store_now, 0, shared.cfg.skew_threshold_ms) {
         warn_skew(&event);
         let _ = shared.events.send(event);
