@@ -1333,3 +1333,86 @@ fn the_same_inputs_give_the_same_timeline() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn b04_jobs_added_and_removed_while_running_start_and_stop_being_scheduled() {
+    let mut sim = Sim::new(1, vec![every("a", Duration::from_secs(1), opts())]);
+    sim.start(0);
+    sim.run_for(Duration::from_millis(2_500));
+    let b = every("b", Duration::from_secs(1), opts());
+    sim.command(0, CoreCommand::Add(b));
+    sim.run_for(Duration::from_secs(3));
+    sim.command(0, CoreCommand::Remove(JobName::new("a").unwrap()));
+    let a_before = sim.history("a").len();
+    sim.run_for(Duration::from_secs(5));
+    assert_eq!(
+        sim.history("a").len(),
+        a_before,
+        "a removed job is not claimed again"
+    );
+    assert!(sim.history("b").len() >= 7, "{:?}", sim.history("b"));
+}
+
+#[test]
+fn b18_a_takeover_starts_the_handler_again_from_the_beginning() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let (owner, _) = sim.all_starts()[0].clone();
+    sim.crash(owner);
+    sim.run_for(Duration::from_secs(45));
+    // The backup started a new handler (a StartHandler effect with attempt 2 and reason
+    // takeover): nothing of the first attempt is resumed.
+    let other = 1 - owner;
+    let start = sim.nodes[other]
+        .starts
+        .iter()
+        .find(|s| s.attempt == 2)
+        .unwrap();
+    assert_eq!(start.reason, Reason::Takeover);
+    assert!(start.fence > 1, "a new fence");
+    sim.run_for(Duration::from_secs(101));
+    let rec = sim
+        .history("j")
+        .into_iter()
+        .find(|r| r.attempt == 2)
+        .unwrap();
+    assert_eq!(rec.status, RunStatus::Succeeded);
+    assert!(
+        rec.finished_at.unwrap() - rec.started_at >= 100_000,
+        "ran its whole length"
+    );
+}
+
+#[test]
+fn b39_a_jobs_own_option_overrides_the_default() {
+    // Two jobs on one store, one with max_late shorter than the store's round trip.
+    let strict = JobOptions {
+        max_late: Duration::from_millis(50),
+        ..opts()
+    };
+    let mut sim = Sim::new(
+        1,
+        vec![
+            every("lenient", Duration::from_secs(1), opts()),
+            every("strict", Duration::from_secs(1), strict),
+        ],
+    );
+    sim.latency = 100_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(10));
+    let scheduled = |name: &str| {
+        sim.history(name)
+            .iter()
+            .filter(|r| r.reason == Reason::Scheduled)
+            .count()
+    };
+    assert!(scheduled("lenient") >= 9);
+    assert_eq!(
+        scheduled("strict"),
+        0,
+        "every claim of the strict job is late"
+    );
+}
