@@ -923,13 +923,7 @@ impl ImportGraph {
 /// Folders (under `crates/anarchon-core/src/`) whose files may import each other for now,
 /// with why: a circle whose files all lie in one of them is reported by the test's name
 /// only when the exception is stale.
-const CIRCLES_FOR_NOW: [(&str, &str); 1] = [(
-    "scheduler/core/",
-    // The core's parts and its mod.rs import each other (`super::Core` in calls.rs and
-    // owned.rs, `calls::Queues` and `owned::Owned` in mod.rs). Issue 20 asks for no circle;
-    // the core's work in progress ends this one, and this exception with it.
-    "the core's parts and its mod.rs import each other",
-)];
+const CIRCLES_FOR_NOW: [(&str, &str); 0] = [];
 
 #[test]
 fn anarchon_core_files_import_each_other_in_one_direction() {

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Core, Micros, Timer};
+use super::Core;
+use super::types::{Micros, Timer};
 use crate::event::{Event, RunInfo};
 use crate::history::{Reason, to_datetime};
 use crate::ids::RunKey;

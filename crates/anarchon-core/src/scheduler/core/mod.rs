@@ -22,195 +22,28 @@ mod backup;
 mod calls;
 mod owned;
 mod slots;
+mod types;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use calls::{Answer, CallId, Limits, MAX_CLAIMS_IN_FLIGHT, Request};
+pub(crate) use types::{
+    Answer, CallId, ClockSample, CoreCommand, CoreConfig, CoreHealth, Effect, HandlerStart, Limits,
+    MAX_CLAIMS_IN_FLIGHT, Micros, Now, Request, RunId, UNREACHABLE_AFTER, micros, skew_event,
+};
+use types::{Owned, Pending, Queues, ReplyTo, Timer};
+// What the tests (`tests.rs`, `table`) name through `use super::*`.
+#[cfg(test)]
+use crate::{context::CancelCause, error::Result, history::RunRecord, options::LeaseTiming};
 
 use super::JobDef;
 use super::telemetry;
 use super::watch::Watch;
-use crate::context::{CancelCause, Data};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::event::{Event, RunInfo};
-use crate::history::RunRecord;
 use crate::ids::{EpochMs, JobName, RunKey};
-use crate::options::LeaseTiming;
 use crate::store::Lease;
-
-/// Microseconds on the shell's monotonic clock (from its origin).
-pub(crate) type Micros = u64;
-
-/// The time of an input: the monotonic clock (timers, renewal ages, round trips) and the
-/// instance clock (slots), read together by the shell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Now {
-    /// Monotonic µs since the shell's origin.
-    pub(crate) mono: Micros,
-    /// Instance clock, µs since the epoch.
-    pub(crate) epoch_us: i64,
-}
-
-impl Now {
-    /// Instance clock, ms since the epoch.
-    pub(crate) fn epoch_ms(&self) -> EpochMs {
-        self.epoch_us.div_euclid(1_000)
-    }
-}
-
-/// `d` in µs, saturating.
-pub(crate) fn micros(d: Duration) -> Micros {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// One run this instance owns, as the core knows it.
-pub(crate) type RunId = u64;
-
-/// A `run_now` caller waiting for its answer; the shell keeps the channel.
-pub(crate) type ReplyTo = u64;
-
-/// The difference between the store's clock and this instance's, measured from one answer
-/// that carried the store's time. Its error is at most half the round trip.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct ClockSample {
-    /// Store clock minus instance clock, ms.
-    pub(crate) offset_ms: i64,
-    /// Round trip of the call that measured it, ms.
-    pub(crate) rtt_ms: i64,
-}
-
-impl ClockSample {
-    /// From the store time `store_ms` read by a call sent at `sent` and answered at `now`.
-    pub(crate) fn measure(store_ms: EpochMs, sent: Micros, now: Now) -> Self {
-        let rtt = (now.mono.saturating_sub(sent) / 1_000).min(i64::MAX as u64) as i64;
-        let local_mid = now.epoch_ms().saturating_sub(rtt / 2);
-        ClockSample {
-            offset_ms: store_ms.saturating_sub(local_mid),
-            rtt_ms: rtt,
-        }
-    }
-}
-
-/// The clock-skew event when this instance's clock (`local_ms`) and the store's differ by
-/// more than `threshold_ms` beyond `allowance` (the measurement's error). [B-20]
-pub(crate) fn skew_event(
-    local_ms: EpochMs,
-    store_ms: EpochMs,
-    allowance: i64,
-    threshold_ms: u64,
-) -> Option<Event> {
-    let skew = local_ms.saturating_sub(store_ms);
-    (skew.saturating_abs().saturating_sub(allowance) > threshold_ms.min(i64::MAX as u64) as i64)
-        .then(|| Event::ClockSkew {
-            skew: chrono::TimeDelta::try_milliseconds(skew).unwrap_or(chrono::TimeDelta::MIN),
-        })
-}
-
-/// What the core needs to know of its configuration and store.
-#[derive(Debug, Clone)]
-pub(crate) struct CoreConfig {
-    pub(crate) instance_id: Arc<str>,
-    pub(crate) timing: LeaseTiming,
-    pub(crate) store_timeout: Duration,
-    pub(crate) skew_threshold_ms: u64,
-    pub(crate) abort_grace: Duration,
-    /// A lease store (else claim-only).
-    pub(crate) lease_store: bool,
-    /// The store's kind, for error messages.
-    pub(crate) store_kind: &'static str,
-    /// How many calls of each kind the store takes in one round trip.
-    pub(crate) limits: Limits,
-    /// Seeds the jitter's random numbers.
-    pub(crate) seed: u64,
-}
-
-/// What the shell must do.
-#[derive(Debug)]
-pub(crate) enum Effect {
-    /// Send a store call; its answer comes back through [`Core::handle_answer`] with `id`.
-    /// `run`: the run it belongs to (its span is the call's parent).
-    Call {
-        id: CallId,
-        request: Request,
-        run: Option<RunId>,
-    },
-    /// Start a run's handler; it reports back through [`Core::handler_returned`].
-    StartHandler(Box<HandlerStart>),
-    /// Cancel the run's signal.
-    Cancel { run: RunId, cause: CancelCause },
-    /// Move the handler's local lease deadline (unless its signal already tripped).
-    ExtendDeadline { run: RunId, at: Micros },
-    /// Abort the run's handler task now.
-    Abort { run: RunId },
-    /// The core forgot the run: the shell may drop what it keeps for it.
-    Forget { run: RunId },
-    /// Report an event.
-    Emit(Event),
-    /// Answer a `run_now` caller.
-    Reply {
-        to: ReplyTo,
-        answer: Result<RunRecord>,
-    },
-    /// Tell the store whether this instance watches runs (SQLite polls for other
-    /// processes' releases only meanwhile).
-    Watching(bool),
-}
-
-/// What the shell needs to start a handler.
-#[derive(Debug)]
-pub(crate) struct HandlerStart {
-    pub(crate) run: RunId,
-    pub(crate) job: Arc<JobDef>,
-    pub(crate) info: RunInfo,
-    pub(crate) scheduled_at: EpochMs,
-    /// The local lease deadline (leased runs).
-    pub(crate) lease_deadline: Option<Micros>,
-    /// `run_now`'s data.
-    pub(crate) data: Option<Data>,
-}
-
-/// A command from the scheduler's handle.
-#[derive(Debug)]
-pub(crate) enum CoreCommand {
-    Add(Arc<JobDef>),
-    Remove(JobName),
-    RunNow {
-        job: Arc<JobDef>,
-        data: Option<Data>,
-        reply: ReplyTo,
-    },
-    Stop {
-        timeout: Duration,
-    },
-}
-
-/// The health figures the core keeps (the shell publishes them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct CoreHealth {
-    /// Runs owned under a lease that have not recorded their result yet.
-    pub(crate) leases_held: u64,
-    /// Consecutive failed store calls reached [`UNREACHABLE_AFTER`].
-    pub(crate) store_unreachable: bool,
-    /// The last store error since the store last answered.
-    pub(crate) last_error: Option<String>,
-    /// Slots not claimed in time, in all.
-    pub(crate) slots_late: u64,
-}
-
-/// Consecutive failed store calls after which the store counts as unreachable.
-pub(crate) const UNREACHABLE_AFTER: u32 = 3;
-
-#[derive(Debug)]
-enum Timer {
-    Due { job: Arc<JobDef>, slot: EpochMs },
-    Heartbeat,
-    Watch,
-    Timeout { run: RunId },
-    AbortGrace { run: RunId },
-    StopDeadline,
-}
 
 /// The core of one scheduler instance. See the module docs.
 pub(crate) struct Core {
@@ -220,7 +53,7 @@ pub(crate) struct Core {
     jobs: HashMap<JobName, Arc<JobDef>>,
     timers: BTreeMap<(Micros, u64), Timer>,
     seq: u64,
-    runs: HashMap<RunId, owned::Owned>,
+    runs: HashMap<RunId, Owned>,
     next_run: RunId,
     /// Leased runs owned here, by key.
     held: HashMap<RunKey, RunId>,
@@ -249,8 +82,8 @@ pub(crate) struct Core {
     watching: bool,
     /// Runs owned and watched as last published to the metrics gauges.
     gauges: (usize, usize),
-    queues: calls::Queues,
-    calls: HashMap<CallId, calls::Pending>,
+    queues: Queues,
+    calls: HashMap<CallId, Pending>,
     next_call: CallId,
     effects: VecDeque<Effect>,
     health: CoreHealth,
@@ -293,7 +126,7 @@ impl Core {
             missed: HashSet::new(),
             watching: false,
             gauges: (usize::MAX, usize::MAX),
-            queues: calls::Queues::default(),
+            queues: Queues::default(),
             calls: HashMap::new(),
             next_call: 0,
             effects: VecDeque::new(),

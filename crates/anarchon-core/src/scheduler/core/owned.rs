@@ -4,62 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::calls::{Pending, Request};
-use super::{Core, Effect, HandlerStart, Micros, ReplyTo, RunId, Timer};
+use super::Core;
+use super::types::{Effect, HandlerStart, Micros, Owned, Pending, ReplyTo, Request, RunId, Timer};
 use crate::context::{CancelCause, Data};
 use crate::error::{Error, Result};
 use crate::event::{Event, RunInfo};
-use crate::history::{Reason, RunRecord, RunStatus};
+use crate::history::{Reason, RunStatus};
 use crate::ids::EpochMs;
 use crate::scheduler::JobDef;
 use crate::scheduler::run::{Note, OwnerEffect, OwnerInput, OwnerRun, Write};
 use crate::scheduler::telemetry;
 use crate::scheduler::watch::Watch;
 use crate::store::{Finish, Lease, Renewal};
-
-/// A run this instance owns: its machine and what the core needs to carry out effects.
-#[derive(Debug)]
-pub(super) struct Owned {
-    pub(super) job: Arc<JobDef>,
-    pub(super) info: RunInfo,
-    pub(super) lease: Option<Lease>,
-    pub(super) machine: OwnerRun,
-    /// Monotonic µs when it started.
-    pub(super) started: Micros,
-    pub(super) started_at: EpochMs,
-    pub(super) scheduled_at: EpochMs,
-    /// When the last renewal that succeeded was sent (monotonic µs).
-    pub(super) last_renewed: Micros,
-    /// A run without a lease has its `running` record written first; its final record
-    /// waits here until that write is answered (a pooled store could reorder them).
-    pub(super) start_pending: bool,
-    pub(super) held_write: Option<Request>,
-    pub(super) reply: Option<ReplyTo>,
-}
-
-impl Owned {
-    fn record(
-        &self,
-        status: RunStatus,
-        error: Option<String>,
-        finished_at: Option<EpochMs>,
-    ) -> RunRecord {
-        RunRecord {
-            job: self.info.job.clone(),
-            slot: self.info.slot_ms(),
-            scheduled_at: self.scheduled_at,
-            instance_id: self.info.instance_id.clone(),
-            manual: self.info.manual,
-            attempt: self.info.attempt,
-            reason: self.info.reason,
-            status,
-            fence: self.info.fence,
-            started_at: self.started_at,
-            finished_at,
-            error,
-        }
-    }
-}
 
 /// The run holds its lease for `health().leases_held`: running, or writing its result.
 fn holds_lease(o: &Owned) -> bool {

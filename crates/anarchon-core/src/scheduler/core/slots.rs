@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::calls::QueuedClaim;
-use super::{Core, Micros, Timer, UNREACHABLE_AFTER};
+use super::Core;
+use super::types::{Micros, QueuedClaim, Timer, UNREACHABLE_AFTER};
 use crate::error::{Error, Result};
 use crate::event::{Event, RunInfo, SkipReason};
 use crate::history::{Reason, to_datetime};

@@ -1,0 +1,434 @@
+//! The core's data: time, configuration, effects and commands, store requests and answers as
+//! values, and what the core keeps of calls and runs. Plain types with no behaviour beyond
+//! small conversions; the parts of the core (`slots`, `owned`, `backup`, `calls`) and
+//! `mod.rs` build on them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::{CancelCause, Data};
+use crate::error::{Error, Result};
+use crate::event::{Event, RunInfo};
+use crate::history::{Reason, Retention, RunRecord, RunStatus};
+use crate::ids::{EpochMs, JobName, RunKey};
+use crate::options::LeaseTiming;
+use crate::scheduler::JobDef;
+use crate::scheduler::run::OwnerRun;
+use crate::store::{
+    ClaimOutcome, Finish, Lease, LeaseClaim, OwnerWrite, Renewal, RunView, SlotClaim, SlotOutcome,
+    Takeover, TakeoverOutcome,
+};
+
+/// Microseconds on the shell's monotonic clock (from its origin).
+pub(crate) type Micros = u64;
+
+/// The time of an input: the monotonic clock (timers, renewal ages, round trips) and the
+/// instance clock (slots), read together by the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Now {
+    /// Monotonic µs since the shell's origin.
+    pub(crate) mono: Micros,
+    /// Instance clock, µs since the epoch.
+    pub(crate) epoch_us: i64,
+}
+
+impl Now {
+    /// Instance clock, ms since the epoch.
+    pub(crate) fn epoch_ms(&self) -> EpochMs {
+        self.epoch_us.div_euclid(1_000)
+    }
+}
+
+/// `d` in µs, saturating.
+pub(crate) fn micros(d: Duration) -> Micros {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One run this instance owns, as the core knows it.
+pub(crate) type RunId = u64;
+
+/// A `run_now` caller waiting for its answer; the shell keeps the channel.
+pub(crate) type ReplyTo = u64;
+
+/// The difference between the store's clock and this instance's, measured from one answer
+/// that carried the store's time. Its error is at most half the round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ClockSample {
+    /// Store clock minus instance clock, ms.
+    pub(crate) offset_ms: i64,
+    /// Round trip of the call that measured it, ms.
+    pub(crate) rtt_ms: i64,
+}
+
+impl ClockSample {
+    /// From the store time `store_ms` read by a call sent at `sent` and answered at `now`.
+    pub(crate) fn measure(store_ms: EpochMs, sent: Micros, now: Now) -> Self {
+        let rtt = (now.mono.saturating_sub(sent) / 1_000).min(i64::MAX as u64) as i64;
+        let local_mid = now.epoch_ms().saturating_sub(rtt / 2);
+        ClockSample {
+            offset_ms: store_ms.saturating_sub(local_mid),
+            rtt_ms: rtt,
+        }
+    }
+}
+
+/// The clock-skew event when this instance's clock (`local_ms`) and the store's differ by
+/// more than `threshold_ms` beyond `allowance` (the measurement's error). [B-20]
+pub(crate) fn skew_event(
+    local_ms: EpochMs,
+    store_ms: EpochMs,
+    allowance: i64,
+    threshold_ms: u64,
+) -> Option<Event> {
+    let skew = local_ms.saturating_sub(store_ms);
+    (skew.saturating_abs().saturating_sub(allowance) > threshold_ms.min(i64::MAX as u64) as i64)
+        .then(|| Event::ClockSkew {
+            skew: chrono::TimeDelta::try_milliseconds(skew).unwrap_or(chrono::TimeDelta::MIN),
+        })
+}
+
+/// What the core needs to know of its configuration and store.
+#[derive(Debug, Clone)]
+pub(crate) struct CoreConfig {
+    pub(crate) instance_id: Arc<str>,
+    pub(crate) timing: LeaseTiming,
+    pub(crate) store_timeout: Duration,
+    pub(crate) skew_threshold_ms: u64,
+    pub(crate) abort_grace: Duration,
+    /// A lease store (else claim-only).
+    pub(crate) lease_store: bool,
+    /// The store's kind, for error messages.
+    pub(crate) store_kind: &'static str,
+    /// How many calls of each kind the store takes in one round trip.
+    pub(crate) limits: Limits,
+    /// Seeds the jitter's random numbers.
+    pub(crate) seed: u64,
+}
+
+/// What the shell must do.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Send a store call; its answer comes back through [`Core::handle_answer`] with `id`.
+    /// `run`: the run it belongs to (its span is the call's parent).
+    Call {
+        id: CallId,
+        request: Request,
+        run: Option<RunId>,
+    },
+    /// Start a run's handler; it reports back through [`Core::handler_returned`].
+    StartHandler(Box<HandlerStart>),
+    /// Cancel the run's signal.
+    Cancel { run: RunId, cause: CancelCause },
+    /// Move the handler's local lease deadline (unless its signal already tripped).
+    ExtendDeadline { run: RunId, at: Micros },
+    /// Abort the run's handler task now.
+    Abort { run: RunId },
+    /// The core forgot the run: the shell may drop what it keeps for it.
+    Forget { run: RunId },
+    /// Report an event.
+    Emit(Event),
+    /// Answer a `run_now` caller.
+    Reply {
+        to: ReplyTo,
+        answer: Result<RunRecord>,
+    },
+    /// Tell the store whether this instance watches runs (SQLite polls for other
+    /// processes' releases only meanwhile).
+    Watching(bool),
+}
+
+/// What the shell needs to start a handler.
+#[derive(Debug)]
+pub(crate) struct HandlerStart {
+    pub(crate) run: RunId,
+    pub(crate) job: Arc<JobDef>,
+    pub(crate) info: RunInfo,
+    pub(crate) scheduled_at: EpochMs,
+    /// The local lease deadline (leased runs).
+    pub(crate) lease_deadline: Option<Micros>,
+    /// `run_now`'s data.
+    pub(crate) data: Option<Data>,
+}
+
+/// A command from the scheduler's handle.
+#[derive(Debug)]
+pub(crate) enum CoreCommand {
+    Add(Arc<JobDef>),
+    Remove(JobName),
+    RunNow {
+        job: Arc<JobDef>,
+        data: Option<Data>,
+        reply: ReplyTo,
+    },
+    Stop {
+        timeout: Duration,
+    },
+}
+
+/// The health figures the core keeps (the shell publishes them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CoreHealth {
+    /// Runs owned under a lease that have not recorded their result yet.
+    pub(crate) leases_held: u64,
+    /// Consecutive failed store calls reached [`UNREACHABLE_AFTER`].
+    pub(crate) store_unreachable: bool,
+    /// The last store error since the store last answered.
+    pub(crate) last_error: Option<String>,
+    /// Slots not claimed in time, in all.
+    pub(crate) slots_late: u64,
+}
+
+/// Consecutive failed store calls after which the store counts as unreachable.
+pub(crate) const UNREACHABLE_AFTER: u32 = 3;
+
+#[derive(Debug)]
+pub(super) enum Timer {
+    Due { job: Arc<JobDef>, slot: EpochMs },
+    Heartbeat,
+    Watch,
+    Timeout { run: RunId },
+    AbortGrace { run: RunId },
+    StopDeadline,
+}
+
+/// Claims sent and not answered yet, at most, by default (see the module docs).
+pub(crate) const MAX_CLAIMS_IN_FLIGHT: usize = 16_384;
+
+/// Identifies a store call in flight.
+pub(crate) type CallId = u64;
+
+/// How many calls of each kind the store takes in one round trip (1: no batching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) claims: usize,
+    pub(crate) takeovers: usize,
+    pub(crate) finishes: usize,
+    /// Claims sent and unanswered, at most ([`MAX_CLAIMS_IN_FLIGHT`]).
+    pub(crate) claims_in_flight: usize,
+}
+
+/// A store call. `batch`: send through the store's `*_many` call (else the single call,
+/// with exactly one item).
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    Claim {
+        claims: Vec<LeaseClaim>,
+        batch: bool,
+    },
+    ClaimSlot(SlotClaim),
+    Heartbeat {
+        leases: Vec<Lease>,
+        lease_ms: u64,
+    },
+    Runs(Vec<RunKey>),
+    TakeOver {
+        takeovers: Vec<Takeover>,
+        batch: bool,
+    },
+    Finish {
+        writes: Vec<(Lease, Finish)>,
+        batch: bool,
+    },
+    Release(Lease),
+    /// A history record of a run without a lease (manual, claim-only).
+    Record {
+        record: RunRecord,
+        retention: Retention,
+        /// Through the claim-only store's `record` (else `record_manual`).
+        claim_only: bool,
+    },
+    Unfinished(Vec<JobName>),
+}
+
+impl Request {
+    /// The store trait method's name, for errors, spans and metrics.
+    pub(crate) fn operation(&self) -> &'static str {
+        match self {
+            Request::Claim { .. } | Request::ClaimSlot(_) => "claim",
+            Request::Heartbeat { .. } => "heartbeat",
+            Request::Runs(_) => "runs",
+            Request::TakeOver { .. } => "take_over",
+            Request::Finish { .. } => "finish",
+            Request::Release(_) => "release",
+            Request::Record { .. } => "record",
+            Request::Unfinished(_) => "unfinished_runs",
+        }
+    }
+
+    /// The shape of its answer.
+    pub(crate) fn shape(&self) -> Shape {
+        match self {
+            Request::Claim { .. } => Shape::Claims,
+            Request::ClaimSlot(_) => Shape::Slot,
+            Request::Heartbeat { .. } => Shape::Renewals,
+            Request::Runs(_) | Request::Unfinished(_) => Shape::Runs,
+            Request::TakeOver { .. } => Shape::Takeovers,
+            Request::Finish { .. } => Shape::Writes,
+            Request::Release(_) => Shape::Released,
+            Request::Record { .. } => Shape::Recorded,
+        }
+    }
+}
+
+/// Which [`Answer`] variant a request's answer takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Claims,
+    Slot,
+    Renewals,
+    Runs,
+    Takeovers,
+    Writes,
+    Released,
+    Recorded,
+}
+
+impl Shape {
+    /// The answer of a call that failed or timed out as a whole.
+    pub(crate) fn failed(self, e: Error) -> Answer {
+        match self {
+            Shape::Claims => Answer::Claims(Err(e)),
+            Shape::Slot => Answer::Slot(Err(e)),
+            Shape::Renewals => Answer::Renewals(Err(e)),
+            Shape::Runs => Answer::Runs(Err(e)),
+            Shape::Takeovers => Answer::Takeovers(Err(e)),
+            Shape::Writes => Answer::Writes(Err(e)),
+            Shape::Released => Answer::Released(Err(e)),
+            Shape::Recorded => Answer::Recorded(Err(e)),
+        }
+    }
+}
+
+/// The answer to a [`Request`], one variant per request kind.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Claims(Result<Vec<ClaimOutcome>>),
+    Slot(Result<SlotOutcome>),
+    Renewals(Result<Vec<Renewal>>),
+    Runs(Result<Vec<RunView>>),
+    Takeovers(Result<Vec<TakeoverOutcome>>),
+    Writes(Result<Vec<OwnerWrite>>),
+    Released(Result<OwnerWrite>),
+    Recorded(Result<()>),
+}
+
+impl Answer {
+    /// The error, when the call failed as a whole.
+    pub(crate) fn error(&self) -> Option<&Error> {
+        match self {
+            Answer::Claims(Err(e))
+            | Answer::Slot(Err(e))
+            | Answer::Renewals(Err(e))
+            | Answer::Runs(Err(e))
+            | Answer::Takeovers(Err(e))
+            | Answer::Writes(Err(e))
+            | Answer::Released(Err(e))
+            | Answer::Recorded(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What the core remembers of a call in flight.
+#[derive(Debug)]
+pub(super) enum Pending {
+    Claims {
+        items: Vec<(Arc<JobDef>, EpochMs, Reason)>,
+        sent: Micros,
+    },
+    Slot {
+        job: Arc<JobDef>,
+        slot: EpochMs,
+    },
+    Heartbeat {
+        ids: Vec<RunId>,
+        sent: Micros,
+    },
+    Runs {
+        asked: Vec<RunKey>,
+        poll: bool,
+        sent: Micros,
+    },
+    Takeovers {
+        keys: Vec<RunKey>,
+    },
+    /// Result writes of owned runs (finish batches, a release, a record).
+    Writes {
+        ids: Vec<RunId>,
+    },
+    /// A release sent on the side (won while stopping, an orphan of ours).
+    SideRelease {
+        key: RunKey,
+    },
+    /// The `running` record of a run without a lease.
+    StartRecord {
+        run: RunId,
+        job: JobName,
+    },
+    Unfinished,
+}
+
+/// A claim waiting for the end of the turn (or for room in flight).
+#[derive(Debug)]
+pub(super) struct QueuedClaim {
+    pub(super) job: Arc<JobDef>,
+    pub(super) slot: EpochMs,
+    pub(super) reason: Reason,
+    pub(super) claim: LeaseClaim,
+}
+
+/// The per-turn queues.
+#[derive(Debug, Default)]
+pub(super) struct Queues {
+    pub(super) claims: Vec<QueuedClaim>,
+    /// Claims sent and unanswered.
+    pub(super) claims_in_flight: usize,
+    /// Watched runs to read at once (release notifications of this turn).
+    pub(super) reads: Vec<RunKey>,
+    pub(super) finishes: Vec<(RunId, Lease, Finish)>,
+    pub(super) takeovers: Vec<Takeover>,
+}
+
+/// A run this instance owns: its machine and what the core needs to carry out effects.
+#[derive(Debug)]
+pub(super) struct Owned {
+    pub(super) job: Arc<JobDef>,
+    pub(super) info: RunInfo,
+    pub(super) lease: Option<Lease>,
+    pub(super) machine: OwnerRun,
+    /// Monotonic µs when it started.
+    pub(super) started: Micros,
+    pub(super) started_at: EpochMs,
+    pub(super) scheduled_at: EpochMs,
+    /// When the last renewal that succeeded was sent (monotonic µs).
+    pub(super) last_renewed: Micros,
+    /// A run without a lease has its `running` record written first; its final record
+    /// waits here until that write is answered (a pooled store could reorder them).
+    pub(super) start_pending: bool,
+    pub(super) held_write: Option<Request>,
+    pub(super) reply: Option<ReplyTo>,
+}
+
+impl Owned {
+    pub(super) fn record(
+        &self,
+        status: RunStatus,
+        error: Option<String>,
+        finished_at: Option<EpochMs>,
+    ) -> RunRecord {
+        RunRecord {
+            job: self.info.job.clone(),
+            slot: self.info.slot_ms(),
+            scheduled_at: self.scheduled_at,
+            instance_id: self.info.instance_id.clone(),
+            manual: self.info.manual,
+            attempt: self.info.attempt,
+            reason: self.info.reason,
+            status,
+            fence: self.info.fence,
+            started_at: self.started_at,
+            finished_at,
+            error,
+        }
+    }
+}
