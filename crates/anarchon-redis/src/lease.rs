@@ -248,7 +248,11 @@ impl RedisStore {
             lease.attempt.to_string(),
             lease.instance_id.clone(),
             finish.status.as_str().into(),
-            finish.error.clone().unwrap_or_default(),
+            finish
+                .error
+                .as_deref()
+                .map(|e| crate::text::cap(e, crate::text::MAX_ERROR_BYTES, "Redis").into_owned())
+                .unwrap_or_default(),
             if finish.error.is_some() { "1" } else { "0" }.into(),
             finish.retention.size.max(1).to_string(),
             finish.retention.ttl_ms.unwrap_or(0).to_string(),
