@@ -482,9 +482,7 @@ impl NatsStore {
             if record.manual { "m" } else { "r" },
             hex(&record.instance_id)
         );
-        let stored = crate::text::storable(record, "NATS");
-        let body =
-            serde_json::to_vec(stored.as_ref()).map_err(|e| Error::store(STORE, "record", e))?;
+        let body = self.record_body(record)?;
         self.publish(
             "record",
             subject,
@@ -493,6 +491,26 @@ impl NatsStore {
         .await?;
         self.prune(&stream, &record.job, retention.size as usize)
             .await
+    }
+
+    /// The record as JSON, its error text cut to 64 KiB and further to fit the server's
+    /// `max_payload` (a message above it is refused). Each cut leaves out at least the
+    /// bytes that were too many (a text byte is at least one JSON byte), so a few rounds
+    /// settle it; what still does not fit is refused by the publish as `OutOfRange`.
+    fn record_body(&self, record: &RunRecord) -> Result<Vec<u8>> {
+        let max_payload = self.client.server_info().max_payload;
+        let mut cap = crate::text::MAX_ERROR_BYTES;
+        loop {
+            let stored = crate::text::storable(record, "NATS", cap);
+            let body = serde_json::to_vec(stored.as_ref())
+                .map_err(|e| Error::store(STORE, "record", e))?;
+            let over = body.len().saturating_sub(max_payload);
+            if over == 0 || max_payload == 0 || cap == 0 || record.error.is_none() {
+                return Ok(body);
+            }
+            // The note the cut adds is under 200 bytes.
+            cap = cap.saturating_sub(over.saturating_add(200));
+        }
     }
 
     /// Purges the job's oldest records (by slot, then attempt) beyond `keep`.

@@ -1,6 +1,7 @@
 //! Text a record carries, made storable: any UTF-8 is kept as it is (JSON escapes NUL and
 //! control characters and gives them back unchanged); only an error text longer than
-//! [`MAX_ERROR_BYTES`] is cut, and the record's text says so.
+//! [`MAX_ERROR_BYTES`], or than what the server's `max_payload` leaves room for, is cut, and
+//! the record's text says so.
 //!
 //! A later issue merges this with the RabbitMQ store's copy (`anarchon-amqp/src/text.rs`).
 
@@ -29,13 +30,9 @@ pub(crate) fn cap<'a>(text: &'a str, max: usize, store: &str) -> Cow<'a, str> {
     ))
 }
 
-/// The record as it is stored: its error text capped by [`cap`].
-pub(crate) fn storable<'a>(record: &'a RunRecord, store: &str) -> Cow<'a, RunRecord> {
-    match record
-        .error
-        .as_deref()
-        .map(|e| cap(e, MAX_ERROR_BYTES, store))
-    {
+/// The record as it is stored: its error text capped by [`cap`] at `max` bytes.
+pub(crate) fn storable<'a>(record: &'a RunRecord, store: &str, max: usize) -> Cow<'a, RunRecord> {
+    match record.error.as_deref().map(|e| cap(e, max, store)) {
         Some(Cow::Owned(capped)) => {
             let mut r = record.clone();
             r.error = Some(capped);
