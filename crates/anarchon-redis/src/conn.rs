@@ -956,10 +956,12 @@ pub(crate) fn parse_row(job: &JobName, m: &BTreeMap<String, String>) -> Option<R
         scheduled_at: num("sched")?,
         instance_id: m.get("inst")?.clone(),
         manual: m.get("man").is_some_and(|v| v == "1"),
-        attempt: num("att")? as u32,
+        // A number out of range is a row anarchon did not write: refused like a missing
+        // field (the caller reports it as `Corrupt`).
+        attempt: u32::try_from(num("att")?).ok()?,
         reason: Reason::parse(m.get("rsn")?)?,
         status: RunStatus::parse(m.get("st")?)?,
-        fence: num("fence").unwrap_or(0) as u64,
+        fence: u64::try_from(num("fence").unwrap_or(0)).ok()?,
         started_at: num("start")?,
         finished_at: num("fin"),
         error: m.get("err").cloned(),

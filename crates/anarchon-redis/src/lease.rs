@@ -697,11 +697,16 @@ fn view(
             location: format!("run {run}"),
             reason: format!("unknown status {st:?}; remove the key or choose another prefix"),
         })?;
+    let attempt = u32::try_from(int(Some(att)).unwrap_or(0)).map_err(|_| Error::Corrupt {
+        store: STORE,
+        location: format!("run {run}"),
+        reason: format!("attempt {att:?} is out of range; remove the key or choose another prefix"),
+    })?;
     let owner = own.as_string().filter(|o| !o.is_empty());
     Ok(RunView {
         run: run.clone(),
         status,
-        attempt: int(Some(att)).unwrap_or(0) as u32,
+        attempt,
         owner,
         expires_at: int(Some(exp)).unwrap_or(0),
         store_now: now,
