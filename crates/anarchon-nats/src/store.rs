@@ -22,6 +22,10 @@ use crate::error::NatsError;
 use crate::options::{NatsOptions, Storage};
 use crate::url::Credentials;
 
+/// The longest subject the store publishes to: well within the server's control line
+/// (`max_control_line`, 4 KiB by default), which also holds the reply subject.
+const MAX_SUBJECT_BYTES: usize = 3072;
+
 /// The oldest NATS server this store is tested against.
 const MIN_VERSION: (u32, u32) = (2, 9);
 
@@ -482,6 +486,20 @@ impl NatsStore {
             if record.manual { "m" } else { "r" },
             hex(&record.instance_id)
         );
+        // The server reads a subject within its control line (4 KiB by default) and drops
+        // the connection for a longer one: refuse it here instead.
+        if subject.len() > MAX_SUBJECT_BYTES {
+            return Err(Error::OutOfRange {
+                option: "instance_id",
+                value: format!("{} bytes", record.instance_id.len()),
+                allowed: format!(
+                    "at most about {} bytes on the NATS store: a record's subject holds it \
+                     hex-encoded and stays within {MAX_SUBJECT_BYTES} bytes",
+                    MAX_SUBJECT_BYTES.saturating_sub(subject.len() - 2 * record.instance_id.len())
+                        / 2
+                ),
+            });
+        }
         let body = self.record_body(record)?;
         self.publish(
             "record",

@@ -277,16 +277,65 @@ async fn handler_error_text_is_recorded_as_given_or_cut_saying_so() {
     store.close().await.unwrap();
 }
 
-/// On a server with a small `max_payload` (8 KiB) a 64 KiB error text is cut further to
-/// fit and recorded, saying so; a record that cannot fit at all (an instance id of 16 KiB)
-/// is refused at once with `OutOfRange` naming the server's limit, not retried.
+/// An instance id too long for a record's subject (which holds it hex-encoded) is refused
+/// with `OutOfRange` naming `instance_id`, instead of a subject beyond the server's control
+/// line, for which the server drops the connection; the store goes on working.
+#[tokio::test]
+async fn an_instance_id_too_long_for_a_subject_is_refused_and_the_connection_lives() {
+    let Some(url) = server_url("ANARCHON_NATS_URL") else {
+        return;
+    };
+    let prefix = format!("anarchon-test-{:016x}", rand::random::<u64>());
+    let store = NatsStore::connect_with(
+        &url,
+        NatsOptions::default()
+            .prefix(&prefix)
+            .storage(Storage::Memory)
+            .operation_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let job = unique_job("long-id");
+    store.prepare(&prep(&job)).await.unwrap();
+    let err = store
+        .record(
+            &record(&job, 1_000, &"i".repeat(3000), None),
+            Retention::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                option: "instance_id",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    store
+        .record(
+            &record(&job, 2_000, &"i".repeat(1000), None),
+            Retention::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.history(&job, 10).await.unwrap().len(), 1);
+    delete_stream(&store, &prefix).await;
+    store.close().await.unwrap();
+}
+
+/// On a server with a small `max_payload` (1 KiB) a 64 KiB error text is cut further to
+/// fit and recorded, saying so; a record that cannot fit at all (an instance id of 1400
+/// bytes) is refused at once with `OutOfRange` naming the server's limit, not retried.
 #[tokio::test]
 async fn a_record_too_large_for_the_server_is_cut_to_fit_or_refused_at_once() {
     let dir =
         std::env::temp_dir().join(format!("anarchon-nats-conf-{:08x}", rand::random::<u32>()));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("small.conf");
-    std::fs::write(&conf, "max_payload: 8192\n").unwrap();
+    std::fs::write(&conf, "max_payload: 1024\n").unwrap();
     let Some(server) = OwnNats::start(&["-js", "-c", conf.to_str().unwrap()]) else {
         return;
     };
@@ -304,19 +353,19 @@ async fn a_record_too_large_for_the_server_is_cut_to_fit_or_refused_at_once() {
         .unwrap();
     let history = store.history(&job, 10).await.unwrap();
     let text = history[0].error.clone().unwrap();
-    assert!(text.len() < 8192, "{}", text.len());
+    assert!(text.len() < 1024, "{}", text.len());
     assert!(text.contains("more bytes cut"), "{text}");
     let began = std::time::Instant::now();
     let err = store
         .record(
-            &record(&job, 2_000, &"i".repeat(16 * 1024), None),
+            &record(&job, 2_000, &"i".repeat(1400), None),
             Retention::default(),
         )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
     assert!(!err.is_transient());
-    assert!(err.to_string().contains("8192"), "{err}");
+    assert!(err.to_string().contains("1024"), "{err}");
     assert!(began.elapsed() < Duration::from_secs(2));
     store.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
