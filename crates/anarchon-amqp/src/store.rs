@@ -282,6 +282,27 @@ fn connect_reason(e: &amqprs::error::Error, password: &str) -> String {
     }
 }
 
+/// What a channel closed with 406 (`PRECONDITION_FAILED`) means. Neither is worth sending
+/// again: a message larger than the server's `max_message_size` is `OutOfRange`; anything
+/// else is a queue of that name declared with other settings, `Corrupt`.
+fn refusal(reason: &str, queue: &str) -> Error {
+    if reason.contains("max size") {
+        return Error::OutOfRange {
+            option: "record",
+            value: format!("a message to {queue:?}"),
+            allowed: format!("what the server's max_message_size lets through; it said: {reason}"),
+        };
+    }
+    Error::Corrupt {
+        store: STORE,
+        location: format!("queue {queue:?}"),
+        reason: format!(
+            "it exists with other settings ({reason}); every instance must use the same store \
+             options (slot_ttl, history_max_bytes), or delete the queue"
+        ),
+    }
+}
+
 fn parse_version(v: &str) -> (u32, u32) {
     let mut parts = v
         .split(['.', '-', '+'])
@@ -490,25 +511,7 @@ impl AmqpStore {
         e: impl ToString,
     ) -> Error {
         match live.close_reason() {
-            // 406 for the content: the message is larger than the server's
-            // `max_message_size`. Sending it again cannot help.
-            Some(reason) if reason.starts_with("406") && reason.contains("max size") => {
-                Error::OutOfRange {
-                    option: "record",
-                    value: format!("a message to {queue:?}"),
-                    allowed: format!(
-                        "what the server's max_message_size lets through; it said: {reason}"
-                    ),
-                }
-            }
-            Some(reason) if reason.starts_with("406") => Error::Corrupt {
-                store: STORE,
-                location: format!("queue {queue:?}"),
-                reason: format!(
-                    "it exists with other settings ({reason}); every instance must use the same \
-                     store options (slot_ttl, history_max_bytes), or delete the queue"
-                ),
-            },
+            Some(reason) if reason.starts_with("406") => refusal(&reason, queue),
             Some(reason) => Error::store(STORE, operation, format!("channel closed: {reason}")),
             None if !live.conn.is_open() => {
                 self.unavailable(format!("connection lost: {}", e.to_string()))
@@ -945,6 +948,31 @@ impl ClaimStore for AmqpStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_406_for_the_size_is_out_of_range_and_any_other_406_corrupt() {
+        let size = refusal(
+            "406 PRECONDITION_FAILED - message size 134217729 is larger than configured max \
+             size 134217728",
+            "q",
+        );
+        assert!(
+            matches!(
+                size,
+                Error::OutOfRange {
+                    option: "record",
+                    ..
+                }
+            ),
+            "{size:?}"
+        );
+        assert!(!size.is_transient() && size.to_string().contains("134217728"));
+        let args = refusal(
+            "406 PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'q' in vhost '/'",
+            "q",
+        );
+        assert!(matches!(args, Error::Corrupt { .. }), "{args:?}");
+    }
 
     #[test]
     fn b26_rabbitmq_older_than_3_9_is_refused_with_its_version() {
