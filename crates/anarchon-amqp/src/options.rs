@@ -57,7 +57,8 @@ impl AmqpOptions {
     /// `jitter_ms + max_late_ms` must be shorter; the scheduler checks that when a job is
     /// registered. All instances must use the same value: a gate queue declared with
     /// another one is refused by the server. From [`MIN_SLOT_TTL`](Self::MIN_SLOT_TTL) (1 s)
-    /// to [`MAX_SLOT_TTL`](Self::MAX_SLOT_TTL) (about 49.7 days).
+    /// to [`MAX_SLOT_TTL`](Self::MAX_SLOT_TTL) (about 49.7 days), and longer than
+    /// [`operation_timeout`](Self::operation_timeout).
     pub fn slot_ttl(mut self, ttl: Duration) -> Self {
         self.slot_ttl = ttl;
         self
@@ -169,6 +170,20 @@ impl AmqpOptions {
             Self::MIN_TIMEOUT,
             Self::MAX_TIMEOUT,
         )?;
+        // A claim declares the gate queue and then publishes to it, within
+        // `operation_timeout`; a queue that expired in between would be declared afresh by
+        // the next claimer, and both would win.
+        if self.slot_ttl <= self.operation_timeout {
+            return Err(AmqpError::OutOfRange {
+                option: "slot_ttl",
+                value: format!("{:?}", self.slot_ttl),
+                allowed: format!(
+                    "longer than operation_timeout ({:?}): a run's gate queue must outlive a \
+                     claim",
+                    self.operation_timeout
+                ),
+            });
+        }
         Ok(())
     }
 }

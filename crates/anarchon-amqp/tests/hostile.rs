@@ -88,6 +88,8 @@ fn expected(opts: &AmqpOptions, d: &Set) -> Option<&'static str> {
         Some("operation_timeout")
     } else if !t(d.conn) {
         Some("connect_timeout")
+    } else if d.ttl <= d.op {
+        Some("slot_ttl")
     } else {
         None
     }
@@ -125,7 +127,7 @@ proptest! {
             (Err(e), Some(w)) => {
                 prop_assert_eq!(named(&e), w, "{}", e);
                 if let AmqpError::OutOfRange { value, allowed, .. } = &e {
-                    prop_assert!(!value.is_empty() && allowed.starts_with("from"), "{}", e);
+                    prop_assert!(!value.is_empty() && (allowed.starts_with("from") || allowed.starts_with("longer than")), "{}", e);
                 }
                 let core: Error = e.into();
                 let is_option_error =
@@ -176,6 +178,22 @@ fn the_reported_overflows_are_typed_errors() {
         assert!(matches!(err, AmqpError::OutOfRange { .. }), "{err:?}");
         assert!(text.contains(option) && text.contains("from "), "{text}");
     }
+    let err = AmqpOptions::default()
+        .slot_ttl(Duration::from_secs(5))
+        .operation_timeout(Duration::from_secs(5))
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AmqpError::OutOfRange {
+                option: "slot_ttl",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("operation_timeout"), "{err}");
     let text = AmqpOptions::default()
         .history_max_bytes(u64::MAX)
         .validate()
@@ -207,20 +225,23 @@ fn record(job: &anarchon_core::JobName, slot: i64, error: Option<String>) -> Run
 
 /// The largest and smallest values of every bounded option are accepted by RabbitMQ: the
 /// gate queue takes `x-expires` = `MAX_SLOT_TTL`, the stream takes `MAX_HISTORY_MAX_BYTES`
-/// (and its segment size), the longest timeouts work.
+/// (and its segment size), the longest timeouts work. (A slot TTL must also outlive a
+/// claim, `operation_timeout`: see `the_reported_overflows_are_typed_errors`.)
 #[tokio::test]
 async fn the_limits_work_on_the_server() {
     let Some(url) = server_url("ANARCHON_AMQP_URL") else {
         return;
     };
-    for (ttl, bytes) in [
+    for (ttl, bytes, op) in [
         (
             AmqpOptions::MAX_SLOT_TTL,
             AmqpOptions::MAX_HISTORY_MAX_BYTES,
+            AmqpOptions::MAX_TIMEOUT,
         ),
         (
             AmqpOptions::MIN_SLOT_TTL,
             AmqpOptions::MIN_HISTORY_MAX_BYTES,
+            Duration::from_millis(900),
         ),
     ] {
         let prefix = format!("anarchon-test-{:016x}", rand::random::<u64>());
@@ -228,7 +249,7 @@ async fn the_limits_work_on_the_server() {
             .prefix(&prefix)
             .slot_ttl(ttl)
             .history_max_bytes(bytes)
-            .operation_timeout(AmqpOptions::MAX_TIMEOUT)
+            .operation_timeout(op)
             .connect_timeout(AmqpOptions::MAX_TIMEOUT);
         let store = AmqpStore::connect_with(&url, opts).await.unwrap();
         let job = unique_job("limits");
