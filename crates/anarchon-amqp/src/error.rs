@@ -28,6 +28,16 @@ pub enum AmqpError {
         /// Why, and what to do.
         reason: String,
     },
+    /// An option is outside the range the store can honour.
+    #[error("RabbitMQ store option `{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        allowed: String,
+    },
     /// The server could not be reached or refused the connection (refused, DNS,
     /// credentials, virtual host, timeout).
     #[error("cannot connect to RabbitMQ at {target}: {reason}")]
@@ -44,8 +54,17 @@ impl From<AmqpError> for Error {
         match e {
             AmqpError::InvalidUrl { .. } => Error::invalid_option("url", e.to_string()),
             AmqpError::InvalidOption { option, .. } => Error::invalid_option(option, e.to_string()),
+            AmqpError::OutOfRange {
+                option,
+                value,
+                allowed,
+            } => Error::OutOfRange {
+                option,
+                value,
+                allowed,
+            },
             AmqpError::Connect { ref target, .. } => Error::Unavailable {
-                store: crate::store::STORE,
+                store: crate::STORE,
                 target: target.clone(),
                 source: e.to_string().into(),
             },

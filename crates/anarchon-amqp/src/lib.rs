@@ -41,6 +41,11 @@
 mod error;
 mod options;
 mod store;
+mod text;
+mod url;
+
+/// The store kind in errors and logs.
+pub(crate) const STORE: &str = "rabbitmq";
 
 /// The `amqprs` crate this store is built on, to open a connection of your own.
 pub use amqprs;

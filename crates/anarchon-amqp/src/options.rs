@@ -56,7 +56,9 @@ impl AmqpOptions {
     /// claim of the same slot after it would win again, so every job's
     /// `jitter_ms + max_late_ms` must be shorter; the scheduler checks that when a job is
     /// registered. All instances must use the same value: a gate queue declared with
-    /// another one is refused by the server.
+    /// another one is refused by the server. From [`MIN_SLOT_TTL`](Self::MIN_SLOT_TTL) (1 s)
+    /// to [`MAX_SLOT_TTL`](Self::MAX_SLOT_TTL) (about 49.7 days), and longer than
+    /// [`operation_timeout`](Self::operation_timeout).
     pub fn slot_ttl(mut self, ttl: Duration) -> Self {
         self.slot_ttl = ttl;
         self
@@ -65,7 +67,9 @@ impl AmqpOptions {
     /// Upper bound of the bytes each job's history stream keeps on the server (default
     /// 8 MiB, `x-max-length-bytes`). History is kept by count (`history_size`); this bound
     /// only keeps the stream from growing without end, and should hold a few times
-    /// `history_size` records.
+    /// `history_size` records. From 64 KiB to 1 TiB
+    /// ([`MIN_HISTORY_MAX_BYTES`](Self::MIN_HISTORY_MAX_BYTES),
+    /// [`MAX_HISTORY_MAX_BYTES`](Self::MAX_HISTORY_MAX_BYTES)).
     pub fn history_max_bytes(mut self, bytes: u64) -> Self {
         self.history_max_bytes = bytes;
         self
@@ -86,19 +90,40 @@ impl AmqpOptions {
     }
 
     /// Upper bound of every request to the server (default 5 s). A claim whose confirm does
-    /// not come back within it is reported as unknown and its slot skipped.
+    /// not come back within it is reported as unknown and its slot skipped. From 1 ms to 1 h
+    /// ([`MIN_TIMEOUT`](Self::MIN_TIMEOUT), [`MAX_TIMEOUT`](Self::MAX_TIMEOUT)).
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self
     }
 
-    /// Upper bound of establishing a connection (default 5 s).
+    /// Upper bound of establishing a connection (default 5 s), from 1 ms to 1 h.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), AmqpError> {
+    /// The shortest [`slot_ttl`](Self::slot_ttl): 1 s.
+    pub const MIN_SLOT_TTL: Duration = Duration::from_secs(1);
+    /// The longest [`slot_ttl`](Self::slot_ttl): 4 294 967 295 ms (about 49.7 days), the
+    /// largest `x-expires` RabbitMQ accepts (an Erlang timer).
+    pub const MAX_SLOT_TTL: Duration = Duration::from_millis(u32::MAX as u64);
+    /// The smallest [`history_max_bytes`](Self::history_max_bytes): 64 KiB.
+    pub const MIN_HISTORY_MAX_BYTES: u64 = 64 * 1024;
+    /// The largest [`history_max_bytes`](Self::history_max_bytes): 1 TiB (RabbitMQ reads
+    /// `x-max-length-bytes` as a signed 64-bit number; a history stream never needs more).
+    pub const MAX_HISTORY_MAX_BYTES: u64 = 1 << 40;
+    /// The shortest [`operation_timeout`](Self::operation_timeout) and
+    /// [`connect_timeout`](Self::connect_timeout): 1 ms.
+    pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+    /// The longest [`operation_timeout`](Self::operation_timeout) and
+    /// [`connect_timeout`](Self::connect_timeout): 1 h.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+    /// Checks every option against its bounds (the `MIN_*` and `MAX_*` constants); the
+    /// constructors of [`AmqpStore`](crate::AmqpStore) call it first. An option out of
+    /// range is an [`AmqpError::OutOfRange`] naming it, its value and the range.
+    pub fn validate(&self) -> Result<(), AmqpError> {
         let p = &self.prefix;
         if p.is_empty()
             || p.len() > 64
@@ -108,31 +133,74 @@ impl AmqpOptions {
         {
             return Err(AmqpError::InvalidOption {
                 option: "prefix",
-                reason: format!("{p:?} must be 1 to 64 ASCII letters, digits, '_' or '-'"),
+                reason: format!(
+                    "{:?} must be 1 to 64 ASCII letters, digits, '_' or '-'",
+                    p.chars().take(80).collect::<String>()
+                ),
             });
         }
-        if self.slot_ttl < Duration::from_secs(1) {
-            return Err(AmqpError::InvalidOption {
-                option: "slot_ttl",
-                reason: "must be at least 1 s: it is how long a claimed slot stays claimed".into(),
-            });
-        }
-        if self.history_max_bytes < 64 * 1024 {
-            return Err(AmqpError::InvalidOption {
+        within(
+            "slot_ttl",
+            self.slot_ttl,
+            Self::MIN_SLOT_TTL,
+            Self::MAX_SLOT_TTL,
+        )?;
+        if !(Self::MIN_HISTORY_MAX_BYTES..=Self::MAX_HISTORY_MAX_BYTES)
+            .contains(&self.history_max_bytes)
+        {
+            return Err(AmqpError::OutOfRange {
                 option: "history_max_bytes",
-                reason: "must be at least 64 KiB".into(),
+                value: self.history_max_bytes.to_string(),
+                allowed: format!(
+                    "from {} (64 KiB) to {} (1 TiB) bytes",
+                    Self::MIN_HISTORY_MAX_BYTES,
+                    Self::MAX_HISTORY_MAX_BYTES
+                ),
             });
         }
-        if self.operation_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(AmqpError::InvalidOption {
-                option: if self.operation_timeout.is_zero() {
-                    "operation_timeout"
-                } else {
-                    "connect_timeout"
-                },
-                reason: "must be longer than zero".into(),
+        within(
+            "operation_timeout",
+            self.operation_timeout,
+            Self::MIN_TIMEOUT,
+            Self::MAX_TIMEOUT,
+        )?;
+        within(
+            "connect_timeout",
+            self.connect_timeout,
+            Self::MIN_TIMEOUT,
+            Self::MAX_TIMEOUT,
+        )?;
+        // A claim declares the gate queue and then publishes to it, within
+        // `operation_timeout`; a queue that expired in between would be declared afresh by
+        // the next claimer, and both would win.
+        if self.slot_ttl <= self.operation_timeout {
+            return Err(AmqpError::OutOfRange {
+                option: "slot_ttl",
+                value: format!("{:?}", self.slot_ttl),
+                allowed: format!(
+                    "longer than operation_timeout ({:?}): a run's gate queue must outlive a \
+                     claim",
+                    self.operation_timeout
+                ),
             });
         }
         Ok(())
     }
+}
+
+/// Refuses a duration outside `min..=max`, naming the option, the value and the range.
+fn within(
+    option: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), AmqpError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(AmqpError::OutOfRange {
+        option,
+        value: format!("{value:?}"),
+        allowed: format!("from {min:?} to {max:?}"),
+    })
 }

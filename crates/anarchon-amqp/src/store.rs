@@ -22,10 +22,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::STORE;
 use crate::error::AmqpError;
 use crate::options::AmqpOptions;
 
-pub(crate) const STORE: &str = "rabbitmq";
+/// The largest segment of a stream queue RabbitMQ accepts (`x-stream-max-segment-size-bytes`).
+const MAX_SEGMENT_BYTES: i64 = 3_000_000_000;
 
 /// The oldest RabbitMQ this store supports: streams (history) arrived in 3.9.
 const MIN_VERSION: (u32, u32) = (3, 9);
@@ -245,88 +247,13 @@ impl std::fmt::Debug for AmqpStore {
     }
 }
 
-/// Decodes `%XX` escapes of a URL's parts.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len() + 1
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Parses `amqp://[user[:password]@]host[:port][/vhost]` (user and password default to
-/// `guest`, the port to 5672, the virtual host to `/`).
+/// The connection arguments of `url` and its password (kept to scrub it from driver
+/// errors).
 fn parse_url(url: &str) -> std::result::Result<(OpenConnectionArguments, String), AmqpError> {
-    let bad = |reason: &str| AmqpError::InvalidUrl {
-        url: redact_url(url),
-        reason: reason.into(),
-    };
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(bad("it has no scheme"));
-    };
-    match scheme {
-        "amqp" => {}
-        "amqps" => {
-            return Err(bad(
-                "amqps is not built into this store yet; open a TLS connection with amqprs (its \
-                 `tls` feature) and pass it to AmqpStore::from_connection",
-            ));
-        }
-        other => {
-            return Err(bad(&format!(
-                "the scheme {other:?} is not supported (use amqp)"
-            )));
-        }
-    }
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
-    let (userinfo, hostport) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-    let (user, pass) = match userinfo {
-        Some(u) => match u.split_once(':') {
-            Some((u, p)) => (percent_decode(u), percent_decode(p)),
-            None => (percent_decode(u), String::new()),
-        },
-        None => ("guest".into(), "guest".into()),
-    };
-    let (host, port) = match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-            let port = p
-                .parse::<u16>()
-                .map_err(|_| bad(&format!("the port {p:?} is not a number")))?;
-            (h, port)
-        }
-        _ => (hostport, 5672),
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(bad("it names no host"));
-    }
-    let vhost = if path.is_empty() {
-        "/".to_string()
-    } else {
-        percent_decode(path)
-    };
-    let mut args = OpenConnectionArguments::new(host, port, &user, &pass);
-    args.virtual_host(&vhost).connection_name("anarchon");
-    Ok((args, pass))
+    let u = crate::url::parse(url)?;
+    let mut args = OpenConnectionArguments::new(&u.host, u.port, &u.user, &u.password);
+    args.virtual_host(&u.vhost).connection_name("anarchon");
+    Ok((args, u.password))
 }
 
 /// A reason for a failed connection that never carries the credentials.
@@ -352,6 +279,27 @@ fn connect_reason(e: &amqprs::error::Error, password: &str) -> String {
         text
     } else {
         text.replace(password, "***")
+    }
+}
+
+/// What a channel closed with 406 (`PRECONDITION_FAILED`) means. Neither is worth sending
+/// again: a message larger than the server's `max_message_size` is `OutOfRange`; anything
+/// else is a queue of that name declared with other settings, `Corrupt`.
+fn refusal(reason: &str, queue: &str) -> Error {
+    if reason.contains("max size") {
+        return Error::OutOfRange {
+            option: "record",
+            value: format!("a message to {queue:?}"),
+            allowed: format!("what the server's max_message_size lets through; it said: {reason}"),
+        };
+    }
+    Error::Corrupt {
+        store: STORE,
+        location: format!("queue {queue:?}"),
+        reason: format!(
+            "it exists with other settings ({reason}); every instance must use the same store \
+             options (slot_ttl, history_max_bytes), or delete the queue"
+        ),
     }
 }
 
@@ -563,14 +511,7 @@ impl AmqpStore {
         e: impl ToString,
     ) -> Error {
         match live.close_reason() {
-            Some(reason) if reason.starts_with("406") => Error::Corrupt {
-                store: STORE,
-                location: format!("queue {queue:?}"),
-                reason: format!(
-                    "it exists with other settings ({reason}); every instance must use the same \
-                     store options (slot_ttl, history_max_bytes), or delete the queue"
-                ),
-            },
+            Some(reason) if reason.starts_with("406") => refusal(&reason, queue),
             Some(reason) => Error::store(STORE, operation, format!("channel closed: {reason}")),
             None if !live.conn.is_open() => {
                 self.unavailable(format!("connection lost: {}", e.to_string()))
@@ -585,20 +526,24 @@ impl AmqpStore {
         args.insert(field("x-overflow"), FieldValue::from("reject-publish"));
         args.insert(
             field("x-expires"),
-            FieldValue::l(self.opts.slot_ttl.as_millis() as i64),
+            // Bounded by `AmqpOptions::MAX_SLOT_TTL` (u32 ms): the conversion cannot fail.
+            FieldValue::l(i64::try_from(self.opts.slot_ttl.as_millis()).unwrap_or(i64::MAX)),
         );
         args
     }
 
     fn stream_args(&self) -> FieldTable {
-        let max = self.opts.history_max_bytes as i64;
+        // Bounded by `AmqpOptions::MAX_HISTORY_MAX_BYTES` (1 TiB): the conversion cannot fail.
+        let max = i64::try_from(self.opts.history_max_bytes).unwrap_or(i64::MAX);
         let mut args = FieldTable::new();
         args.insert(field("x-queue-type"), FieldValue::from("stream"));
         args.insert(field("x-max-length-bytes"), FieldValue::l(max));
         // Retention drops whole segments: small ones keep the bound close.
         args.insert(
             field("x-stream-max-segment-size-bytes"),
-            FieldValue::l((max / 8).max(16 * 1024)),
+            // RabbitMQ refuses a segment above 3 GB; up to that, the same value as ever (a
+            // stream declared with other arguments is refused with 406).
+            FieldValue::l((max / 8).clamp(16 * 1024, MAX_SEGMENT_BYTES)),
         );
         args
     }
@@ -657,7 +602,7 @@ impl AmqpStore {
         queue: &str,
         rx: oneshot::Receiver<bool>,
     ) -> Result<bool> {
-        let deadline = tokio::time::Instant::now() + self.opts.operation_timeout;
+        let start = tokio::time::Instant::now();
         tokio::pin!(rx);
         loop {
             tokio::select! {
@@ -668,7 +613,7 @@ impl AmqpStore {
                     if !live.usable() {
                         return Err(self.channel_err(live, operation, queue, "the channel closed"));
                     }
-                    if tokio::time::Instant::now() >= deadline {
+                    if start.elapsed() >= self.opts.operation_timeout {
                         return Err(self.timeout(operation));
                     }
                 }
@@ -706,7 +651,9 @@ impl AmqpStore {
                         format!("the server refused the message to {queue:?} (nack)"),
                     ));
                 }
-                Err(e @ Error::Corrupt { .. }) => return Err(e),
+                // Refused for what it is (another queue of the name, a message too large):
+                // sending it again cannot help.
+                Err(e @ (Error::Corrupt { .. } | Error::OutOfRange { .. })) => return Err(e),
                 Err(e) if tries >= 3 => return Err(e),
                 Err(e) => {
                     tracing::debug!(error = %e, %queue, "retrying an append to a stream");
@@ -758,7 +705,7 @@ impl AmqpStore {
         let queue = self.history_queue(&record.job);
         let body = serde_json::to_vec(&Entry {
             keep: retention.size,
-            record: record.clone(),
+            record: crate::text::storable(record, "RabbitMQ").into_owned(),
         })
         .map_err(|e| Error::store(STORE, "record", e))?;
         let props = BasicProperties::default()
@@ -1003,6 +950,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_406_for_the_size_is_out_of_range_and_any_other_406_corrupt() {
+        let size = refusal(
+            "406 PRECONDITION_FAILED - message size 134217729 is larger than configured max \
+             size 134217728",
+            "q",
+        );
+        assert!(
+            matches!(
+                size,
+                Error::OutOfRange {
+                    option: "record",
+                    ..
+                }
+            ),
+            "{size:?}"
+        );
+        assert!(!size.is_transient() && size.to_string().contains("134217728"));
+        let args = refusal(
+            "406 PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'q' in vhost '/'",
+            "q",
+        );
+        assert!(matches!(args, Error::Corrupt { .. }), "{args:?}");
+    }
+
+    #[test]
     fn b26_rabbitmq_older_than_3_9_is_refused_with_its_version() {
         let err = check_server("RabbitMQ", "3.8.27").unwrap_err();
         assert!(matches!(err, Error::ServerTooOld { .. }), "{err:?}");
@@ -1012,37 +984,5 @@ mod tests {
         assert!(check_server("RabbitMQ", "3.13.7").is_ok());
         assert!(check_server("RabbitMQ", "4.0.5").is_ok());
         assert!(check_server("LavinMQ", "1.2.0").is_err());
-    }
-
-    #[test]
-    fn urls_are_parsed_with_defaults_and_decoded_parts() {
-        let (args, pass) = parse_url("amqp://app:p%40ss@mq.example:5673/prod").unwrap();
-        assert_eq!(pass, "p@ss");
-        assert_eq!(args.get_host(), "mq.example");
-        assert_eq!(args.get_port(), 5673);
-        assert_eq!(args.get_virtual_host(), "prod");
-        let (args, pass) = parse_url("amqp://localhost").unwrap();
-        assert_eq!(
-            (args.get_port(), args.get_virtual_host(), pass.as_str()),
-            (5672, "/", "guest")
-        );
-        let (args, _) = parse_url("amqp://localhost/%2f").unwrap();
-        assert_eq!(args.get_virtual_host(), "/");
-        for bad in [
-            "localhost:5672",
-            "http://x",
-            "amqp://",
-            "amqp://u:secret@:5672",
-            "amqp://h:port",
-        ] {
-            let Err(err) = parse_url(bad) else {
-                panic!("{bad} was accepted");
-            };
-            assert!(
-                matches!(err, AmqpError::InvalidUrl { .. }),
-                "{bad}: {err:?}"
-            );
-            assert!(!err.to_string().contains("secret"), "{err}");
-        }
     }
 }

@@ -27,6 +27,16 @@ pub enum NatsError {
         /// Why, and what to do.
         reason: String,
     },
+    /// An option is outside the range the store can honour.
+    #[error("NATS store option `{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        allowed: String,
+    },
     /// The server could not be reached or refused the connection (refused, DNS, TLS,
     /// credentials, timeout).
     #[error("cannot connect to NATS at {target}: {reason}")]
@@ -43,8 +53,17 @@ impl From<NatsError> for Error {
         match e {
             NatsError::InvalidUrl { .. } => Error::invalid_option("url", e.to_string()),
             NatsError::InvalidOption { option, .. } => Error::invalid_option(option, e.to_string()),
+            NatsError::OutOfRange {
+                option,
+                value,
+                allowed,
+            } => Error::OutOfRange {
+                option,
+                value,
+                allowed,
+            },
             NatsError::Connect { ref target, .. } => Error::Unavailable {
-                store: crate::store::STORE,
+                store: crate::STORE,
                 target: target.clone(),
                 source: e.to_string().into(),
             },

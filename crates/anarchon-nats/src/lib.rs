@@ -37,6 +37,11 @@
 mod error;
 mod options;
 mod store;
+mod text;
+mod url;
+
+/// The store kind in errors and logs.
+pub(crate) const STORE: &str = "nats";
 
 /// The `async-nats` crate this store is built on, to build a client of your own.
 pub use async_nats;

@@ -64,7 +64,9 @@ impl NatsOptions {
     /// How long the stream remembers a claim's message id (default 5 min). A claim of the
     /// same slot after it would win again, so every job's `jitter_ms + max_late_ms` must be
     /// shorter; the scheduler checks that when a job is registered. An existing stream with
-    /// another window is refused by `prepare`.
+    /// another window is refused by `prepare`. From 1 s to 365 days
+    /// ([`MIN_DUPLICATE_WINDOW`](Self::MIN_DUPLICATE_WINDOW),
+    /// [`MAX_DUPLICATE_WINDOW`](Self::MAX_DUPLICATE_WINDOW)).
     pub fn duplicate_window(mut self, window: Duration) -> Self {
         self.duplicate_window = window;
         self
@@ -78,19 +80,35 @@ impl NatsOptions {
     }
 
     /// Upper bound of every request to the server (default 5 s). A claim whose answer does
-    /// not come back within it is reported as unknown and its slot skipped.
+    /// not come back within it is reported as unknown and its slot skipped. From 1 ms to 1 h
+    /// ([`MIN_TIMEOUT`](Self::MIN_TIMEOUT), [`MAX_TIMEOUT`](Self::MAX_TIMEOUT)).
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self
     }
 
-    /// Upper bound of establishing the first connection (default 5 s).
+    /// Upper bound of establishing the first connection (default 5 s), from 1 ms to 1 h.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), NatsError> {
+    /// The shortest [`duplicate_window`](Self::duplicate_window): 1 s.
+    pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(1);
+    /// The longest [`duplicate_window`](Self::duplicate_window): 365 days (the longest
+    /// `jitter_ms` or `max_late_ms` of a job; the server keeps every claim's id that long).
+    pub const MAX_DUPLICATE_WINDOW: Duration = Duration::from_secs(365 * 86_400);
+    /// The shortest [`operation_timeout`](Self::operation_timeout) and
+    /// [`connect_timeout`](Self::connect_timeout): 1 ms.
+    pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+    /// The longest [`operation_timeout`](Self::operation_timeout) and
+    /// [`connect_timeout`](Self::connect_timeout): 1 h.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+    /// Checks every option against its bounds (the `MIN_*` and `MAX_*` constants); the
+    /// constructors of [`NatsStore`](crate::NatsStore) call it first. An option out of range
+    /// is a [`NatsError::OutOfRange`] naming it, its value and the range.
+    pub fn validate(&self) -> Result<(), NatsError> {
         let p = &self.prefix;
         if p.is_empty()
             || p.len() > 64
@@ -101,29 +119,47 @@ impl NatsOptions {
             return Err(NatsError::InvalidOption {
                 option: "prefix",
                 reason: format!(
-                    "{p:?} must be 1 to 64 ASCII letters, digits, '_' or '-' (it names a stream and \
-                     starts every subject)"
+                    "{:?} must be 1 to 64 ASCII letters, digits, '_' or '-' (it names a stream \
+                     and starts every subject)",
+                    p.chars().take(80).collect::<String>()
                 ),
             });
         }
-        if self.duplicate_window < Duration::from_secs(1) {
-            return Err(NatsError::InvalidOption {
-                option: "duplicate_window",
-                reason: "must be at least 1 s: it is how long a claimed slot stays claimed".into(),
-            });
-        }
-        if self.operation_timeout.is_zero() {
-            return Err(NatsError::InvalidOption {
-                option: "operation_timeout",
-                reason: "must be longer than zero".into(),
-            });
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(NatsError::InvalidOption {
-                option: "connect_timeout",
-                reason: "must be longer than zero".into(),
-            });
-        }
+        within(
+            "duplicate_window",
+            self.duplicate_window,
+            Self::MIN_DUPLICATE_WINDOW,
+            Self::MAX_DUPLICATE_WINDOW,
+        )?;
+        within(
+            "operation_timeout",
+            self.operation_timeout,
+            Self::MIN_TIMEOUT,
+            Self::MAX_TIMEOUT,
+        )?;
+        within(
+            "connect_timeout",
+            self.connect_timeout,
+            Self::MIN_TIMEOUT,
+            Self::MAX_TIMEOUT,
+        )?;
         Ok(())
     }
+}
+
+/// Refuses a duration outside `min..=max`, naming the option, the value and the range.
+fn within(
+    option: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), NatsError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(NatsError::OutOfRange {
+        option,
+        value: format!("{value:?}"),
+        allowed: format!("from {min:?} to {max:?}"),
+    })
 }

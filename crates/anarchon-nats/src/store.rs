@@ -17,10 +17,14 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::RwLock;
 
+use crate::STORE;
 use crate::error::NatsError;
 use crate::options::{NatsOptions, Storage};
+use crate::url::Credentials;
 
-pub(crate) const STORE: &str = "nats";
+/// The longest subject the store publishes to: well within the server's control line
+/// (`max_control_line`, 4 KiB by default), which also holds the reply subject.
+const MAX_SUBJECT_BYTES: usize = 3072;
 
 /// The oldest NATS server this store is tested against.
 const MIN_VERSION: (u32, u32) = (2, 9);
@@ -78,83 +82,6 @@ fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Checks the URL's scheme before the client sees it (the client would also take a bare
-/// `host:port` or a `ws://` URL, which this store does not promise to support).
-fn check_url(url: &str) -> std::result::Result<(), NatsError> {
-    let redacted = redact_url(url);
-    let mut any = false;
-    // The client takes a comma-separated list of servers.
-    for part in url.split(',') {
-        let part = part.trim();
-        let Some((scheme, rest)) = part.split_once("://") else {
-            return Err(NatsError::InvalidUrl {
-                url: redacted,
-                reason: "it has no scheme".into(),
-            });
-        };
-        if !matches!(scheme, "nats" | "tls") {
-            return Err(NatsError::InvalidUrl {
-                url: redacted,
-                reason: format!("the scheme {scheme:?} is not supported (use nats or tls)"),
-            });
-        }
-        let host = rest.rsplit('@').next().unwrap_or("");
-        if host.is_empty() || host.starts_with(':') {
-            return Err(NatsError::InvalidUrl {
-                url: redacted,
-                reason: "it names no host".into(),
-            });
-        }
-        any = true;
-    }
-    if !any {
-        return Err(NatsError::InvalidUrl {
-            url: redacted,
-            reason: "it is empty".into(),
-        });
-    }
-    Ok(())
-}
-
-/// Decodes `%XX` escapes of a URL's user or password.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The credentials in the URL (the first server's that has any): a user and password, or a
-/// token (a user without a password).
-fn credentials(url: &str) -> std::result::Result<Option<(String, Option<String>)>, NatsError> {
-    for part in url.split(',') {
-        let addr: async_nats::ServerAddr =
-            part.trim().parse().map_err(|_| NatsError::InvalidUrl {
-                url: redact_url(url),
-                reason: "it could not be parsed".into(),
-            })?;
-        if let Some(user) = addr.username() {
-            return Ok(Some((
-                percent_decode(user),
-                addr.password().map(percent_decode),
-            )));
-        }
-    }
-    Ok(None)
-}
-
 fn connect_reason(e: &async_nats::ConnectError) -> String {
     use async_nats::ConnectErrorKind as K;
     match e.kind() {
@@ -189,13 +116,16 @@ impl NatsStore {
         opts: NatsOptions,
     ) -> std::result::Result<Self, NatsError> {
         opts.validate()?;
-        check_url(url)?;
+        let parsed = crate::url::parse(url)?;
         let target = redact_url(url);
-        // The client does not read credentials from the URL by itself.
+        // The client is given the servers without their user info, and the credentials
+        // apart: it logs each server's address at DEBUG.
         let mut connect = async_nats::ConnectOptions::new();
-        match credentials(url)? {
-            Some((user, Some(pass))) => connect = connect.user_and_password(user, pass),
-            Some((token, None)) => connect = connect.token(token),
+        match parsed.credentials {
+            Some(Credentials::UserPassword(user, pass)) => {
+                connect = connect.user_and_password(user, pass);
+            }
+            Some(Credentials::Token(token)) => connect = connect.token(token),
             None => {}
         }
         let connect = connect
@@ -213,9 +143,10 @@ impl NatsStore {
                     other => tracing::debug!(event = %other, "NATS event"),
                 }
             })
-            .connect(url);
+            .connect(parsed.servers);
         // The client bounds each attempt; this bounds DNS and the whole handshake too.
-        let client = match tokio::time::timeout(opts.connect_timeout * 2, connect).await {
+        let whole = opts.connect_timeout.saturating_mul(2);
+        let client = match tokio::time::timeout(whole, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 return Err(NatsError::Connect {
@@ -226,10 +157,7 @@ impl NatsStore {
             Err(_) => {
                 return Err(NatsError::Connect {
                     target,
-                    reason: format!(
-                        "no answer within {:?}; check the host and port",
-                        opts.connect_timeout * 2
-                    ),
+                    reason: format!("no answer within {whole:?}; check the host and port"),
                 });
             }
         };
@@ -469,11 +397,22 @@ impl NatsStore {
     ) -> Result<async_nats::jetstream::publish::PublishAck> {
         let r = self
             .bounded(operation, async {
-                let ack = self
-                    .js
-                    .send_publish(subject, message)
-                    .await
-                    .map_err(|e| Error::store(STORE, operation, e))?;
+                let ack =
+                    self.js
+                        .send_publish(subject, message)
+                        .await
+                        .map_err(|e| match e.kind() {
+                            // Refused for its size: sending it again cannot help.
+                            PublishErrorKind::MaxPayloadExceeded => Error::OutOfRange {
+                                option: "record",
+                                value: format!("the message of `{operation}`"),
+                                allowed: format!(
+                                    "at most the server's max_payload ({} bytes): {e}",
+                                    self.client.server_info().max_payload
+                                ),
+                            },
+                            _ => Error::store(STORE, operation, e),
+                        })?;
                 ack.await.map_err(|e| match e.kind() {
                     PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => Error::Timeout {
                         store: STORE,
@@ -547,7 +486,21 @@ impl NatsStore {
             if record.manual { "m" } else { "r" },
             hex(&record.instance_id)
         );
-        let body = serde_json::to_vec(record).map_err(|e| Error::store(STORE, "record", e))?;
+        // The server reads a subject within its control line (4 KiB by default) and drops
+        // the connection for a longer one: refuse it here instead.
+        if subject.len() > MAX_SUBJECT_BYTES {
+            return Err(Error::OutOfRange {
+                option: "instance_id",
+                value: format!("{} bytes", record.instance_id.len()),
+                allowed: format!(
+                    "at most about {} bytes on the NATS store: a record's subject holds it \
+                     hex-encoded and stays within {MAX_SUBJECT_BYTES} bytes",
+                    MAX_SUBJECT_BYTES.saturating_sub(subject.len() - 2 * record.instance_id.len())
+                        / 2
+                ),
+            });
+        }
+        let body = self.record_body(record)?;
         self.publish(
             "record",
             subject,
@@ -556,6 +509,26 @@ impl NatsStore {
         .await?;
         self.prune(&stream, &record.job, retention.size as usize)
             .await
+    }
+
+    /// The record as JSON, its error text cut to 64 KiB and further to fit the server's
+    /// `max_payload` (a message above it is refused). Each cut leaves out at least the
+    /// bytes that were too many (a text byte is at least one JSON byte), so a few rounds
+    /// settle it; what still does not fit is refused by the publish as `OutOfRange`.
+    fn record_body(&self, record: &RunRecord) -> Result<Vec<u8>> {
+        let max_payload = self.client.server_info().max_payload;
+        let mut cap = crate::text::MAX_ERROR_BYTES;
+        loop {
+            let stored = crate::text::storable(record, "NATS", cap);
+            let body = serde_json::to_vec(stored.as_ref())
+                .map_err(|e| Error::store(STORE, "record", e))?;
+            let over = body.len().saturating_sub(max_payload);
+            if over == 0 || max_payload == 0 || cap == 0 || record.error.is_none() {
+                return Ok(body);
+            }
+            // The note the cut adds is under 200 bytes.
+            cap = cap.saturating_sub(over.saturating_add(200));
+        }
     }
 
     /// Purges the job's oldest records (by slot, then attempt) beyond `keep`.

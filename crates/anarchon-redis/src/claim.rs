@@ -248,7 +248,9 @@ impl RedisClaimStore {
             key.clone().into(),
             "MAXLEN".into(),
             "~".into(),
-            (self.conn.opts.stream_max_len as i64).into(),
+            i64::try_from(self.conn.opts.stream_max_len)
+                .unwrap_or(i64::MAX)
+                .into(),
             format!("{}-1", c.run.slot).into(),
             "i".into(),
             c.instance_id.clone().into(),
@@ -279,7 +281,9 @@ impl RedisClaimStore {
             c.run.slot.to_string().into(),
             "MAXLEN".into(),
             "~".into(),
-            (self.conn.opts.stream_max_len as i64).into(),
+            i64::try_from(self.conn.opts.stream_max_len)
+                .unwrap_or(i64::MAX)
+                .into(),
             "*".into(),
             "i".into(),
             c.instance_id.clone().into(),

@@ -168,15 +168,20 @@ impl Conn {
                 });
             }
         }
-        let config = Config::from_url(url).map_err(|e| RedisError::InvalidUrl {
+        // fred sees the URL without its user info; the credentials are set apart.
+        let split = crate::url::split(url)?;
+        let mut config = Config::from_url(&split.bare).map_err(|e| RedisError::InvalidUrl {
             url: redacted.clone(),
             reason: e.details().to_string(),
         })?;
+        config.username = split.username;
+        config.password = split.password;
         let (cmd, conn) = (opts.command_timeout, opts.connect_timeout);
         let policy = ReconnectPolicy::new_exponential(
             0,
-            opts.reconnect_min.as_millis().min(u32::MAX as u128) as u32,
-            opts.reconnect_max.as_millis().min(u32::MAX as u128) as u32,
+            // Bounded by `RedisOptions::MAX_TIMEOUT` (1 h): far below `u32::MAX` ms.
+            u32::try_from(opts.reconnect_min.as_millis()).unwrap_or(u32::MAX),
+            u32::try_from(opts.reconnect_max.as_millis()).unwrap_or(u32::MAX),
             2,
         );
         let client = Builder::from_config(config)
@@ -634,7 +639,7 @@ impl Conn {
             .map_err(|e| self.map_err("time", e))?;
         let secs: i64 = t.first().and_then(|s| s.parse().ok()).unwrap_or(0);
         let micros: i64 = t.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let now = secs * 1000 + micros / 1000;
+        let now = secs.saturating_mul(1000).saturating_add(micros / 1000);
         self.observe_clock(now);
         Ok(now)
     }
@@ -655,14 +660,23 @@ impl Conn {
         self.clock
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .map(|(ms, at)| ms + at.elapsed().as_millis() as EpochMs)
+            .map(|(ms, at)| {
+                ms.saturating_add(
+                    EpochMs::try_from(at.elapsed().as_millis()).unwrap_or(EpochMs::MAX),
+                )
+            })
     }
 
     /// The deadline on the server clock after which a write sent now must have no effect:
     /// by then this process has given up on the answer.
     pub(crate) fn deadline(&self) -> String {
         match self.estimated_now() {
-            Some(now) => (now + self.opts.command_timeout.as_millis() as EpochMs).to_string(),
+            Some(now) => now
+                .saturating_add(
+                    EpochMs::try_from(self.opts.command_timeout.as_millis())
+                        .unwrap_or(EpochMs::MAX),
+                )
+                .to_string(),
             None => "0".into(),
         }
     }
@@ -928,7 +942,8 @@ pub(crate) fn row_fields(r: &RunRecord) -> Vec<String> {
         f.extend(["fin".into(), fin.to_string()]);
     }
     if let Some(err) = &r.error {
-        f.extend(["err".into(), err.clone()]);
+        let err = crate::text::cap(err, crate::text::MAX_ERROR_BYTES, "Redis");
+        f.extend(["err".into(), err.into_owned()]);
     }
     f
 }
@@ -941,10 +956,12 @@ pub(crate) fn parse_row(job: &JobName, m: &BTreeMap<String, String>) -> Option<R
         scheduled_at: num("sched")?,
         instance_id: m.get("inst")?.clone(),
         manual: m.get("man").is_some_and(|v| v == "1"),
-        attempt: num("att")? as u32,
+        // A number out of range is a row anarchon did not write: refused like a missing
+        // field (the caller reports it as `Corrupt`).
+        attempt: u32::try_from(num("att")?).ok()?,
         reason: Reason::parse(m.get("rsn")?)?,
         status: RunStatus::parse(m.get("st")?)?,
-        fence: num("fence").unwrap_or(0) as u64,
+        fence: u64::try_from(num("fence").unwrap_or(0)).ok()?,
         started_at: num("start")?,
         finished_at: num("fin"),
         error: m.get("err").cloned(),

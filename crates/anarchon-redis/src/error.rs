@@ -25,6 +25,16 @@ pub enum RedisError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// An option is outside the range the store can honour.
+    #[error("Redis store option `{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        allowed: String,
+    },
     /// An option has a value that cannot work.
     #[error("invalid Redis store option `{option}`: {reason}")]
     InvalidOption {
@@ -37,10 +47,24 @@ pub enum RedisError {
 
 impl From<RedisError> for Error {
     fn from(e: RedisError) -> Self {
+        if let RedisError::OutOfRange {
+            option,
+            value,
+            allowed,
+        } = e
+        {
+            return Error::OutOfRange {
+                option,
+                value,
+                allowed,
+            };
+        }
         let option = match &e {
             RedisError::InvalidUrl { .. } => "url",
             RedisError::InvalidPrefix { .. } => "prefix",
-            RedisError::InvalidOption { option, .. } => option,
+            RedisError::InvalidOption { option, .. } | RedisError::OutOfRange { option, .. } => {
+                option
+            }
         };
         Error::invalid_option(option, e.to_string())
     }

@@ -248,7 +248,11 @@ impl RedisStore {
             lease.attempt.to_string(),
             lease.instance_id.clone(),
             finish.status.as_str().into(),
-            finish.error.clone().unwrap_or_default(),
+            finish
+                .error
+                .as_deref()
+                .map(|e| crate::text::cap(e, crate::text::MAX_ERROR_BYTES, "Redis").into_owned())
+                .unwrap_or_default(),
             if finish.error.is_some() { "1" } else { "0" }.into(),
             finish.retention.size.max(1).to_string(),
             finish.retention.ttl_ms.unwrap_or(0).to_string(),
@@ -693,11 +697,16 @@ fn view(
             location: format!("run {run}"),
             reason: format!("unknown status {st:?}; remove the key or choose another prefix"),
         })?;
+    let attempt = u32::try_from(int(Some(att)).unwrap_or(0)).map_err(|_| Error::Corrupt {
+        store: STORE,
+        location: format!("run {run}"),
+        reason: format!("attempt {att:?} is out of range; remove the key or choose another prefix"),
+    })?;
     let owner = own.as_string().filter(|o| !o.is_empty());
     Ok(RunView {
         run: run.clone(),
         status,
-        attempt: int(Some(att)).unwrap_or(0) as u32,
+        attempt,
         owner,
         expires_at: int(Some(exp)).unwrap_or(0),
         store_now: now,

@@ -52,6 +52,8 @@ mod lease;
 mod options;
 mod pubsub;
 mod scripts;
+mod text;
+mod url;
 
 pub use claim::{RedisClaimStore, Strategy};
 pub use error::RedisError;

@@ -1,0 +1,43 @@
+//! Text a record carries, made storable: any UTF-8 is kept as it is (Redis strings are
+//! binary-safe: NUL and control characters come back unchanged); only an error text longer
+//! than [`MAX_ERROR_BYTES`] is cut, and the record's text says so.
+//!
+//! A later issue merges this with the copies of the RabbitMQ and NATS stores.
+
+use std::borrow::Cow;
+
+/// The most bytes of a handler's error text a record keeps (64 KiB).
+pub(crate) const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary) followed by a note saying
+/// how many bytes were left out; unchanged when it fits.
+pub(crate) fn cap<'a>(text: &'a str, max: usize, store: &str) -> Cow<'a, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… [anarchon: {} more bytes cut; the {store} store keeps at most {max} bytes of an \
+         error text]",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_text_is_cut_at_a_char_boundary_and_says_so() {
+        assert_eq!(cap("short\0text", 64, "x"), "short\0text");
+        let long = "é".repeat(100); // 200 bytes
+        let cut = cap(&long, 51, "x");
+        assert!(cut.starts_with(&"é".repeat(25)), "{cut}");
+        assert!(cut.contains("150 more bytes cut"), "{cut}");
+        assert!(cut.contains("at most 51 bytes"), "{cut}");
+    }
+}
