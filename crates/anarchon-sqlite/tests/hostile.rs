@@ -133,21 +133,36 @@ fn b43_each_extreme_of_each_timeout() {
 #[tokio::test(flavor = "multi_thread")]
 async fn b43_odd_paths_and_prefixes_are_refused_by_type() {
     let dir = tempfile::tempdir().expect("temp dir");
-    for table in ["", "a\0b", "x\"; DROP TABLE y; --", "\u{202e}runs", &"a".repeat(10_000)] {
+    for table in [
+        "",
+        "a\0b",
+        "x\"; DROP TABLE y; --",
+        "\u{202e}runs",
+        &"a".repeat(10_000),
+    ] {
         let r = SqliteStore::connect_with(
             dir.path().join("t.db"),
             SqliteOptions::default().table(table),
         )
         .await;
         assert!(
-            matches!(r, Err(Error::InvalidOption { option: "table", .. })),
+            matches!(
+                r,
+                Err(Error::InvalidOption {
+                    option: "table",
+                    ..
+                })
+            ),
             "{table:?}: {r:?}"
         );
     }
     let nul = dir.path().join("a\0b.db");
     let r = SqliteStore::connect(&nul).await;
     assert!(
-        matches!(r, Err(Error::Unavailable { .. } | Error::InvalidOption { .. })),
+        matches!(
+            r,
+            Err(Error::Unavailable { .. } | Error::InvalidOption { .. })
+        ),
         "{r:?}"
     );
 }
