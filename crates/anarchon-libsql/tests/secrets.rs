@@ -111,6 +111,10 @@ async fn b44_no_secret_reaches_a_log_an_error_or_a_debug() {
     shown.push(format!("{builder:?}"));
     let logs = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
     assert!(logs.contains("capture check"), "the capture works");
+    assert!(
+        logs.contains("hyper"),
+        "the driver's own logs are captured too:\n{logs}"
+    );
     for text in shown.iter().chain(std::iter::once(&logs)) {
         assert!(!text.contains(SECRET), "the secret was shown:\n{text}");
     }

@@ -40,6 +40,30 @@ pub enum PostgresError {
         /// What was given.
         name: String,
     },
+    /// An option (or the URL's `connect_timeout`) is outside the range the store can
+    /// honour: PostgreSQL's `statement_timeout` is an `int4` of milliseconds, a pool of
+    /// zero connections runs nothing.
+    #[error("`{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option's name, as its setter is named (`timeout`, `pool_size`).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, with the limits.
+        allowed: String,
+    },
+    /// A text PostgreSQL cannot store as given (an instance id with a NUL byte: `text`
+    /// holds no NUL).
+    #[error(
+        "the {input} {shown:?} holds a NUL byte, which PostgreSQL text cannot hold: give an \
+         {input} without control characters"
+    )]
+    UnstorableText {
+        /// What the text is (`instance id`).
+        input: &'static str,
+        /// The text as given (the message shows it escaped, each NUL as `\0`).
+        shown: String,
+    },
     /// The connection pool could not be built.
     #[error("could not build the PostgreSQL connection pool: {reason}")]
     Pool {
@@ -50,10 +74,22 @@ pub enum PostgresError {
 
 impl From<PostgresError> for Error {
     fn from(e: PostgresError) -> Self {
-        let option = match &e {
+        let option = match e {
             PostgresError::InvalidUrl { .. } | PostgresError::Pool { .. } => "url",
             PostgresError::InvalidTable { .. } => "table",
             PostgresError::InvalidSchema { .. } => "schema",
+            PostgresError::UnstorableText { .. } => "instance_id",
+            PostgresError::OutOfRange {
+                option,
+                value,
+                allowed,
+            } => {
+                return Error::OutOfRange {
+                    option,
+                    value,
+                    allowed,
+                };
+            }
         };
         Error::InvalidOption {
             option,
