@@ -1171,16 +1171,29 @@ mod tests {
     async fn b43_an_unreachable_server_is_unavailable_and_names_the_url_without_secrets() {
         // Port 9 (discard) on loopback: nothing listens there on these machines.
         let err = LibsqlStore::connect_with(
-            "http://user:hunter2@127.0.0.1:9",
+            "http://127.0.0.1:9",
             crate::LibsqlOptions::default()
-                .auth_token("token")
+                .auth_token("hunter2")
                 .call_timeout(Duration::from_secs(5)),
         )
         .await
         .unwrap_err();
-        let msg = err.to_string();
+        let msg = format!("{err} {err:?}");
         assert!(
             matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }),
+            "{err:?}"
+        );
+        assert!(
+            !msg.contains("hunter2") && msg.contains("127.0.0.1:9"),
+            "{msg}"
+        );
+        // Credentials in the URL are refused before anything is sent, without showing them.
+        let err = LibsqlStore::connect("http://user:hunter2@127.0.0.1:9")
+            .await
+            .unwrap_err();
+        let msg = format!("{err} {err:?}");
+        assert!(
+            matches!(err, Error::InvalidOption { option: "url", .. }),
             "{err:?}"
         );
         assert!(!msg.contains("hunter2"), "{msg}");
