@@ -102,6 +102,70 @@ impl From<PostgresError> for Error {
 /// anarchon, [`anarchon_core::redact_url`], under the name this crate has always used.
 pub use anarchon_core::redact_url as redact;
 
+/// The parameter names libpq knows (PostgreSQL 17), for [`shown`].
+pub(crate) const LIBPQ_KEYS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "require_auth",
+    "channel_binding",
+    "connect_timeout",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+    "replication",
+    "gssencmode",
+    "sslmode",
+    "sslnegotiation",
+    "requiressl",
+    "sslcompression",
+    "sslcert",
+    "sslkey",
+    "sslcertmode",
+    "sslpassword",
+    "sslrootcert",
+    "sslcrl",
+    "sslcrldir",
+    "sslsni",
+    "requirepeer",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "krbsrvname",
+    "gsslib",
+    "gssdelegation",
+    "service",
+    "target_session_attrs",
+    "load_balance_hosts",
+];
+
+/// A connection string as errors, `Debug` and logs show it: [`redact`] for a URL and for a
+/// `key=value` list of libpq parameters. A `key=value` list that does not read as one (a
+/// word without `=`, an unknown name, an unclosed quote) is not shown at all: a password
+/// with a space left unquoted (`password=two words`) would otherwise show its second word
+/// as a parameter name, which no redactor can tell from one.
+pub(crate) fn shown(conn: &str) -> String {
+    let text = conn.trim();
+    if !text.contains("://")
+        && !crate::tls::key_values(text)
+            .is_ok_and(|pairs| pairs.iter().all(|(k, _)| LIBPQ_KEYS.contains(&k.as_str())))
+    {
+        return "(a key=value connection string that does not read as libpq parameters; not \
+                shown, since it may hold a password)"
+            .into();
+    }
+    redact(conn)
+}
+
 /// A driver error whose message says what happened: tokio-postgres's own `Display` is only
 /// "db error" or "error connecting to server", with the cause one `source()` away, where a
 /// log line or `{err}` never looks. The original error stays reachable as the `source()`,

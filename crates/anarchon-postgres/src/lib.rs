@@ -148,10 +148,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("pool_size", &self.pool_size)
             .field("fast_handover", &self.fast_handover)
-            .field(
-                "listen_url",
-                &self.listen_url.as_deref().map(anarchon_core::redact_url),
-            )
+            .field("listen_url", &self.listen_url.as_deref().map(error::shown))
             .field("synchronous_commit", &self.synchronous_commit)
             .finish()
     }
@@ -367,9 +364,24 @@ fn parse_url(
     url: &str,
 ) -> std::result::Result<(tokio_postgres::Config, tls::Connector), PostgresError> {
     let invalid = |reason: String| PostgresError::InvalidUrl {
-        url: redact(url),
+        url: error::shown(url),
         reason,
     };
+    // A `key=value` list is read here first, so that the driver's messages (which name an
+    // unknown parameter by its text: maybe a word of an unquoted password) never show.
+    if !url.trim().contains("://") {
+        let pairs = tls::key_values(url).map_err(invalid)?;
+        if let Some(i) = pairs
+            .iter()
+            .position(|(k, _)| !error::LIBPQ_KEYS.contains(&k.as_str()))
+        {
+            return Err(invalid(format!(
+                "parameter {} is not a libpq parameter (quote a value that holds a space: \
+                 password='two words')",
+                i + 1
+            )));
+        }
+    }
     let (config, settings) = tls::parse(url).map_err(invalid)?;
     if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
         return Err(invalid("no host given".into()));
@@ -450,7 +462,14 @@ impl PostgresStore {
             .map_err(|e| PostgresError::Pool {
                 reason: e.to_string(),
             })?;
-        Self::build(pool, true, redact(url), listen, connect_timeout, options)
+        Self::build(
+            pool,
+            true,
+            error::shown(url),
+            listen,
+            connect_timeout,
+            options,
+        )
     }
 
     /// Builds a store and checks at once that the server answers and is new enough, within

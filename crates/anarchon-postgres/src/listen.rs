@@ -90,7 +90,7 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
     }
 }
 

@@ -84,6 +84,11 @@ fn shapes(host: &str, port: u16, user: &str, db: &str) -> Vec<String> {
         format!("host={host} port={port} user={user} password={SECRET} bogus_option=1"),
         format!("host={host} port=notaport user={user} password={SECRET}"),
         format!("host={host} port={port} user={user} password = {SECRET} sslmode=disable"),
+        // A password with a space, unquoted: its second word reads as a parameter name.
+        format!("host={host} port={port} user={user} dbname={db} password=pw {SECRET}"),
+        format!("host={host} port={port} user={user} password=pw {SECRET} sslmode=disable"),
+        format!("host={host} port={port} user={user} password=pw {SECRET}=x"),
+        format!("host={host} port={port} user={user} password=pw {SECRET}=x sslmode=prefer"),
     ];
     for mode in [
         "disable",
@@ -136,7 +141,7 @@ async fn b42_no_password_reaches_a_log_an_error_or_a_debug() {
             match PostgresStore::connect_with(&conn, options).await {
                 Ok(store) => {
                     worked += 1;
-                    shown.push(format!("{store:?}"));
+                    shown.push(format!("{store:?} {:?}", store.pool()));
                     // The store works, and its listener connects with the same string.
                     store
                         .prepare(&anarchon_core::store::Prepare {
