@@ -148,19 +148,47 @@ pub(crate) const LIBPQ_KEYS: &[&str] = &[
     "load_balance_hosts",
 ];
 
-/// A connection string as errors, `Debug` and logs show it: [`redact`] for a URL and for a
-/// `key=value` list of libpq parameters. A `key=value` list that does not read as one (a
-/// word without `=`, an unknown name, an unclosed quote) is not shown at all: a password
-/// with a space left unquoted (`password=two words`) would otherwise show its second word
-/// as a parameter name, which no redactor can tell from one.
-pub(crate) fn shown(conn: &str) -> String {
+/// Why a connection string does not read as libpq parameters, naming a parameter by its
+/// position only: a `key=value` list that does not split into pairs (a word without `=`, an
+/// unclosed quote) or names a parameter libpq does not know; a URL whose query names one.
+/// `None` when it reads cleanly (it may still be refused by the driver, whose messages are
+/// then safe to show: they name only known parameters).
+pub(crate) fn unreadable(conn: &str) -> Option<String> {
     let text = conn.trim();
-    if !text.contains("://")
-        && !crate::tls::key_values(text)
-            .is_ok_and(|pairs| pairs.iter().all(|(k, _)| LIBPQ_KEYS.contains(&k.as_str())))
-    {
-        return "(a key=value connection string that does not read as libpq parameters; not \
-                shown, since it may hold a password)"
+    let keys: Vec<String> = match text.split_once("://") {
+        Some((_, rest)) => match rest.split_once('?') {
+            Some((_, query)) => query
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.split('=').next().unwrap_or("").to_owned())
+                .collect(),
+            None => Vec::new(),
+        },
+        None => match crate::tls::key_values(text) {
+            Ok(pairs) => pairs.into_iter().map(|(k, _)| k).collect(),
+            Err(reason) => return Some(reason),
+        },
+    };
+    keys.iter()
+        .position(|k| !LIBPQ_KEYS.contains(&k.as_str()))
+        .map(|i| {
+            format!(
+                "parameter {} is not a libpq parameter (quote a value that holds a space, \
+                 password='two words', and percent-encode `&`, `=` and `#` in a URL's values)",
+                i + 1
+            )
+        })
+}
+
+/// A connection string as errors, `Debug` and logs show it: [`redact`] when it reads as
+/// libpq parameters. One that does not ([`unreadable`]) is not shown at all: a password
+/// with a space left unquoted (`password=two words`), or with a raw `&` in a URL, would
+/// otherwise show a piece of itself as a parameter name, which no redactor can tell from
+/// one.
+pub(crate) fn shown(conn: &str) -> String {
+    if unreadable(conn).is_some() {
+        return "(a connection string that does not read as libpq parameters; not shown, \
+                since it may hold a password)"
             .into();
     }
     redact(conn)

@@ -367,20 +367,10 @@ fn parse_url(
         url: error::shown(url),
         reason,
     };
-    // A `key=value` list is read here first, so that the driver's messages (which name an
-    // unknown parameter by its text: maybe a word of an unquoted password) never show.
-    if !url.trim().contains("://") {
-        let pairs = tls::key_values(url).map_err(invalid)?;
-        if let Some(i) = pairs
-            .iter()
-            .position(|(k, _)| !error::LIBPQ_KEYS.contains(&k.as_str()))
-        {
-            return Err(invalid(format!(
-                "parameter {} is not a libpq parameter (quote a value that holds a space: \
-                 password='two words')",
-                i + 1
-            )));
-        }
+    // Read here first, so that the driver's messages (which name an unknown parameter by
+    // its text: maybe a piece of a password) never show.
+    if let Some(reason) = error::unreadable(url) {
+        return Err(invalid(reason));
     }
     let (config, settings) = tls::parse(url).map_err(invalid)?;
     if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {

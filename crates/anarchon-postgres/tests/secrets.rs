@@ -89,6 +89,9 @@ fn shapes(host: &str, port: u16, user: &str, db: &str) -> Vec<String> {
         format!("host={host} port={port} user={user} password=pw {SECRET} sslmode=disable"),
         format!("host={host} port={port} user={user} password=pw {SECRET}=x"),
         format!("host={host} port={port} user={user} password=pw {SECRET}=x sslmode=prefer"),
+        // A raw `&` in a URL's password parameter: its tail reads as a parameter name.
+        format!("postgres://{user}@{host}:{port}/{db}?password=pw&{SECRET}"),
+        format!("postgres://{user}@{host}:{port}/{db}?password=pw&{SECRET}=x&sslmode=disable"),
     ];
     for mode in [
         "disable",
