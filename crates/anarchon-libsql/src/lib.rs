@@ -508,7 +508,7 @@ impl LibsqlStore {
             sql_location: self.inner.sql.location.clone(),
             deadline,
         };
-        match tokio::time::timeout(timeout, f(exec, &self.inner.sql)).await {
+        match tokio::time::timeout(timeout, guarded(operation, f(exec, &self.inner.sql))).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 store: KIND,
@@ -612,7 +612,7 @@ impl LibsqlStore {
             })
             .await
         };
-        match tokio::time::timeout(timeout, work).await {
+        match tokio::time::timeout(timeout, guarded(operation, work)).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 store: KIND,
@@ -668,6 +668,32 @@ where
                 pause = pause.saturating_mul(2).min(Duration::from_millis(100));
             }
             other => return other,
+        }
+    }
+}
+
+/// Runs one call's work, turning a panic inside the `libsql` client into
+/// [`Error::Store`]: the client unwraps some answers of the server (an error status whose
+/// body is not UTF-8, as a proxy's binary error page), and a server's answer must not take
+/// down the caller's task. The call's connection is dropped with the future.
+async fn guarded<T>(operation: &'static str, work: impl Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt as _;
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            Err(Error::store(
+                KIND,
+                operation,
+                std::io::Error::other(format!(
+                    "the libSQL client panicked on the server's answer ({what}); the call \
+                     failed"
+                )),
+            ))
         }
     }
 }

@@ -227,3 +227,63 @@ async fn b36_a_handler_error_with_nul_is_recorded_faithfully() {
         assert_eq!(rec.error.as_deref(), Some(error.as_str()), "finish #{i}");
     }
 }
+
+/// Serves every HTTP request with `status` and the raw `body`, on a port of its own.
+fn answer_always(status: &'static str, body: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let mut seen = Vec::new();
+                // Read the head and the body (Content-Length) of one request, then answer.
+                loop {
+                    let Ok(n) = stream.read(&mut buf) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&seen).to_lowercase();
+                    if let Some(head_end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() >= head_end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body);
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A server (or a proxy in front of it) that answers an error status with a body that is
+/// not UTF-8 makes the `libsql` client panic; the store answers an error instead, and the
+/// caller's task goes on.
+#[tokio::test]
+async fn b44_a_server_answer_the_client_panics_on_is_an_error() {
+    let url = answer_always("502 Bad Gateway", b"\xff\xfe\x00binary");
+    let err = LibsqlStore::connect_with(
+        url,
+        LibsqlOptions::default().call_timeout(Duration::from_secs(5)),
+    )
+    .await
+    .expect_err("no store on such a server");
+    assert!(
+        matches!(err, Error::Store { .. } | Error::Unavailable { .. }),
+        "{err:?}"
+    );
+}
