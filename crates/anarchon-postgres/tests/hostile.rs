@@ -317,4 +317,24 @@ async fn b42_an_instance_id_with_nul_is_refused_by_name() {
     };
     let err = store.finish(&lease, &done).await.unwrap_err();
     assert!(is_refused(&err), "{err:?}");
+    lease.instance_id = "host".into();
+    assert_eq!(store.finish(&lease, &done).await.unwrap(), OwnerWrite::Done);
+    // A long id, and one with other odd characters, are text like any other.
+    for id in [
+        "h".repeat(20_000),
+        "esc \u{1b}[31m \u{202e} 😀 ' \" \\".to_owned(),
+    ] {
+        let slot = 10_000 + id.len() as i64;
+        let ClaimOutcome::Won(lease) = store.claim(&claim(&job, slot, &id, now)).await.unwrap()
+        else {
+            panic!("claim by {id:?}");
+        };
+        assert_eq!(store.finish(&lease, &done).await.unwrap(), OwnerWrite::Done);
+        let history = store.history(&job, 100).await.unwrap();
+        assert!(
+            history
+                .iter()
+                .any(|r| r.slot == slot && r.instance_id == id)
+        );
+    }
 }
