@@ -982,9 +982,10 @@ impl Store for LibsqlStore {
             .call_timeout
             .saturating_sub(Duration::from_millis(10))
             .max(Duration::from_millis(1));
-        self.inner
-            .caller_limit_ms
-            .store(limit.as_millis() as u64, Ordering::Relaxed);
+        self.inner.caller_limit_ms.store(
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         let jobs = prepare.jobs.clone();
         self.run("prepare", |mut e, sql| async move {
             // Another instance may have migrated the schema since this one opened it.

@@ -114,6 +114,39 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// [issue 22] The scheduler's store timeout handed over by `prepare`, at any length
+    /// from 2 s to `MAX`, leaves calls working (its milliseconds are saturated to 64 bits,
+    /// no longer cut, which could leave a call 1 ms).
+    #[test]
+    fn b44_any_caller_timeout_from_prepare_leaves_calls_working(
+        secs in 2u64..=u64::MAX,
+        nanos in 0u32..1_000_000_000,
+    ) {
+        let Some(url) = common::double_url() else { return Ok(()) };
+        runtime().block_on(async {
+            let store = LibsqlStore::connect_with(
+                url,
+                LibsqlOptions::default().table(common::prefix("prep")),
+            )
+            .await
+            .expect("store");
+            store
+                .prepare(&anarchon_core::store::Prepare {
+                    jobs: vec![],
+                    instance_id: "i1".into(),
+                    call_timeout: Duration::new(secs, nanos),
+                })
+                .await
+                .expect("prepare");
+            store.now().await.expect("a call after prepare");
+            store.schema_version().await.expect("a call after prepare");
+        });
+    }
+}
+
 #[test]
 fn b44_each_extreme_of_the_call_timeout() {
     let Some(url) = common::double_url() else {
