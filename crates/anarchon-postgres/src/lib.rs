@@ -780,7 +780,12 @@ impl Inner {
         let row = rows
             .first()
             .ok_or_else(|| Error::store(KIND, "connect", "no version row"))?;
-        check_version(row.get(0), row.get(1))
+        // `try_get`: a server that only speaks the protocol (a proxy, a look-alike) may
+        // answer other types; that is an error, not a panic.
+        match (row.try_get(0), row.try_get(1)) {
+            (Ok(num), Ok(version)) => check_version(num, version),
+            (Err(e), _) | (_, Err(e)) => Err(Error::store(KIND, "connect", e)),
+        }
     }
 
     /// Starts the LISTEN task and waits until it listens, at most `connect_timeout`: a

@@ -102,11 +102,24 @@ fn check(what: &str, r: Result<(), Error>, expect: Option<&'static str>) {
 /// Builds a store from the URL and from a pool with these options; panics only if the
 /// store did.
 fn build_both(url: &str, timeout: Duration, connect: Duration, pool: usize) {
+    build_both_with(url, timeout, connect, pool, true, true);
+}
+
+fn build_both_with(
+    url: &str,
+    timeout: Duration,
+    connect: Duration,
+    pool: usize,
+    fast_handover: bool,
+    synchronous_commit: bool,
+) {
     runtime().block_on(async {
         let options = PostgresOptions::default()
             .timeout(timeout)
             .connect_timeout(connect)
-            .pool_size(pool);
+            .pool_size(pool)
+            .fast_handover(fast_handover)
+            .synchronous_commit(synchronous_commit);
         let expect = expected(timeout, connect, pool);
         let r = PostgresStore::connect_with(url, options.clone()).await;
         let r = match r {
@@ -139,9 +152,11 @@ proptest! {
         timeout in any_duration(),
         connect in any_duration(),
         pool in any_size(),
+        fast_handover in any::<bool>(),
+        synchronous_commit in any::<bool>(),
     ) {
         let Some(url) = common::url() else { return Ok(()) };
-        build_both(&url, timeout, connect, pool);
+        build_both_with(&url, timeout, connect, pool, fast_handover, synchronous_commit);
     }
 }
 
@@ -156,6 +171,48 @@ fn b42_each_extreme_of_each_option() {
     }
     for n in sizes() {
         build_both(&url, typical, typical, n);
+    }
+}
+
+/// Table prefixes and schemas that are no plain identifier are refused by name, before
+/// anything is sent.
+#[tokio::test]
+async fn b42_odd_tables_and_schemas_are_refused_by_name() {
+    let Some(url) = common::url() else { return };
+    for name in [
+        "",
+        "a\0b",
+        "Runs",
+        "x\"; DROP TABLE y; --",
+        "\u{202e}runs",
+        &"a".repeat(100),
+    ] {
+        let err = PostgresStore::connect_with(&url, PostgresOptions::default().table(name))
+            .await
+            .expect_err(name);
+        assert!(
+            matches!(
+                err,
+                Error::InvalidOption {
+                    option: "table",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let err = PostgresStore::connect_with(&url, PostgresOptions::default().schema(name))
+            .await
+            .expect_err(name);
+        assert!(
+            matches!(
+                err,
+                Error::InvalidOption {
+                    option: "schema",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }
 
