@@ -74,6 +74,12 @@ pub const BATCH_FINISHES: usize = 64;
 /// The default bound of one call.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The shortest `call_timeout` accepted: no call is answered in no time at all.
+pub const MIN_CALL_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// The longest `call_timeout` accepted: 365 days, the bound of the core's own timeouts.
+pub const MAX_CALL_TIMEOUT: Duration = anarchon_core::options::MAX_DURATION;
+
 /// The store's clock on the server, epoch ms (`julianday` works on every SQLite version).
 const NOW_SQL: &str = "SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
@@ -102,6 +108,26 @@ pub enum LibsqlError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// An option is outside the range the store can honour.
+    #[error("`{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option's name, as its setter is named (`call_timeout`).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, with the limits.
+        allowed: String,
+    },
+    /// The auth token holds a character an HTTP header cannot carry. The token itself is
+    /// never shown.
+    #[error(
+        "invalid auth token: {reason}; give the token exactly as the server issued it \
+         (the token itself is not shown)"
+    )]
+    InvalidAuthToken {
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl From<LibsqlError> for Error {
@@ -109,6 +135,18 @@ impl From<LibsqlError> for Error {
         match e {
             LibsqlError::InvalidUrl { .. } => Error::invalid_option("url", e.to_string()),
             LibsqlError::InvalidTable { .. } => Error::invalid_option("table", e.to_string()),
+            LibsqlError::InvalidAuthToken { .. } => {
+                Error::invalid_option("auth_token", e.to_string())
+            }
+            LibsqlError::OutOfRange {
+                option,
+                value,
+                allowed,
+            } => Error::OutOfRange {
+                option,
+                value,
+                allowed,
+            },
         }
     }
 }
@@ -161,8 +199,11 @@ impl std::fmt::Debug for LibsqlOptions {
 }
 
 impl LibsqlOptions {
-    /// The server's auth token (default none, for a server without authentication).
-    /// Ignored by [`LibsqlStore::from_database`]: the database carries its own.
+    /// The server's auth token (default none, for a server without authentication), sent
+    /// as `Authorization: Bearer <token>`: printable ASCII only, else the store is not
+    /// built ([`Error::InvalidOption`], without the token). This is the only place for the
+    /// token: a URL with credentials is refused, so no secret reaches the HTTP client's
+    /// logs. Ignored by [`LibsqlStore::from_database`]: the database carries its own.
     pub fn auth_token(mut self, token: impl Into<String>) -> Self {
         self.auth_token = token.into();
         self
@@ -174,8 +215,9 @@ impl LibsqlOptions {
         self
     }
 
-    /// The longest any call may take (default 10 s); past it the call fails with
-    /// [`Error::Timeout`].
+    /// The longest any call may take (default 10 s; from [`MIN_CALL_TIMEOUT`] to
+    /// [`MAX_CALL_TIMEOUT`], else the store is not built: [`Error::OutOfRange`]); past it
+    /// the call fails with [`Error::Timeout`].
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
@@ -209,8 +251,9 @@ impl LibsqlStoreBuilder {
         self
     }
 
-    /// The longest any call may take (default 10 s); past it the call fails with
-    /// [`Error::Timeout`].
+    /// The longest any call may take (default 10 s; from [`MIN_CALL_TIMEOUT`] to
+    /// [`MAX_CALL_TIMEOUT`], else the store is not built: [`Error::OutOfRange`]); past it
+    /// the call fails with [`Error::Timeout`].
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
@@ -309,14 +352,11 @@ impl LibsqlStore {
     pub async fn connect_with(url: impl Into<String>, options: LibsqlOptions) -> Result<Self> {
         let url = url.into();
         let shown = redact_url(&url);
-        let scheme = url.split("://").next().unwrap_or("").to_ascii_lowercase();
-        if !url.contains("://") || !matches!(scheme.as_str(), "libsql" | "https" | "http") {
-            return Err(LibsqlError::InvalidUrl {
-                url: shown,
-                reason: "it is not a remote URL",
-            }
-            .into());
-        }
+        check_url(&url).map_err(|reason| LibsqlError::InvalidUrl {
+            url: shown.clone(),
+            reason,
+        })?;
+        check_auth_token(&options.auth_token)?;
         let tables = Self::tables_for(&options)?;
         let db = libsql::Builder::new_remote(url, options.auth_token)
             .build()
@@ -359,7 +399,16 @@ impl LibsqlStore {
         .await
     }
 
+    /// Checks the table prefix and the call timeout (the options every constructor uses).
     fn tables_for(options: &LibsqlOptions) -> Result<Tables> {
+        if !(MIN_CALL_TIMEOUT..=MAX_CALL_TIMEOUT).contains(&options.call_timeout) {
+            return Err(LibsqlError::OutOfRange {
+                option: "call_timeout",
+                value: format!("{:?}", options.call_timeout),
+                allowed: format!("from {MIN_CALL_TIMEOUT:?} to {MAX_CALL_TIMEOUT:?} (365 days)"),
+            }
+            .into());
+        }
         Ok(
             Tables::new(&options.table).map_err(|reason| LibsqlError::InvalidTable {
                 table: options.table.clone(),
@@ -446,7 +495,7 @@ impl LibsqlStore {
             });
         }
         let timeout = self.inner.call_timeout();
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let conn = self
             .inner
             .db
@@ -459,7 +508,7 @@ impl LibsqlStore {
             sql_location: self.inner.sql.location.clone(),
             deadline,
         };
-        match tokio::time::timeout(timeout, f(exec, &self.inner.sql)).await {
+        match tokio::time::timeout(timeout, guarded(operation, f(exec, &self.inner.sql))).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 store: KIND,
@@ -488,7 +537,7 @@ impl LibsqlStore {
             });
         }
         let timeout = self.inner.call_timeout();
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let location = self.inner.sql.location.as_str();
         let (from, to) = script.stash_range();
         let text = script.finish();
@@ -563,7 +612,7 @@ impl LibsqlStore {
             })
             .await
         };
-        match tokio::time::timeout(timeout, work).await {
+        match tokio::time::timeout(timeout, guarded(operation, work)).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 store: KIND,
@@ -610,14 +659,123 @@ where
     loop {
         match f().await {
             Err(Error::Timeout { after, .. })
-                if after.is_zero() && Instant::now() + pause <= deadline =>
+                if after.is_zero()
+                    && Instant::now()
+                        .checked_add(pause)
+                        .is_some_and(|t| t <= deadline) =>
             {
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
+                pause = pause.saturating_mul(2).min(Duration::from_millis(100));
             }
             other => return other,
         }
     }
+}
+
+/// Runs one call's work, turning a panic inside the `libsql` client into
+/// [`Error::Store`]: the client unwraps some answers of the server (an error status whose
+/// body is not UTF-8, as a proxy's binary error page), and a server's answer must not take
+/// down the caller's task. The call's connection is dropped with the future.
+async fn guarded<T>(operation: &'static str, work: impl Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt as _;
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            Err(Error::store(
+                KIND,
+                operation,
+                std::io::Error::other(format!(
+                    "the libSQL client panicked on the server's answer ({what}); the call \
+                     failed"
+                )),
+            ))
+        }
+    }
+}
+
+/// Now + `after`. The call timeout is bounded ([`MAX_CALL_TIMEOUT`]), so the sum fits; the
+/// fallbacks only keep this free of panics.
+fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after)
+        .or_else(|| now.checked_add(MAX_CALL_TIMEOUT))
+        .unwrap_or(now)
+}
+
+/// Checks that `url` is a remote libSQL URL that carries no secret: the `libsql`, `https`
+/// or `http` scheme, a host, no user information (`user:password@`), no query parameter
+/// that names a secret (`authToken=`, `token=`, `password=` ...), no fragment. The HTTP
+/// client under `libsql` logs the URLs it requests at TRACE, so a URL that reaches it must
+/// hold nothing secret: the token goes in [`LibsqlOptions::auth_token`].
+fn check_url(url: &str) -> std::result::Result<(), &'static str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("it is not a remote URL");
+    };
+    if !matches!(
+        scheme.to_ascii_lowercase().as_str(),
+        "libsql" | "https" | "http"
+    ) {
+        return Err("it is not a remote URL");
+    }
+    if rest.contains('@') {
+        // A password may hold `/`, `?` or `#`, so any `@` may end one.
+        return Err(
+            "it carries credentials (`user:password@`): libSQL takes none in the URL; pass the \
+             token with LibsqlOptions::auth_token",
+        );
+    }
+    if rest.contains('#') {
+        return Err("it has a fragment (`#...`), which a libSQL URL never has");
+    }
+    if rest.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("it holds a space or a control character");
+    }
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    if host.is_empty() {
+        return Err("it names no host");
+    }
+    if let Some((_, query)) = rest.split_once('?') {
+        for pair in query.split('&') {
+            let key = pair.split('=').next().unwrap_or("").to_ascii_lowercase();
+            if ["token", "password", "secret", "jwt", "key"]
+                .iter()
+                .any(|s| key.contains(s))
+            {
+                return Err(
+                    "a query parameter carries a secret (a token, a password, a key): pass the \
+                     token with LibsqlOptions::auth_token instead",
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the token can travel in an HTTP header (`Bearer <token>`): printable ASCII.
+fn check_auth_token(token: &str) -> std::result::Result<(), LibsqlError> {
+    if let Some((i, c)) = token
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_graphic() || *c == ' '))
+    {
+        return Err(LibsqlError::InvalidAuthToken {
+            reason: format!(
+                "character {} of {} is {}, which an HTTP header cannot carry",
+                token[..i].chars().count() + 1,
+                token.chars().count(),
+                if c.is_control() {
+                    "a control character"
+                } else {
+                    "not printable ASCII"
+                }
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The only outcome of a batch of one.
@@ -735,12 +893,14 @@ impl RemoteExec {
                 Err(e) => {
                     let err = self.err(e);
                     if !matches!(err, Error::Timeout { .. })
-                        || Instant::now() + pause > self.deadline
+                        || Instant::now()
+                            .checked_add(pause)
+                            .is_none_or(|t| t > self.deadline)
                     {
                         return Err(err);
                     }
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
+                    pause = pause.saturating_mul(2).min(Duration::from_millis(100));
                 }
             }
         }
@@ -822,9 +982,10 @@ impl Store for LibsqlStore {
             .call_timeout
             .saturating_sub(Duration::from_millis(10))
             .max(Duration::from_millis(1));
-        self.inner
-            .caller_limit_ms
-            .store(limit.as_millis() as u64, Ordering::Relaxed);
+        self.inner.caller_limit_ms.store(
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         let jobs = prepare.jobs.clone();
         self.run("prepare", |mut e, sql| async move {
             // Another instance may have migrated the schema since this one opened it.
@@ -1037,16 +1198,29 @@ mod tests {
     async fn b43_an_unreachable_server_is_unavailable_and_names_the_url_without_secrets() {
         // Port 9 (discard) on loopback: nothing listens there on these machines.
         let err = LibsqlStore::connect_with(
-            "http://user:hunter2@127.0.0.1:9",
+            "http://127.0.0.1:9",
             crate::LibsqlOptions::default()
-                .auth_token("token")
+                .auth_token("hunter2")
                 .call_timeout(Duration::from_secs(5)),
         )
         .await
         .unwrap_err();
-        let msg = err.to_string();
+        let msg = format!("{err} {err:?}");
         assert!(
             matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }),
+            "{err:?}"
+        );
+        assert!(
+            !msg.contains("hunter2") && msg.contains("127.0.0.1:9"),
+            "{msg}"
+        );
+        // Credentials in the URL are refused before anything is sent, without showing them.
+        let err = LibsqlStore::connect("http://user:hunter2@127.0.0.1:9")
+            .await
+            .unwrap_err();
+        let msg = format!("{err} {err:?}");
+        assert!(
+            matches!(err, Error::InvalidOption { option: "url", .. }),
             "{err:?}"
         );
         assert!(!msg.contains("hunter2"), "{msg}");

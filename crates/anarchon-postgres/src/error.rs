@@ -40,6 +40,30 @@ pub enum PostgresError {
         /// What was given.
         name: String,
     },
+    /// An option (or the URL's `connect_timeout`) is outside the range the store can
+    /// honour: PostgreSQL's `statement_timeout` is an `int4` of milliseconds, a pool of
+    /// zero connections runs nothing.
+    #[error("`{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option's name, as its setter is named (`timeout`, `pool_size`).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, with the limits.
+        allowed: String,
+    },
+    /// A text PostgreSQL cannot store as given (an instance id with a NUL byte: `text`
+    /// holds no NUL).
+    #[error(
+        "the {input} {shown:?} holds a NUL byte, which PostgreSQL text cannot hold: give an \
+         {input} without control characters"
+    )]
+    UnstorableText {
+        /// What the text is (`instance id`).
+        input: &'static str,
+        /// The text as given (the message shows it escaped, each NUL as `\0`).
+        shown: String,
+    },
     /// The connection pool could not be built.
     #[error("could not build the PostgreSQL connection pool: {reason}")]
     Pool {
@@ -50,10 +74,22 @@ pub enum PostgresError {
 
 impl From<PostgresError> for Error {
     fn from(e: PostgresError) -> Self {
-        let option = match &e {
+        let option = match e {
             PostgresError::InvalidUrl { .. } | PostgresError::Pool { .. } => "url",
             PostgresError::InvalidTable { .. } => "table",
             PostgresError::InvalidSchema { .. } => "schema",
+            PostgresError::UnstorableText { .. } => "instance_id",
+            PostgresError::OutOfRange {
+                option,
+                value,
+                allowed,
+            } => {
+                return Error::OutOfRange {
+                    option,
+                    value,
+                    allowed,
+                };
+            }
         };
         Error::InvalidOption {
             option,
@@ -65,6 +101,98 @@ impl From<PostgresError> for Error {
 /// Hides the secrets of a connection string, URL or `key=value`: the one redactor of
 /// anarchon, [`anarchon_core::redact_url`], under the name this crate has always used.
 pub use anarchon_core::redact_url as redact;
+
+/// The parameter names libpq knows (PostgreSQL 17), for [`shown`].
+pub(crate) const LIBPQ_KEYS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "require_auth",
+    "channel_binding",
+    "connect_timeout",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+    "replication",
+    "gssencmode",
+    "sslmode",
+    "sslnegotiation",
+    "requiressl",
+    "sslcompression",
+    "sslcert",
+    "sslkey",
+    "sslcertmode",
+    "sslpassword",
+    "sslrootcert",
+    "sslcrl",
+    "sslcrldir",
+    "sslsni",
+    "requirepeer",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "krbsrvname",
+    "gsslib",
+    "gssdelegation",
+    "service",
+    "target_session_attrs",
+    "load_balance_hosts",
+];
+
+/// Why a connection string does not read as libpq parameters, naming a parameter by its
+/// position only: a `key=value` list that does not split into pairs (a word without `=`, an
+/// unclosed quote) or names a parameter libpq does not know; a URL whose query names one.
+/// `None` when it reads cleanly (it may still be refused by the driver, whose messages are
+/// then safe to show: they name only known parameters).
+pub(crate) fn unreadable(conn: &str) -> Option<String> {
+    let text = conn.trim();
+    let keys: Vec<String> = match text.split_once("://") {
+        Some((_, rest)) => match rest.split_once('?') {
+            Some((_, query)) => query
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.split('=').next().unwrap_or("").to_owned())
+                .collect(),
+            None => Vec::new(),
+        },
+        None => match crate::tls::key_values(text) {
+            Ok(pairs) => pairs.into_iter().map(|(k, _)| k).collect(),
+            Err(reason) => return Some(reason),
+        },
+    };
+    keys.iter()
+        .position(|k| !LIBPQ_KEYS.contains(&k.as_str()))
+        .map(|i| {
+            format!(
+                "parameter {} is not a libpq parameter (quote a value that holds a space, \
+                 password='two words', and percent-encode `&`, `=` and `#` in a URL's values)",
+                i + 1
+            )
+        })
+}
+
+/// A connection string as errors, `Debug` and logs show it: [`redact`] when it reads as
+/// libpq parameters. One that does not ([`unreadable`]) is not shown at all: a password
+/// with a space left unquoted (`password=two words`), or with a raw `&` in a URL, would
+/// otherwise show a piece of itself as a parameter name, which no redactor can tell from
+/// one.
+pub(crate) fn shown(conn: &str) -> String {
+    if unreadable(conn).is_some() {
+        return "(a connection string that does not read as libpq parameters; not shown, \
+                since it may hold a password)"
+            .into();
+    }
+    redact(conn)
+}
 
 /// A driver error whose message says what happened: tokio-postgres's own `Display` is only
 /// "db error" or "error connecting to server", with the cause one `source()` away, where a

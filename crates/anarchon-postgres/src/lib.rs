@@ -87,6 +87,22 @@ pub use tokio_postgres;
 use error::{KIND, is_connection_lost, is_retryable, map_pg, map_pool};
 use sql::{Names, Sql};
 
+/// The longest `timeout` accepted: PostgreSQL's `statement_timeout` is an `int4` of
+/// milliseconds (24 days, 20 h, 31 min, 23.647 s).
+pub const MAX_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The longest `connect_timeout` accepted (also in the URL): 365 days, the bound of the
+/// core's own timeouts.
+pub const MAX_CONNECT_TIMEOUT: Duration = anarchon_core::options::MAX_DURATION;
+
+/// The shortest `timeout` and `connect_timeout` accepted: PostgreSQL counts whole
+/// milliseconds, and its `statement_timeout = 0` would mean "no limit".
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// The largest `pool_size` accepted. A server takes `max_connections` (100 by default,
+/// 262 143 at most) from every instance together; the pool reserves its slots up front.
+pub const MAX_POOL_SIZE: usize = 10_000;
+
 /// How often a statement is run again after a serialization failure or a deadlock before
 /// the error is returned.
 const MAX_RETRIES: u32 = 16;
@@ -104,11 +120,14 @@ pub struct PostgresOptions {
     /// Schema (default `public`); created by `prepare` if missing.
     pub schema: String,
     /// Bound of every store call: the server's `statement_timeout` on connections the store
-    /// opens, and a client-side timeout around every call (default 5 s).
+    /// opens, and a client-side timeout around every call (default 5 s; from
+    /// [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`], whole milliseconds on the server).
     pub timeout: Duration,
-    /// Bound of opening a connection, when the URL sets no `connect_timeout` (default 5 s).
+    /// Bound of opening a connection, when the URL sets no `connect_timeout` (default 5 s;
+    /// from [`MIN_TIMEOUT`] to [`MAX_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
-    /// Connections in the pool the store builds from a URL (default 8).
+    /// Connections in the pool the store builds from a URL (default 8; from 1 to
+    /// [`MAX_POOL_SIZE`]).
     pub pool_size: usize,
     /// LISTEN/NOTIFY for fast handover (default on).
     pub fast_handover: bool,
@@ -129,10 +148,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("pool_size", &self.pool_size)
             .field("fast_handover", &self.fast_handover)
-            .field(
-                "listen_url",
-                &self.listen_url.as_deref().map(anarchon_core::redact_url),
-            )
+            .field("listen_url", &self.listen_url.as_deref().map(error::shown))
             .field("synchronous_commit", &self.synchronous_commit)
             .finish()
     }
@@ -166,21 +182,24 @@ impl PostgresOptions {
         self
     }
 
-    /// Sets the bound of every store call.
+    /// Sets the bound of every store call (from [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`]; a value
+    /// outside is refused when the store is built, with [`Error::OutOfRange`]).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
-    /// Sets the bound of opening a connection.
+    /// Sets the bound of opening a connection (from [`MIN_TIMEOUT`] to
+    /// [`MAX_CONNECT_TIMEOUT`]; a value outside is refused when the store is built).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Sets the pool size (for a store built from a URL).
+    /// Sets the pool size (for a store built from a URL; from 1 to [`MAX_POOL_SIZE`]: a
+    /// value outside, 0 among them, is refused when the store is built).
     pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size.max(1);
+        self.pool_size = size;
         self
     }
 
@@ -221,6 +240,54 @@ fn check_version(server_version_num: i32, server_version: String) -> Result<()> 
             store: KIND,
             found: server_version,
             required: "9.5".into(),
+        });
+    }
+    Ok(())
+}
+
+/// An [`PostgresError::OutOfRange`] for a duration outside `min..=max`.
+fn duration_in(
+    option: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> std::result::Result<(), PostgresError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(PostgresError::OutOfRange {
+        option,
+        value: format!("{value:?}"),
+        allowed: format!("from {min:?} to {max:?}"),
+    })
+}
+
+/// Checks the options' ranges together: each timeout, the pool size, and the
+/// `connect_timeout` a URL may set instead of the option's (`url_connect`).
+fn check_options(
+    options: &PostgresOptions,
+    url_connect: Option<Duration>,
+) -> std::result::Result<(), PostgresError> {
+    duration_in("timeout", options.timeout, MIN_TIMEOUT, MAX_TIMEOUT)?;
+    duration_in(
+        "connect_timeout",
+        options.connect_timeout,
+        MIN_TIMEOUT,
+        MAX_CONNECT_TIMEOUT,
+    )?;
+    if let Some(from_url) = url_connect {
+        duration_in(
+            "connect_timeout (in the URL)",
+            from_url,
+            MIN_TIMEOUT,
+            MAX_CONNECT_TIMEOUT,
+        )?;
+    }
+    if !(1..=MAX_POOL_SIZE).contains(&options.pool_size) {
+        return Err(PostgresError::OutOfRange {
+            option: "pool_size",
+            value: options.pool_size.to_string(),
+            allowed: format!("from 1 to {MAX_POOL_SIZE}"),
         });
     }
     Ok(())
@@ -297,9 +364,14 @@ fn parse_url(
     url: &str,
 ) -> std::result::Result<(tokio_postgres::Config, tls::Connector), PostgresError> {
     let invalid = |reason: String| PostgresError::InvalidUrl {
-        url: redact(url),
+        url: error::shown(url),
         reason,
     };
+    // Read here first, so that the driver's messages (which name an unknown parameter by
+    // its text: maybe a piece of a password) never show.
+    if let Some(reason) = error::unreadable(url) {
+        return Err(invalid(reason));
+    }
     let (config, settings) = tls::parse(url).map_err(invalid)?;
     if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
         return Err(invalid("no host given".into()));
@@ -326,6 +398,7 @@ impl PostgresStore {
     )]
     pub fn new(url: &str, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
         let (mut config, connector) = parse_url(url)?;
+        check_options(&options, config.get_connect_timeout().copied())?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
@@ -341,7 +414,13 @@ impl PostgresStore {
                 .keepalives_retries(3);
             (c, tls::share(&connector))
         });
-        let statement_ms = options.timeout.as_millis().max(1);
+        // Whole milliseconds, rounded up: the server never cuts a statement before the
+        // client-side timeout (at most `MAX_TIMEOUT`, an `int4`).
+        let statement_ms = options
+            .timeout
+            .as_micros()
+            .div_ceil(1_000)
+            .clamp(1, MAX_TIMEOUT.as_millis());
         let mut ours = format!("-c statement_timeout={statement_ms}");
         if !options.synchronous_commit {
             ours.push_str(" -c synchronous_commit=off");
@@ -364,14 +443,23 @@ impl PostgresStore {
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .wait_timeout(Some(options.timeout))
-            .create_timeout(Some(connect_timeout + Duration::from_millis(500)))
+            .create_timeout(Some(
+                connect_timeout.saturating_add(Duration::from_millis(500)),
+            ))
             .recycle_timeout(Some(options.timeout))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| PostgresError::Pool {
                 reason: e.to_string(),
             })?;
-        Self::build(pool, true, redact(url), listen, connect_timeout, options)
+        Self::build(
+            pool,
+            true,
+            error::shown(url),
+            listen,
+            connect_timeout,
+            options,
+        )
     }
 
     /// Builds a store and checks at once that the server answers and is new enough, within
@@ -409,9 +497,18 @@ impl PostgresStore {
         pool: Pool,
         options: PostgresOptions,
     ) -> std::result::Result<Self, PostgresError> {
+        check_options(&options, None)?;
         let listen = match (&options.listen_url, options.fast_handover) {
             (Some(url), true) => {
                 let (mut c, connector) = parse_url(url)?;
+                if let Some(from_url) = c.get_connect_timeout() {
+                    duration_in(
+                        "connect_timeout (in the listen URL)",
+                        *from_url,
+                        MIN_TIMEOUT,
+                        MAX_CONNECT_TIMEOUT,
+                    )?;
+                }
                 if c.get_connect_timeout().is_none() {
                     c.connect_timeout(options.connect_timeout);
                 }
@@ -584,7 +681,10 @@ impl Inner {
         if self.closed.load(Ordering::SeqCst) {
             return Err(self.closed_error());
         }
-        let bound = self.timeout.max(self.connect_timeout) + Duration::from_secs(1);
+        let bound = self
+            .timeout
+            .max(self.connect_timeout)
+            .saturating_add(Duration::from_secs(1));
         match tokio::time::timeout(bound, self.pool.get()).await {
             Ok(Ok(client)) => Ok(client),
             // A refused certificate says so, with what to change.
@@ -680,7 +780,12 @@ impl Inner {
         let row = rows
             .first()
             .ok_or_else(|| Error::store(KIND, "connect", "no version row"))?;
-        check_version(row.get(0), row.get(1))
+        // `try_get`: a server that only speaks the protocol (a proxy, a look-alike) may
+        // answer other types; that is an error, not a panic.
+        match (row.try_get(0), row.try_get(1)) {
+            (Ok(num), Ok(version)) => check_version(num, version),
+            (Err(e), _) | (_, Err(e)) => Err(Error::store(KIND, "connect", e)),
+        }
     }
 
     /// Starts the LISTEN task and waits until it listens, at most `connect_timeout`: a

@@ -39,7 +39,7 @@ pub(crate) async fn run(
     loop {
         let connected = tokio::select! {
             () = shutdown.cancelled() => return,
-            r = tokio::time::timeout(connect_timeout + Duration::from_secs(1), config.connect(crate::tls::share(&connector))) => r,
+            r = tokio::time::timeout(connect_timeout.saturating_add(Duration::from_secs(1)), config.connect(crate::tls::share(&connector))) => r,
         };
         let reason = match connected {
             Ok(Ok((client, mut connection))) => {
@@ -90,7 +90,7 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
     }
 }
 

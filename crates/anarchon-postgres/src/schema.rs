@@ -19,7 +19,7 @@ impl Inner {
         self.check_server().await?;
         let mut client = self.client("prepare").await?;
         // Creating the schema may wait for another instance's lock: give it twice the bound.
-        let bound = self.timeout * 2;
+        let bound = self.timeout.saturating_mul(2);
         match tokio::time::timeout(bound, self.prepare_in(&mut client, jobs)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {

@@ -3,6 +3,7 @@
 //! that first locks the rows of their jobs in job order, then runs set-based statements
 //! (claims, results) or the takeover statements. See [`crate::sql`] for the statements.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -22,6 +23,43 @@ use crate::sql::PRUNE_EVERY;
 use crate::{Inner, MAX_RETRIES, PostgresStore};
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
+
+/// A handler's error as PostgreSQL can store it: `text` holds no NUL byte (the server
+/// refuses it: "invalid byte sequence for encoding UTF8: 0x00"), so each NUL becomes
+/// U+FFFD (the replacement character), which shows where one was. Every other character is
+/// stored as given. Without this a result with a NUL could never be written and its run
+/// would be taken over again and again.
+pub(crate) fn storable(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Refuses an instance id PostgreSQL cannot store (one with a NUL byte) with a typed error
+/// naming it, instead of a driver error on every claim. (The scheduler refuses such an id
+/// when it is built; this guards direct use of the store.)
+fn check_instance(id: &str) -> Result<()> {
+    if id.contains('\0') {
+        return Err(crate::PostgresError::UnstorableText {
+            input: "instance id",
+            shown: id.to_owned(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// [`check_instance`] for each id.
+fn check_instances<'a>(ids: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    ids.into_iter().try_for_each(check_instance)
+}
+
+/// A count for an `int4` column, saturated rather than wrapped.
+fn int4(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
 
 fn corrupt(what: &str, value: &str) -> Error {
     Error::Corrupt {
@@ -137,7 +175,7 @@ struct FinishParams<'f> {
     attempt: i32,
     owner: &'f str,
     status: &'static str,
-    error: Option<&'f str>,
+    error: Option<Cow<'f, str>>,
     size: i64,
     ttl: Option<i64>,
 }
@@ -161,10 +199,10 @@ fn finish_params<'f>(lease: &'f Lease, finish: &'f Finish) -> FinishParams<'f> {
     FinishParams {
         job: lease.run.job.as_str(),
         slot: lease.run.slot,
-        attempt: lease.attempt as i32,
+        attempt: int4(lease.attempt),
         owner: &lease.instance_id,
         status: finish.status.as_str(),
-        error: finish.error.as_deref(),
+        error: finish.error.as_deref().map(storable),
         size: i64::from(finish.retention.size),
         ttl: ttl(finish.retention),
     }
@@ -299,7 +337,7 @@ struct FinishArrays<'f> {
     attempt: Vec<i32>,
     owner: Vec<&'f str>,
     status: Vec<&'static str>,
-    error: Vec<Option<&'f str>>,
+    error: Vec<Option<Cow<'f, str>>>,
     size: Vec<i64>,
     ttl: Vec<Option<i64>>,
 }
@@ -310,13 +348,13 @@ impl<'f> FinishArrays<'f> {
         FinishArrays {
             job: round.iter().map(|&i| w(i).0.run.job.as_str()).collect(),
             slot: round.iter().map(|&i| w(i).0.run.slot).collect(),
-            attempt: round
-                .iter()
-                .map(|&i| i32::try_from(w(i).0.attempt).unwrap_or(i32::MAX))
-                .collect(),
+            attempt: round.iter().map(|&i| int4(w(i).0.attempt)).collect(),
             owner: round.iter().map(|&i| w(i).0.instance_id.as_str()).collect(),
             status: round.iter().map(|&i| w(i).1.status.as_str()).collect(),
-            error: round.iter().map(|&i| w(i).1.error.as_deref()).collect(),
+            error: round
+                .iter()
+                .map(|&i| w(i).1.error.as_deref().map(storable))
+                .collect(),
             size: round
                 .iter()
                 .map(|&i| i64::from(w(i).1.retention.size))
@@ -440,7 +478,7 @@ impl Inner {
         let counts = self.unpruned.lock().unwrap_or_else(|e| e.into_inner());
         counts
             .get(job.as_str())
-            .is_none_or(|n| n + 1 >= PRUNE_EVERY)
+            .is_none_or(|n| n.saturating_add(1) >= PRUNE_EVERY)
     }
 
     /// The single claim statement for `claim`: the pruning variant when the job is due.
@@ -614,6 +652,7 @@ impl Inner {
     /// At most [`BATCH_CLAIMS`] claims as one transaction of set-based statements, one per
     /// round (see [`rounds`]): usually one statement. Answers in the order given.
     async fn claim_batch(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+        check_instances(claims.iter().map(|c| c.instance_id.as_str()))?;
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -688,6 +727,7 @@ impl Inner {
     /// At most [`BATCH_FINISHES`] results as one transaction of set-based statements, one
     /// per round (see [`rounds`]): usually one statement. Answers in the order given.
     async fn finish_batch(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        check_instances(writes.iter().map(|(l, _)| l.instance_id.as_str()))?;
         if writes.is_empty() {
             return Ok(Vec::new());
         }
@@ -740,6 +780,7 @@ impl Inner {
     /// then the single takeover's statement for each, in the order given, pipelined in one
     /// round trip, and the deadline guard.
     async fn take_over_batch(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        check_instances(takeovers.iter().map(|t| t.instance_id.as_str()))?;
         if takeovers.is_empty() {
             return Ok(Vec::new());
         }
@@ -846,6 +887,7 @@ impl Store for PostgresStore {
     }
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        check_instance(&prepare.instance_id)?;
         // A claim batch ends 10 ms before the scheduler stops waiting for it.
         let limit = prepare
             .call_timeout
@@ -927,7 +969,9 @@ impl HistoryStore for PostgresStore {
     }
 
     async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
+        check_instance(&record.instance_id)?;
         let inner = &self.inner;
+        let error = record.error.as_deref().map(storable);
         inner
             .query(
                 "record_manual",
@@ -948,15 +992,15 @@ impl HistoryStore for PostgresStore {
                 &[
                     &record.job.as_str(),
                     &record.slot,
-                    &(record.attempt as i32),
+                    &int4(record.attempt),
                     &record.instance_id,
                     &record.scheduled_at,
                     &record.reason.as_str(),
                     &record.status.as_str(),
-                    &(record.fence as i64),
+                    &i64::try_from(record.fence).unwrap_or(i64::MAX),
                     &record.started_at,
                     &record.finished_at,
-                    &record.error,
+                    &error,
                 ],
             )
             .await?;
@@ -1028,10 +1072,11 @@ impl LeaseStore for PostgresStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
+        check_instances(leases.iter().map(|l| l.instance_id.as_str()))?;
         let inner = &self.inner;
         let jobs: Vec<&str> = leases.iter().map(|l| l.run.job.as_str()).collect();
         let slots: Vec<i64> = leases.iter().map(|l| l.run.slot).collect();
-        let attempts: Vec<i32> = leases.iter().map(|l| l.attempt as i32).collect();
+        let attempts: Vec<i32> = leases.iter().map(|l| int4(l.attempt)).collect();
         let owners: Vec<&str> = leases.iter().map(|l| l.instance_id.as_str()).collect();
         let rows = inner
             .query(
@@ -1088,6 +1133,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
+        check_instance(&lease.instance_id)?;
         let inner = &self.inner;
         let payload = lease.run.to_string();
         let rows = inner
@@ -1105,7 +1151,7 @@ impl LeaseStore for PostgresStore {
                 &[
                     &lease.run.job.as_str(),
                     &lease.run.slot,
-                    &(lease.attempt as i32),
+                    &int4(lease.attempt),
                     &lease.instance_id,
                     &inner.names.channel,
                     &payload,

@@ -205,8 +205,11 @@ fn decode(part: &str) -> Result<String, String> {
 }
 
 /// Splits a libpq `key=value` list (values may be single-quoted; `\` escapes a character).
-fn key_values(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
+///
+/// The errors name a parameter by its position, never by its text: in a password with a
+/// space left unquoted (`password=two words`) the second word reads as a parameter name.
+pub(crate) fn key_values(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
     let mut it = s.chars().peekable();
     loop {
         while it.next_if(|c| c.is_whitespace()).is_some() {}
@@ -216,20 +219,32 @@ fn key_values(s: &str) -> Result<Vec<(String, String)>, String> {
         }
         if key.is_empty() {
             if it.peek().is_some() {
-                return Err("a parameter has no name before its `=`".into());
+                return Err(format!(
+                    "parameter {} has no name before its `=`",
+                    out.len() + 1
+                ));
             }
             return Ok(out);
         }
         while it.next_if(|c| c.is_whitespace()).is_some() {}
         if it.next() != Some('=') {
-            return Err(format!("parameter {key:?} has no `=` and value"));
+            return Err(format!(
+                "parameter {} has no `=` and value (quote a value that holds a space: \
+                 password='two words')",
+                out.len() + 1
+            ));
         }
         while it.next_if(|c| c.is_whitespace()).is_some() {}
         let mut value = String::new();
         if it.next_if_eq(&'\'').is_some() {
             loop {
                 match it.next() {
-                    None => return Err(format!("the quoted value of {key:?} is not closed")),
+                    None => {
+                        return Err(format!(
+                            "the quoted value of parameter {} is not closed",
+                            out.len() + 1
+                        ));
+                    }
                     Some('\'') => break,
                     Some('\\') => value.extend(it.next()),
                     Some(c) => value.push(c),
@@ -244,7 +259,7 @@ fn key_values(s: &str) -> Result<Vec<(String, String)>, String> {
                 }
             }
             if value.is_empty() {
-                return Err(format!("parameter {key:?} has no value"));
+                return Err(format!("parameter {} has no value", out.len() + 1));
             }
         }
         out.push((key, value));

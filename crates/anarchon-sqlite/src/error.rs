@@ -62,6 +62,17 @@ pub enum SqliteError {
         /// SQLite's message.
         detail: String,
     },
+    /// An option is outside the range the store can honour (a timeout of zero or of
+    /// centuries): nothing was opened.
+    #[error("`{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option's name, as its setter is named (`busy_timeout`).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, with the limits.
+        allowed: String,
+    },
     /// Any other failure to open the file.
     #[error("cannot open the SQLite file {path}: {source}")]
     Open {
@@ -82,6 +93,15 @@ impl From<SqliteError> for anarchon_core::Error {
             SqliteError::PrivateDatabase { .. } => {
                 anarchon_core::Error::invalid_option("path", e.to_string())
             }
+            SqliteError::OutOfRange {
+                option,
+                value,
+                allowed,
+            } => anarchon_core::Error::OutOfRange {
+                option,
+                value,
+                allowed,
+            },
             SqliteError::NotADatabase { ref path, .. } => anarchon_core::Error::Corrupt {
                 store: "sqlite",
                 location: path.display().to_string(),
@@ -122,4 +142,22 @@ pub(crate) fn check_shared_path(path: &std::path::Path) -> Result<(), SqliteErro
         }),
         None => Ok(()),
     }
+}
+
+/// Checks that `value` lies in `min..=max`: [`SqliteError::OutOfRange`] naming `option`
+/// otherwise.
+pub(crate) fn check_duration(
+    option: &'static str,
+    value: std::time::Duration,
+    min: std::time::Duration,
+    max: std::time::Duration,
+) -> Result<(), SqliteError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(SqliteError::OutOfRange {
+        option,
+        value: format!("{value:?}"),
+        allowed: format!("from {min:?} to {max:?}"),
+    })
 }

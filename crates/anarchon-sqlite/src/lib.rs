@@ -50,4 +50,7 @@ mod watcher;
 pub use error::SqliteError;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
-pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteOptions, SqliteStore, SqliteStoreBuilder};
+pub use store::{
+    DEFAULT_BUSY_TIMEOUT, MAX_TIMEOUT, MIN_CALL_TIMEOUT, SqliteOptions, SqliteStore,
+    SqliteStoreBuilder,
+};

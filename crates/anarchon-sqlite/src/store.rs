@@ -37,6 +37,23 @@ const KIND: &str = "sqlite";
 /// How long a statement waits for another connection's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest `busy_timeout` and `call_timeout` accepted: 365 days, the bound of the
+/// core's own timeouts. A longer wait could not be told from a hang.
+pub const MAX_TIMEOUT: Duration = anarchon_core::options::MAX_DURATION;
+
+/// The shortest `call_timeout` accepted: a call cannot be answered in no time at all.
+pub const MIN_CALL_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// How long after now a call given `after` ends. The options are bounded (see
+/// [`MAX_TIMEOUT`]), so the sum always fits; the far fallback only keeps this free of
+/// panics.
+fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after)
+        .or_else(|| now.checked_add(MAX_TIMEOUT))
+        .unwrap_or(now)
+}
+
 /// The most claims, takeovers or results one transaction takes (`LeaseStore::claim_many`,
 /// `take_over_many`, `finish_many`): enough to absorb the slots of thousands of jobs falling
 /// due together in a few transactions, small enough that one transaction holds the write
@@ -86,14 +103,18 @@ impl SqliteOptions {
     }
 
     /// How long a statement waits while another connection holds the write lock (default
-    /// 5 s). Past it the call fails with [`Error::Timeout`].
+    /// 5 s; 0 fails at once; at most [`MAX_TIMEOUT`], else `connect` answers
+    /// [`Error::OutOfRange`]). Past it the call fails with [`Error::Timeout`]. A call's own
+    /// deadline (`call_timeout`) ends the wait too, when it comes first.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
     }
 
-    /// The longest any call may take, queueing included (default: the busy timeout + 5 s).
-    /// The scheduler bounds its calls too; this bound also holds for direct use.
+    /// The longest any call may take, queueing included (default: the busy timeout + 5 s;
+    /// from [`MIN_CALL_TIMEOUT`] to [`MAX_TIMEOUT`], else `connect` answers
+    /// [`Error::OutOfRange`]). The scheduler bounds its calls too; this bound also holds
+    /// for direct use.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self
@@ -131,14 +152,18 @@ impl SqliteStoreBuilder {
     }
 
     /// How long a statement waits while another connection holds the write lock (default
-    /// 5 s). Past it the call fails with [`Error::Timeout`].
+    /// 5 s; 0 fails at once; at most [`MAX_TIMEOUT`], else `connect` answers
+    /// [`Error::OutOfRange`]). Past it the call fails with [`Error::Timeout`]. A call's own
+    /// deadline (`call_timeout`) ends the wait too, when it comes first.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
     }
 
-    /// The longest any call may take, queueing included (default: the busy timeout + 5 s).
-    /// The scheduler bounds its calls too; this bound also holds for direct use.
+    /// The longest any call may take, queueing included (default: the busy timeout + 5 s;
+    /// from [`MIN_CALL_TIMEOUT`] to [`MAX_TIMEOUT`], else `connect` answers
+    /// [`Error::OutOfRange`]). The scheduler bounds its calls too; this bound also holds
+    /// for direct use.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self
@@ -164,6 +189,15 @@ impl SqliteStoreBuilder {
     ///
     /// As listed above.
     pub async fn open(self) -> Result<SqliteStore> {
+        crate::error::check_duration(
+            "busy_timeout",
+            self.busy_timeout,
+            Duration::ZERO,
+            MAX_TIMEOUT,
+        )?;
+        if let Some(call) = self.call_timeout {
+            crate::error::check_duration("call_timeout", call, MIN_CALL_TIMEOUT, MAX_TIMEOUT)?;
+        }
         crate::error::check_shared_path(&self.path)?;
         let tables = Tables::new(&self.table).map_err(|reason| SqliteError::InvalidTable {
             table: self.table.clone(),
@@ -171,7 +205,7 @@ impl SqliteStoreBuilder {
         })?;
         let call_timeout = self
             .call_timeout
-            .unwrap_or(self.busy_timeout + Duration::from_secs(5));
+            .unwrap_or(self.busy_timeout.saturating_add(Duration::from_secs(5)));
         let location = self.path.display().to_string();
         let sql = Arc::new(Sql::new(KIND, location.clone(), tables));
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
@@ -404,7 +438,7 @@ impl SqliteStore {
         F: FnOnce(&Worker, Instant) -> Result<T> + Send + 'static,
     {
         let timeout = self.inner.call_timeout();
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let (tx, rx) = oneshot::channel();
         let urgent = urgent(operation);
         let job = Job::Run(
@@ -418,7 +452,7 @@ impl SqliteStore {
                         after: timeout,
                     }),
                     Some(left) => {
-                        BUSY_UNTIL.set(Instant::now() + left.min(w.busy_timeout));
+                        BUSY_UNTIL.set(deadline_after(left.min(w.busy_timeout)));
                         f(w, deadline)
                     }
                 };
@@ -439,7 +473,7 @@ impl SqliteStore {
         // other threads: on a busy machine a worker that only polled would keep the CPU from
         // the connection's thread until the OS preempts it (~50-100 µs per call measured).
         let mut rx = rx;
-        let until = Instant::now() + CALLER_SPIN;
+        let until = deadline_after(CALLER_SPIN);
         loop {
             match rx.try_recv() {
                 Ok(r) => return r,
@@ -451,7 +485,7 @@ impl SqliteStore {
                 Err(oneshot::error::TryRecvError::Empty) => break,
             }
         }
-        match tokio::time::timeout(timeout + ANSWER_GRACE, rx).await {
+        match tokio::time::timeout(timeout.saturating_add(ANSWER_GRACE), rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(worker_died(operation)),
             Err(_) => Err(Error::Timeout {
@@ -564,7 +598,7 @@ fn next_job(jobs: &mpsc::Receiver<Job>, backlog: &mut VecDeque<Job>) -> Option<J
     if let Some(job) = backlog.pop_front() {
         return Some(job);
     }
-    let until = Instant::now() + THREAD_SPIN;
+    let until = deadline_after(THREAD_SPIN);
     loop {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
@@ -631,7 +665,7 @@ impl Worker {
         // Our own busy handler instead of SQLite's busy timeout: it retries every 50-500 µs
         // up to the call's deadline (see `busy_wait`).
         let mut conn = conn;
-        BUSY_UNTIL.set(Instant::now() + busy_timeout);
+        BUSY_UNTIL.set(deadline_after(busy_timeout));
         conn.busy_handler(Some(busy_wait))
             .map_err(|e| open_err(&path, e))?;
         conn.set_prepared_statement_cache_capacity(64);
@@ -677,7 +711,7 @@ impl Worker {
             call_timeout,
         };
         {
-            let mut e = worker.exec("open", Instant::now() + call_timeout);
+            let mut e = worker.exec("open", deadline_after(call_timeout));
             let ensured = ready(schema::ensure(&mut e, &worker.sql))?;
             tracing::debug!(path = %worker.sql.location, ?ensured, "opened the SQLite store");
         }
@@ -686,7 +720,7 @@ impl Worker {
         // Switching to WAL needs a moment of exclusive access, and SQLite answers BUSY at once
         // (its busy handler does not apply) while another process opens the same fresh file:
         // retry until the call's deadline instead of failing the open.
-        let deadline = Instant::now() + call_timeout;
+        let deadline = deadline_after(call_timeout);
         let mode: String = loop {
             match worker
                 .conn
@@ -903,7 +937,7 @@ impl Store for SqliteStore {
             .saturating_sub(Duration::from_millis(10))
             .max(Duration::from_millis(1));
         self.inner.caller_limit_ms.store(
-            limit.as_millis() as u64,
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
         let jobs = prepare.jobs.clone();

@@ -422,7 +422,11 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
         .await?;
         return Ok(TakeoverOutcome::Interrupted);
     }
-    let counted = if released { starts } else { starts + 1 };
+    let counted = if released {
+        starts
+    } else {
+        starts.saturating_add(1)
+    };
     if counted > i64::from(t.max_attempts) {
         e.execute(
             &st.set_run_status,
@@ -438,7 +442,7 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
     }
     // A takeover's fence leaves the count of won claims alone (see [`PRUNE_EVERY`]).
     let fence = draw_fence(e, sql, &sql.st.takeover_fence, job).await?;
-    let next = seen + 1;
+    let next = seen.saturating_add(1);
     let expires_at = now.saturating_add(ms(t.lease_ms));
     e.execute(
         &st.takeover_run,
