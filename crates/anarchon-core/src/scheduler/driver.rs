@@ -196,7 +196,6 @@ pub(crate) async fn run(
             }
         }
         s.input(Core::end_turn);
-        s.perform();
         s.publish_health();
         if s.core.is_done() {
             break;
@@ -248,10 +247,12 @@ impl Shell {
         !self.stop_replies.is_empty() || self.core.is_stopping()
     }
 
-    /// Feeds the core one input at the time read now.
+    /// Feeds the core one input at the time read now, and carries out what it caused (so
+    /// the core's effect queue holds one input's effects, not a whole turn's).
     fn input(&mut self, f: impl FnOnce(&mut Core, super::core::Now)) {
         let now = super::exec::now(&self.shared, self.origin);
         f(&mut self.core, now);
+        self.perform();
     }
 
     fn command(&mut self, cmd: Command) {

@@ -54,6 +54,10 @@ fn per_item<T>(
     }
 }
 
+/// How often (instance time) queued claims are checked for being late while the bound holds
+/// them back.
+const SHED_EVERY_MS: EpochMs = 50;
+
 impl Core {
     /// Sends a call: an effect for the shell, remembered until answered.
     pub(super) fn call(&mut self, request: Request, pending: Pending, run: Option<RunId>) {
@@ -63,19 +67,8 @@ impl Core {
         self.push(super::Effect::Call { id, request, run });
     }
 
-    /// Queues a claim for the end of the turn. One queued claim per job: a newer slot
-    /// replaces an older one still waiting for room, which is then late.
+    /// Queues a claim for the end of the turn.
     pub(super) fn queue_claim(&mut self, queued: QueuedClaim) {
-        if let Some(i) = self
-            .queues
-            .claims
-            .iter()
-            .position(|q| q.job.name == queued.job.name && q.reason == queued.reason)
-            && self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
-        {
-            let old = self.queues.claims.swap_remove(i);
-            self.shed(old);
-        }
         self.queues.claims.push(queued);
     }
 
@@ -95,7 +88,10 @@ impl Core {
         }
     }
 
-    /// Queued claims whose last moment passed while they waited for room are late.
+    /// While claims wait for room in flight, at most every [`SHED_EVERY_MS`] of instance
+    /// time: a claim whose job has a newer slot queued, or whose last moment passed, is late.
+    /// So the queue holds about one slot per job, and the pass costs O(queue) a few times a
+    /// second, not per claim.
     pub(super) fn shed_queued_claims(&mut self) {
         if self.queues.claims_in_flight < self.cfg.limits.claims_in_flight
             || self.queues.claims.is_empty()
@@ -103,9 +99,23 @@ impl Core {
             return;
         }
         let now = self.now_ms();
+        if now < self.queues.next_shed_ms {
+            return;
+        }
+        self.queues.next_shed_ms = now.saturating_add(SHED_EVERY_MS);
+        let mut newest: std::collections::HashMap<(JobName, Reason), EpochMs> =
+            std::collections::HashMap::new();
+        for q in &self.queues.claims {
+            let e = newest
+                .entry((q.job.name.clone(), q.reason))
+                .or_insert(q.slot);
+            *e = (*e).max(q.slot);
+        }
         let (late, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queues.claims)
             .into_iter()
-            .partition(|q| q.claim.not_after < now);
+            .partition(|q| {
+                q.claim.not_after < now || newest[&(q.job.name.clone(), q.reason)] > q.slot
+            });
         self.queues.claims = keep;
         for q in late {
             self.shed(q);

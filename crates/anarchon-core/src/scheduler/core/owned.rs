@@ -286,7 +286,7 @@ impl Core {
                 claim_only: !self.cfg.lease_store && !o.info.manual,
             };
             if o.start_pending {
-                o.held_write = Some(request);
+                o.held_write = Some(Box::new(request));
             } else {
                 self.call(request, Pending::Writes { ids: vec![id] }, Some(id));
             }
@@ -320,7 +320,7 @@ impl Core {
         };
         o.start_pending = false;
         if let Some(request) = o.held_write.take() {
-            self.call(request, Pending::Writes { ids: vec![id] }, Some(id));
+            self.call(*request, Pending::Writes { ids: vec![id] }, Some(id));
         }
     }
 

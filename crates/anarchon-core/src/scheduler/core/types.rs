@@ -383,6 +383,8 @@ pub(super) struct Queues {
     pub(super) claims: Vec<QueuedClaim>,
     /// Claims sent and unanswered.
     pub(super) claims_in_flight: usize,
+    /// When queued claims are next checked for being late (instance clock, ms).
+    pub(super) next_shed_ms: EpochMs,
     /// Watched runs to read at once (release notifications of this turn).
     pub(super) reads: Vec<RunKey>,
     pub(super) finishes: Vec<(RunId, Lease, Finish)>,
@@ -405,7 +407,7 @@ pub(super) struct Owned {
     /// A run without a lease has its `running` record written first; its final record
     /// waits here until that write is answered (a pooled store could reorder them).
     pub(super) start_pending: bool,
-    pub(super) held_write: Option<Request>,
+    pub(super) held_write: Option<Box<Request>>,
     pub(super) reply: Option<ReplyTo>,
 }
 
