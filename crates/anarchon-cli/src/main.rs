@@ -36,6 +36,8 @@ mod commands;
 mod error;
 mod next;
 mod output;
+#[cfg(feature = "sqlite")]
+mod readonly;
 mod store;
 
 use std::io::Write;
@@ -214,6 +216,7 @@ fn main() -> ExitCode {
         )
         .init();
     let store_url = cli.store.clone();
+    let auth_token = cli.auth_token.clone();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -240,7 +243,12 @@ fn main() -> ExitCode {
                 }
                 source = s.source();
             }
-            eprintln!("error: {}", error::scrub(&text, store_url.as_deref()));
+            // Errors quote store text and input: escape it as the tables do.
+            let mut text = error::scrub(&text, store_url.as_deref());
+            if let Some(token) = auth_token.as_deref().filter(|t| t.len() >= 2) {
+                text = text.replace(token, "***");
+            }
+            eprintln!("error: {}", output::escape(&text));
             ExitCode::from(e.exit_code())
         }
     }

@@ -190,8 +190,10 @@ impl NextReport {
         };
         writeln!(
             out,
-            "{} {:?} in {} ({rules})",
-            self.kind, self.schedule, self.timezone
+            "{} {} in {} ({rules})",
+            self.kind,
+            crate::output::escape(&format!("{:?}", self.schedule)),
+            self.timezone
         )?;
         let mut table = Table::new(&["#", "UTC", "LOCAL", "ZONE", "DST"]);
         for (i, instant) in self.instants.iter().enumerate() {
