@@ -253,3 +253,130 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Text at the extremes for any argument: empty, zero, huge, negative, controls, URLs.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("0".to_owned()),
+            Just("0smhd".to_owned()),
+            Just("1ms".to_owned()),
+            Just(u64::MAX.to_string()),
+            Just(format!("{}ms", u64::MAX)),
+            Just(i64::MIN.to_string()),
+            Just("-1".to_owned()),
+            Just("9999-12-31T23:59:59Z".to_owned()),
+            Just("host=x password=y".to_owned()),
+            Just("postgres:u:p@h".to_owned()),
+            "[0-9]{1,30}(ms|s|m|h|d)?",
+            "[0-9*/,\\- ]{0,20}",
+            "\\PC{0,30}",
+            "[\\x00-\\x1f\\x7f\u{202e}]{0,8}",
+        ]
+    }
+
+    fn flag() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "--timeout",
+            "--store",
+            "--table",
+            "--schema",
+            "--prefix",
+            "--tz",
+            "--count",
+            "--from",
+            "-n",
+            "--depth",
+        ])
+    }
+
+    fn command() -> impl Strategy<Value = Vec<&'static str>> {
+        prop::sample::select(vec![
+            vec!["jobs"],
+            vec!["runs"],
+            vec!["history"],
+            vec!["next"],
+            vec!["inspect", "sync"],
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any argument list parses or is refused by clap; whatever parses is then read by
+        /// the command's own parsers (time, job, store URL, schedule) to Ok or a typed error
+        /// with the right exit code, never a panic. No store is opened.
+        #[test]
+        fn options_at_extremes_parse_or_are_refused_never_panic(
+            cmd in command(),
+            positional in text(),
+            pairs in prop::collection::vec((flag(), text()), 0..4),
+        ) {
+            let mut args = vec!["anarchon".to_owned()];
+            for (f, v) in &pairs {
+                args.push((*f).to_owned());
+                args.push(v.clone());
+            }
+            args.extend(cmd.iter().map(|s| (*s).to_owned()));
+            args.push(positional.clone());
+            let Ok(cli) = Cli::try_parse_from(&args) else {
+                return Ok(());
+            };
+            if let Some(url) = &cli.store
+                && let Err(e) = store::kind_of(url)
+            {
+                prop_assert_eq!(e.exit_code(), 2);
+            }
+            match &cli.command {
+                Command::Next { schedule, tz, count, from } => {
+                    let after = from
+                        .as_deref()
+                        .map(|f| commands::instant("--from", f))
+                        .transpose();
+                    match after {
+                        Ok(after) => {
+                            let after = after.unwrap_or_else(chrono::Utc::now);
+                            // Few instants: the property is about input, not volume.
+                            let count = (*count as usize).min(3);
+                            match next::next(schedule, tz.as_deref(), count, after) {
+                                Ok(report) => {
+                                    let mut out = Vec::new();
+                                    report.write_table(&mut out).unwrap();
+                                    let text = String::from_utf8(out).unwrap();
+                                    prop_assert!(
+                                        !text.chars().any(|c| output::is_unsafe(c) && c != '\n'),
+                                        "{:?}", text
+                                    );
+                                }
+                                Err(e) => prop_assert_eq!(e.exit_code(), 2),
+                            }
+                        }
+                        Err(e) => prop_assert_eq!(e.exit_code(), 2),
+                    }
+                }
+                Command::History { job, .. } => {
+                    if let Err(e) = commands::job_name(job) {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
+                }
+                Command::Inspect { job, slot, .. } => {
+                    if let Err(e) = commands::job_name(job) {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
+                    if let Err(e) = commands::instant("slot", slot) {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
+                }
+                Command::Jobs | Command::Runs => {}
+            }
+            // An error message never carries a control character to the terminal.
+            let scrubbed = output::escape(&error::scrub(&positional, cli.store.as_deref()));
+            prop_assert!(!scrubbed.chars().any(output::is_unsafe));
+        }
+    }
+}

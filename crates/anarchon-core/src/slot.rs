@@ -155,6 +155,10 @@ fn parse_span(input: &str, zero: bool) -> Result<Duration> {
         let digits_len = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits_len == 0 {
             return Err(refuse(match rest.chars().next() {
+                Some('-') if zero => "it is negative; a length cannot be (for a grid laid \
+                                      early, give the interval minus the lead as the offset: \
+                                      \"9s\" on a 10s grid is 1 s early)"
+                    .to_owned(),
                 Some('-') => "it is negative; an interval must be positive".to_owned(),
                 _ => format!("expected a number at {rest:?}"),
             }));
