@@ -60,7 +60,7 @@ struct Cli {
     /// Print one JSON document on stdout instead of tables.
     #[arg(long, global = true)]
     json: bool,
-    /// Bound on connecting and on each store call ("500ms", "10s", "1m").
+    /// Bound on connecting and on each store call ("500ms", "10s", "1m"; 1ms to 1h).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_timeout)]
     timeout: Duration,
     /// Key prefix of a Redis store (the store's default: "anarchon:").
@@ -123,8 +123,19 @@ enum Command {
     },
 }
 
+/// The longest `--timeout`: a read that takes longer is not coming back, and the drivers'
+/// own limits (SQLite's busy timeout is an `i32` of ms, PostgreSQL's `statement_timeout` an
+/// `i32` too) lie not far above.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
+
 fn parse_timeout(input: &str) -> Result<Duration, String> {
-    anarchon_core::slot::parse_interval(input).map_err(|e| e.to_string())
+    let timeout = anarchon_core::slot::parse_interval(input).map_err(|e| e.to_string())?;
+    if timeout > MAX_TIMEOUT {
+        return Err(format!(
+            "{input:?} is longer than the longest timeout, 1h; give 1ms to 1h"
+        ));
+    }
+    Ok(timeout)
 }
 
 /// Writes `report` as JSON or as a table.
@@ -303,6 +314,15 @@ mod tests {
             vec!["next"],
             vec!["inspect", "sync"],
         ])
+    }
+
+    #[test]
+    fn timeout_is_bounded_to_an_hour() {
+        assert_eq!(parse_timeout("1h").unwrap(), MAX_TIMEOUT);
+        assert_eq!(parse_timeout("1ms").unwrap(), Duration::from_millis(1));
+        for bad in ["1h1ms", "100d", "0s", "-1s", "0smhd"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
     }
 
     proptest! {

@@ -346,3 +346,27 @@ async fn cli_refuses_missing_postgres_tables_without_creating_them() {
         .unwrap();
     assert_eq!(row.get::<_, i64>(0), 0, "the command created tables");
 }
+
+#[tokio::test]
+async fn cli_bounds_the_timeout_instead_of_panicking_in_a_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.db");
+    real_store(&db).await;
+    for timeout in ["100d", "1h1ms", "2562047788015215h"] {
+        let out = cli(&[
+            "--store",
+            db.to_str().unwrap(),
+            "--timeout",
+            timeout,
+            "jobs",
+        ]);
+        assert_eq!(out.code, 2, "{timeout}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("1ms to 1h") || out.stderr.contains("too large"),
+            "{}",
+            out.stderr
+        );
+    }
+    let out = cli(&["--store", db.to_str().unwrap(), "--timeout", "1h", "jobs"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
