@@ -36,7 +36,7 @@ mod commands;
 mod error;
 mod next;
 mod output;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "libsql"))]
 mod readonly;
 mod store;
 

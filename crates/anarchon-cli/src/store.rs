@@ -127,6 +127,9 @@ pub(crate) enum Handle {
     /// A SQLite file, opened read-only.
     #[cfg(feature = "sqlite")]
     Sqlite(Box<crate::readonly::SqliteReader>),
+    /// A libSQL server, read without writing.
+    #[cfg(feature = "libsql")]
+    Libsql(Box<crate::readonly::LibsqlReader>),
 }
 
 /// An open store with the URL to show and the bound of each call.
@@ -146,6 +149,8 @@ impl Opened {
             Handle::Claim(store) => store.kind(),
             #[cfg(feature = "sqlite")]
             Handle::Sqlite(_) => "sqlite",
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(_) => "libsql",
         }
     }
 
@@ -161,6 +166,8 @@ impl Opened {
             Handle::Claim(store) => self.call("known_jobs", store.known_jobs()).await,
             #[cfg(feature = "sqlite")]
             Handle::Sqlite(reader) => self.call("known_jobs", async { reader.known_jobs() }).await,
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self.call("known_jobs", reader.known_jobs()).await,
         }
     }
 
@@ -178,6 +185,8 @@ impl Opened {
                 self.call("history", async { reader.history(job, count) })
                     .await
             }
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self.call("history", reader.history(job, count)).await,
         }
     }
 
@@ -188,6 +197,8 @@ impl Opened {
             Handle::Claim(store) => self.call("last_run", store.last_run(job)).await,
             #[cfg(feature = "sqlite")]
             Handle::Sqlite(_) => Ok(self.history(job, 1).await?.into_iter().next()),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(_) => Ok(self.history(job, 1).await?.into_iter().next()),
         }
     }
 
@@ -207,6 +218,11 @@ impl Opened {
                 .call("unfinished_runs", async { reader.unfinished_runs(jobs) })
                 .await
                 .map(Some),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self
+                .call("unfinished_runs", reader.unfinished_runs(jobs))
+                .await
+                .map(Some),
         }
     }
 
@@ -220,6 +236,8 @@ impl Opened {
                 .call("runs", async { reader.runs(keys) })
                 .await
                 .map(Some),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self.call("runs", reader.runs(keys)).await.map(Some),
         }
     }
 
@@ -239,6 +257,8 @@ impl Opened {
             Handle::Claim(store) => self.call("close", store.close()).await,
             #[cfg(feature = "sqlite")]
             Handle::Sqlite(_) => Ok(()),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(_) => Ok(()),
         };
         if let Err(e) = closed {
             tracing::debug!("closing the store: {e}");
@@ -342,22 +362,23 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
         Kind::Libsql => {
             #[cfg(feature = "libsql")]
             {
-                use anarchon_libsql::{LibsqlOptions, LibsqlStore};
-                let mut options = LibsqlOptions::default().call_timeout(timeout);
-                if let Some(token) = &args.auth_token {
-                    options = options.auth_token(token.clone());
-                }
-                if let Some(table) = &args.table {
-                    options = options.table(table.clone());
-                }
-                let store = bounded(
-                    shown,
+                // Read without writing: `LibsqlStore::connect` would create the tables.
+                let reader = tokio::time::timeout(
                     timeout,
-                    "connect",
-                    LibsqlStore::connect_with(url, options),
+                    crate::readonly::LibsqlReader::open(
+                        url,
+                        shown,
+                        args.auth_token.as_deref(),
+                        args.table.as_deref(),
+                    ),
                 )
-                .await?;
-                Ok(Handle::Lease(Arc::new(store)))
+                .await
+                .map_err(|_| CliError::Timeout {
+                    url: shown.to_owned(),
+                    action: "connect",
+                    after: timeout,
+                })??;
+                Ok(Handle::Libsql(Box::new(reader)))
             }
             #[cfg(not(feature = "libsql"))]
             Err(disabled(shown, "libSQL", "libsql"))
