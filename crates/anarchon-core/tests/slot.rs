@@ -1189,7 +1189,10 @@ fn lengths_allow_zero_but_refuse_unit_soup() {
     assert!(err.contains("unknown unit \"smhd\""), "{err}");
     // A negative offset, as the docs once wrote it, says what to write instead.
     let err = parse_length("-1s").unwrap_err().to_string();
-    assert!(err.contains("negative") && err.contains("\"9s\" on a 10s grid"), "{err}");
+    assert!(
+        err.contains("negative") && err.contains("\"9s\" on a 10s grid"),
+        "{err}"
+    );
     // The interval parser keeps refusing zero.
     assert!(parse_interval("0s").is_err());
 }
