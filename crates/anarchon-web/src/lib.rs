@@ -227,9 +227,10 @@ impl Dashboard {
     }
 
     /// How many of a job's newest attempts the jobs page and the timeline read (default
-    /// 100, at least 1).
+    /// 100; a value outside 1 to 10000, the history API's own bound, is taken as the nearer
+    /// end, so no page asks a store for more than it can answer in one call).
     pub fn history_window(mut self, attempts: usize) -> Self {
-        self.history_window = attempts.max(1);
+        self.history_window = attempts.clamp(1, routes::MAX_HISTORY);
         self
     }
 

@@ -547,6 +547,15 @@ mod tests {
     }
 
     #[test]
+    fn the_history_window_stays_within_the_api_bound() {
+        assert_eq!(dashboard(None).history_window(0).history_window, 1);
+        assert_eq!(
+            dashboard(None).history_window(usize::MAX).history_window,
+            MAX_HISTORY
+        );
+    }
+
+    #[test]
     fn run_now_answers_only_for_allowed_hosts() {
         let default = dashboard(None);
         for ok in [
