@@ -117,8 +117,9 @@ async fn run_now_refuses_a_bad_wait_before_starting_anything() {
         api_error(&answer, 400, "`wait`");
     }
     let history = s.history("sync", 10).await.unwrap();
+    // The schedule may catch up a slot on start; no run may be manual.
     assert!(
-        history.is_empty(),
+        !history.iter().any(|r| r.manual),
         "a refused request started a run: {history:?}"
     );
     let ok = send(
@@ -149,9 +150,10 @@ async fn run_now_is_refused_for_a_host_the_dashboard_does_not_answer_for() {
     api_error(&api, 403, "allowed_hosts");
     let form = send("POST", &format!("{base}/jobs/sync/run"), &rebinding, "").await;
     assert_eq!(form.status, 403, "{}", form.body);
+    let history = s.history("sync", 10).await.unwrap();
     assert!(
-        s.history("sync", 10).await.unwrap().is_empty(),
-        "a refused run ran"
+        !history.iter().any(|r| r.manual),
+        "a refused run ran: {history:?}"
     );
 
     // With the name allowed, the same request runs.
