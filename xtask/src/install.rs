@@ -7,7 +7,7 @@
 //! added to the apt sources when missing) and from the main suite on later releases. Redis
 //! ≥ 8.6 and sqld have no Debian package and are never installed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -47,7 +47,7 @@ const PACKAGES: [Package; 8] = [
     },
     Package {
         name: "postgresql",
-        installed: || crate::test_servers::postgres_bindir().is_some(),
+        installed: || postgres_bindir().is_some(),
         broker: false,
         tls: false,
     },
@@ -279,6 +279,26 @@ fn write_through(command: &mut Command, text: &str) -> Result<()> {
         bail!("`{}` failed ({status})", util::show(command));
     }
     Ok(())
+}
+
+/// The newest `/usr/lib/postgresql/<major>/bin`, else the folder of `pg_ctl` on PATH.
+pub(crate) fn postgres_bindir() -> Option<PathBuf> {
+    let newest = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("pg_ctl").is_file().then_some((major, bin))
+        })
+        .max_by_key(|(major, _)| *major)
+        .map(|(_, bin)| bin);
+    newest.or_else(|| {
+        let pg_ctl = util::which("pg_ctl")?;
+        let pg_ctl = std::fs::canonicalize(&pg_ctl).unwrap_or(pg_ctl);
+        pg_ctl.parent().map(Path::to_path_buf)
+    })
 }
 
 #[cfg(test)]

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 mod cluster;
 mod tls;
 
+use crate::install::{self, postgres_bindir};
 use crate::probe::{self, Answer, Protocol};
-use crate::{install, util};
+use crate::util;
 
 /// One server the tests can use.
 struct Spec {
@@ -704,26 +705,6 @@ fn redis_server_version(binary: &Path) -> Option<String> {
     out.split_whitespace()
         .find_map(|word| word.strip_prefix("v="))
         .map(str::to_string)
-}
-
-/// The newest `/usr/lib/postgresql/<major>/bin`, else the folder of `pg_ctl` on PATH.
-pub(crate) fn postgres_bindir() -> Option<PathBuf> {
-    let newest = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let major: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            bin.join("pg_ctl").is_file().then_some((major, bin))
-        })
-        .max_by_key(|(major, _)| *major)
-        .map(|(_, bin)| bin);
-    newest.or_else(|| {
-        let pg_ctl = util::which("pg_ctl")?;
-        let pg_ctl = std::fs::canonicalize(&pg_ctl).unwrap_or(pg_ctl);
-        pg_ctl.parent().map(Path::to_path_buf)
-    })
 }
 
 fn launch(spec: &Spec, port: u16, binary: &Path) -> Result<Launched> {

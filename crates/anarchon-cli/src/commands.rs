@@ -11,8 +11,8 @@ use anarchon_core::store::{RunKey, RunView};
 use anarchon_core::{HistoryRecord, JobName, RunStatus};
 
 use crate::error::CliError;
-use crate::output::{Table, length_ms, or_dash, time};
-use crate::store::{Handle, Opened};
+use crate::output::{Table, escape, length_ms, or_dash, time};
+use crate::store::Opened;
 
 /// Reads a job name, as the stores spell them.
 pub(crate) fn job_name(input: &str) -> Result<JobName, CliError> {
@@ -78,11 +78,10 @@ struct JobLine {
 
 /// `jobs`: the known jobs with their last run.
 pub(crate) async fn jobs(store: &Opened) -> Result<JobsReport, CliError> {
-    let history = store.history();
-    let names = store.call("known_jobs", history.known_jobs()).await?;
+    let names = store.known_jobs().await?;
     let mut jobs = Vec::with_capacity(names.len());
     for job in names {
-        let last = store.call("last_run", history.last_run(&job)).await?;
+        let last = store.last_run(&job).await?;
         jobs.push(JobLine {
             job,
             last_run: last.map(HistoryRecord::from),
@@ -130,7 +129,12 @@ impl JobsReport {
             }
         }
         if table.is_empty() {
-            return writeln!(out, "no jobs in the {} store {}", self.kind, self.store);
+            return writeln!(
+                out,
+                "no jobs in the {} store {}",
+                self.kind,
+                escape(&self.store)
+            );
         }
         table.write(out)
     }
@@ -154,9 +158,7 @@ pub(crate) async fn history(
     job: JobName,
     count: usize,
 ) -> Result<HistoryReport, CliError> {
-    let records = store
-        .call("history", store.history().history(&job, count))
-        .await?;
+    let records = store.history(&job, count).await?;
     Ok(HistoryReport {
         store: store.shown.clone(),
         job,
@@ -172,7 +174,7 @@ impl HistoryReport {
                 out,
                 "no runs of job {:?} in {} (`anarchon jobs` lists the jobs it knows)",
                 self.job.as_str(),
-                self.store
+                escape(&self.store)
             );
         }
         let mut table = Table::new(&[
@@ -260,15 +262,14 @@ pub(crate) struct RunsReport {
 
 /// `runs`: what is unfinished now, over the known jobs.
 pub(crate) async fn runs(store: &Opened) -> Result<RunsReport, CliError> {
-    let runs = match &store.handle {
-        Handle::Claim(_) => None,
-        Handle::Lease(lease) => {
-            let jobs = store.call("known_jobs", lease.known_jobs()).await?;
-            let views = store
-                .call("unfinished_runs", lease.unfinished_runs(&jobs))
-                .await?;
-            Some(views.iter().map(RunLine::from).collect())
-        }
+    let runs = if store.has_leases() {
+        let jobs = store.known_jobs().await?;
+        store
+            .unfinished_runs(&jobs)
+            .await?
+            .map(|views| views.iter().map(RunLine::from).collect())
+    } else {
+        None
     };
     Ok(RunsReport {
         store: store.shown.clone(),
@@ -286,11 +287,12 @@ impl RunsReport {
                 out,
                 "the {} store {} is claim-only: it keeps no leases, so no run is unfinished \
                  there (a crashed run is not taken over); `anarchon history JOB` shows what ran",
-                self.kind, self.store
+                self.kind,
+                escape(&self.store)
             );
         }
         if self.runs.is_empty() {
-            return writeln!(out, "no unfinished runs in {}", self.store);
+            return writeln!(out, "no unfinished runs in {}", escape(&self.store));
         }
         let mut table = Table::new(&["JOB", "SLOT", "STATUS", "OWNER", "ATTEMPT", "LEASE LEFT"]);
         for line in &self.runs {
@@ -335,9 +337,7 @@ pub(crate) async fn inspect(
     depth: usize,
 ) -> Result<InspectReport, CliError> {
     let slot_ms = slot.timestamp_millis();
-    let records = store
-        .call("history", store.history().history(&job, depth))
-        .await?;
+    let records = store.history(&job, depth).await?;
     let searched = records.len();
     let mut attempts: Vec<HistoryRecord> = records
         .into_iter()
@@ -345,16 +345,11 @@ pub(crate) async fn inspect(
         .map(HistoryRecord::from)
         .collect();
     attempts.sort_by_key(|r| (r.attempt, r.started_at, r.manual));
-    let now = match &store.handle {
-        Handle::Claim(_) => None,
-        Handle::Lease(lease) => {
-            let key = RunKey::new(job.clone(), slot_ms);
-            let views = store
-                .call("runs", lease.runs(std::slice::from_ref(&key)))
-                .await?;
-            views.iter().find(|v| v.run == key).map(RunLine::from)
-        }
-    };
+    let key = RunKey::new(job.clone(), slot_ms);
+    let now = store
+        .runs(std::slice::from_ref(&key))
+        .await?
+        .and_then(|views| views.iter().find(|v| v.run == key).map(RunLine::from));
     Ok(InspectReport {
         store: store.shown.clone(),
         job,
@@ -412,7 +407,7 @@ impl InspectReport {
                 "now: {} attempt {}, owner {}, lease {}",
                 now.status,
                 now.attempt,
-                or_dash(now.owner.clone()),
+                escape(&or_dash(now.owner.clone())),
                 if now.status == RunStatus::Running {
                     lease_cell(now)
                 } else {

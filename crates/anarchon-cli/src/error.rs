@@ -25,6 +25,17 @@ pub(crate) enum CliError {
         /// The URL, redacted.
         url: String,
     },
+    /// A server scheme followed by `:` but not `://` (`postgres:user:pw@host`).
+    #[error(
+        "the store {url:?} starts with {scheme:?} but not \"{scheme}://\": write it as a URL, \
+         {scheme}://user:password@host:port/..."
+    )]
+    SchemeWithoutSlashes {
+        /// The scheme as given.
+        scheme: String,
+        /// The value, redacted.
+        url: String,
+    },
     /// The store's cargo feature was left out of this build.
     #[error(
         "{url} is a {store} store, which this build of anarchon leaves out: rebuild \
@@ -44,8 +55,32 @@ pub(crate) enum CliError {
          or a URL with a scheme (postgres://, redis://, libsql:// ...) for a server"
     )]
     NoSqliteFile {
-        /// The path as given.
+        /// The path, redacted (a mistyped `--store` may hold a password).
         path: String,
+    },
+    /// A SQLite file that is not an anarchon store (or not one with this table prefix).
+    #[error(
+        "{path:?} is not an anarchon store with the table prefix {table:?}: {reason}. The \
+         command only reads: it changed nothing"
+    )]
+    NotAStore {
+        /// The path, redacted.
+        path: String,
+        /// The `--table` prefix that was looked for.
+        table: String,
+        /// What is missing or wrong, and what to do.
+        reason: String,
+    },
+    /// A `--table` prefix no store could use.
+    #[error(
+        "invalid --table {table:?}: {reason}; a table prefix is 1 to 48 ASCII letters, digits \
+         or '_', starting with a letter or '_'"
+    )]
+    InvalidTable {
+        /// The prefix as given.
+        table: String,
+        /// Why it was refused.
+        reason: &'static str,
     },
     /// The store refused the URL or an option (`--table`, `--schema`, `--prefix`).
     #[error("the store URL {url} or an option cannot be used: {source}")]
@@ -132,8 +167,11 @@ impl CliError {
             | CliError::Json(_) => 1,
             CliError::MissingStore
             | CliError::UnknownScheme { .. }
+            | CliError::SchemeWithoutSlashes { .. }
             | CliError::StoreDisabled { .. }
             | CliError::NoSqliteFile { .. }
+            | CliError::NotAStore { .. }
+            | CliError::InvalidTable { .. }
             | CliError::InvalidStore { .. }
             | CliError::InvalidJob { .. }
             | CliError::InvalidTime { .. }
@@ -142,31 +180,81 @@ impl CliError {
     }
 }
 
-/// The secrets in a store URL (the password of its user info, `password=` values): the
-/// last line of defence, so that no error text shows them even if a driver repeats the URL.
+/// The secrets in a store URL: the password of its user info (with or without `://`, so
+/// `postgres:user:pw@host` too), and the values of secret-looking `key=value` pairs, quoted
+/// or not (`password='it is'`, `?password=x`, `token=...`). The last line of defence, so
+/// that no error text shows them even if a driver repeats the URL.
 pub(crate) fn secrets_of(url: &str) -> Vec<String> {
     let mut found = Vec::new();
-    if let Some(rest) = url.split_once("://").map(|(_, rest)| rest) {
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if let Some((userinfo, _)) = authority.rsplit_once('@')
-            && let Some((_, password)) = userinfo.split_once(':')
-        {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if let Some((userinfo, _)) = authority.rsplit_once('@')
+        && let Some((_, password)) = userinfo.split_once(':')
+    {
+        found.push(password.to_owned());
+    }
+    // A `/` in the password hides the rest of the authority from the split above.
+    if let Some(at) = rest.rfind('@') {
+        let userinfo = &rest[..at];
+        if let Some((_, password)) = userinfo.split_once(':') {
             found.push(password.to_owned());
         }
-        // A `/` in the password hides the rest of the authority from the split above.
-        if let Some(at) = rest.rfind('@')
-            && let Some((_, password)) = rest[..at].split_once(':')
-        {
+        if let Some((_, password)) = userinfo.rsplit_once(':') {
             found.push(password.to_owned());
         }
     }
-    for pair in url.split(['?', '&', ' ']) {
-        if let Some(value) = pair.strip_prefix("password=") {
-            found.push(value.trim_matches('\'').to_owned());
-        }
-    }
+    found.extend(pair_values(url));
     found.retain(|s| s.len() >= 2);
+    // Longest first, so a secret that holds another one is replaced whole.
+    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
     found
+}
+
+/// The values of the `key=value` pairs of `text` whose key looks secret.
+fn pair_values(text: &str) -> Vec<String> {
+    const SECRET: [&str; 6] = ["pass", "pwd", "token", "secret", "key", "auth"];
+    let mut values = Vec::new();
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let key: String = rest[..eq]
+            .trim_end()
+            .rsplit(|c: char| c.is_whitespace() || matches!(c, '?' | '&' | ';' | ','))
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let after = rest[eq + 1..].trim_start();
+        let (value, next) = match after.chars().next() {
+            Some(q @ ('\'' | '"')) => {
+                let body = &after[1..];
+                let mut end = body.len();
+                let mut escaped = false;
+                for (i, c) in body.char_indices() {
+                    if escaped {
+                        escaped = false;
+                    } else if c == '\\' {
+                        escaped = true;
+                    } else if c == q {
+                        end = i;
+                        break;
+                    }
+                }
+                (&body[..end], &body[(end + 1).min(body.len())..])
+            }
+            _ => {
+                let end = after
+                    .find(|c: char| c.is_whitespace() || matches!(c, '&' | ';' | ','))
+                    .unwrap_or(after.len());
+                (&after[..end], &after[end..])
+            }
+        };
+        if SECRET.iter().any(|word| key.contains(word)) {
+            values.push(value.to_owned());
+            // The raw form too (`it\'s` as typed), when the value held escapes.
+            values.push(value.replace("\\", ""));
+        }
+        rest = next;
+    }
+    values
 }
 
 /// `text` with every secret of `url` replaced by `***`.
@@ -193,6 +281,23 @@ mod tests {
             "redis://:***@h"
         );
         assert_eq!(scrub("plain", Some("jobs.db")), "plain");
+    }
+
+    #[test]
+    fn scrub_hides_passwords_of_every_store_shape() {
+        for (url, secret) in [
+            ("host=db user=app password=hunter22", "hunter22"),
+            ("host=db password='two words' user=x", "two words"),
+            ("host=db password = \"dq secret\"", "dq secret"),
+            ("password='it\\'s here' host=db", "it\\'s here"),
+            ("postgres:user:pw1234@host", "pw1234"),
+            ("postgres://u:pa/ss@h:5/db", "pa/ss"),
+            ("redis://h/?token=tok987", "tok987"),
+        ] {
+            let text = format!("error at {url}: {secret} was wrong");
+            let out = scrub(&text, Some(url));
+            assert!(!out.contains(secret), "{url}: {out}");
+        }
     }
 
     #[test]

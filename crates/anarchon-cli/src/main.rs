@@ -36,6 +36,8 @@ mod commands;
 mod error;
 mod next;
 mod output;
+#[cfg(any(feature = "sqlite", feature = "libsql"))]
+mod readonly;
 mod store;
 
 use std::io::Write;
@@ -58,7 +60,7 @@ struct Cli {
     /// Print one JSON document on stdout instead of tables.
     #[arg(long, global = true)]
     json: bool,
-    /// Bound on connecting and on each store call ("500ms", "10s", "1m").
+    /// Bound on connecting and on each store call ("500ms", "10s", "1m"; 1ms to 1h).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_timeout)]
     timeout: Duration,
     /// Key prefix of a Redis store (the store's default: "anarchon:").
@@ -121,8 +123,19 @@ enum Command {
     },
 }
 
+/// The longest `--timeout`: a read that takes longer is not coming back, and the drivers'
+/// own limits (SQLite's busy timeout is an `i32` of ms, PostgreSQL's `statement_timeout` an
+/// `i32` too) lie not far above.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
+
 fn parse_timeout(input: &str) -> Result<Duration, String> {
-    anarchon_core::slot::parse_interval(input).map_err(|e| e.to_string())
+    let timeout = anarchon_core::slot::parse_interval(input).map_err(|e| e.to_string())?;
+    if timeout > MAX_TIMEOUT {
+        return Err(format!(
+            "{input:?} is longer than the longest timeout, 1h; give 1ms to 1h"
+        ));
+    }
+    Ok(timeout)
 }
 
 /// Writes `report` as JSON or as a table.
@@ -214,6 +227,7 @@ fn main() -> ExitCode {
         )
         .init();
     let store_url = cli.store.clone();
+    let auth_token = cli.auth_token.clone();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -240,8 +254,149 @@ fn main() -> ExitCode {
                 }
                 source = s.source();
             }
-            eprintln!("error: {}", error::scrub(&text, store_url.as_deref()));
+            // Errors quote store text and input: escape it as the tables do.
+            let mut text = error::scrub(&text, store_url.as_deref());
+            if let Some(token) = auth_token.as_deref().filter(|t| t.len() >= 2) {
+                text = text.replace(token, "***");
+            }
+            eprintln!("error: {}", output::escape(&text));
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Text at the extremes for any argument: empty, zero, huge, negative, controls, URLs.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("0".to_owned()),
+            Just("0smhd".to_owned()),
+            Just("1ms".to_owned()),
+            Just(u64::MAX.to_string()),
+            Just(format!("{}ms", u64::MAX)),
+            Just(i64::MIN.to_string()),
+            Just("-1".to_owned()),
+            Just("9999-12-31T23:59:59Z".to_owned()),
+            Just("host=x password=y".to_owned()),
+            Just("postgres:u:p@h".to_owned()),
+            "[0-9]{1,30}(ms|s|m|h|d)?",
+            "[0-9*/,\\- ]{0,20}",
+            "\\PC{0,30}",
+            "[\\x00-\\x1f\\x7f\u{202e}]{0,8}",
+        ]
+    }
+
+    fn flag() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "--timeout",
+            "--store",
+            "--table",
+            "--schema",
+            "--prefix",
+            "--tz",
+            "--count",
+            "--from",
+            "-n",
+            "--depth",
+        ])
+    }
+
+    fn command() -> impl Strategy<Value = Vec<&'static str>> {
+        prop::sample::select(vec![
+            vec!["jobs"],
+            vec!["runs"],
+            vec!["history"],
+            vec!["next"],
+            vec!["inspect", "sync"],
+        ])
+    }
+
+    #[test]
+    fn timeout_is_bounded_to_an_hour() {
+        assert_eq!(parse_timeout("1h").unwrap(), MAX_TIMEOUT);
+        assert_eq!(parse_timeout("1ms").unwrap(), Duration::from_millis(1));
+        for bad in ["1h1ms", "100d", "0s", "-1s", "0smhd"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any argument list parses or is refused by clap; whatever parses is then read by
+        /// the command's own parsers (time, job, store URL, schedule) to Ok or a typed error
+        /// with the right exit code, never a panic. No store is opened.
+        #[test]
+        fn options_at_extremes_parse_or_are_refused_never_panic(
+            cmd in command(),
+            positional in text(),
+            pairs in prop::collection::vec((flag(), text()), 0..4),
+        ) {
+            let mut args = vec!["anarchon".to_owned()];
+            for (f, v) in &pairs {
+                args.push((*f).to_owned());
+                args.push(v.clone());
+            }
+            args.extend(cmd.iter().map(|s| (*s).to_owned()));
+            args.push(positional.clone());
+            let Ok(cli) = Cli::try_parse_from(&args) else {
+                return Ok(());
+            };
+            if let Some(url) = &cli.store
+                && let Err(e) = store::kind_of(url)
+            {
+                prop_assert_eq!(e.exit_code(), 2);
+            }
+            match &cli.command {
+                Command::Next { schedule, tz, count, from } => {
+                    let after = from
+                        .as_deref()
+                        .map(|f| commands::instant("--from", f))
+                        .transpose();
+                    match after {
+                        Ok(after) => {
+                            let after = after.unwrap_or_else(chrono::Utc::now);
+                            // Few instants: the property is about input, not volume.
+                            let count = (*count as usize).min(3);
+                            match next::next(schedule, tz.as_deref(), count, after) {
+                                Ok(report) => {
+                                    let mut out = Vec::new();
+                                    report.write_table(&mut out).unwrap();
+                                    let text = String::from_utf8(out).unwrap();
+                                    prop_assert!(
+                                        !text.chars().any(|c| output::is_unsafe(c) && c != '\n'),
+                                        "{:?}", text
+                                    );
+                                }
+                                Err(e) => prop_assert_eq!(e.exit_code(), 2),
+                            }
+                        }
+                        Err(e) => prop_assert_eq!(e.exit_code(), 2),
+                    }
+                }
+                Command::History { job, .. } => {
+                    if let Err(e) = commands::job_name(job) {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
+                }
+                Command::Inspect { job, slot, .. } => {
+                    if let Err(e) = commands::job_name(job) {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
+                    if let Err(e) = commands::instant("slot", slot) {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
+                }
+                Command::Jobs | Command::Runs => {}
+            }
+            // An error message never carries a control character to the terminal.
+            let scrubbed = output::escape(&error::scrub(&positional, cli.store.as_deref()));
+            prop_assert!(!scrubbed.chars().any(output::is_unsafe));
         }
     }
 }

@@ -25,6 +25,9 @@ pub(crate) struct NextReport {
     after: DateTime<Utc>,
     /// The instants, oldest first.
     instants: Vec<Instant>,
+    /// Why there are fewer instants than asked for (absent when there are all of them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end: Option<String>,
 }
 
 /// One instant of `next`.
@@ -99,6 +102,20 @@ fn note(rule: DstRule) -> Option<DstNote> {
     })
 }
 
+/// Whether `input` reads as interval text: every word is digits and/or letters (`5m`,
+/// `1h 30m`, `10 s`), with at least one digit and one letter, and no word is a cron field
+/// (`*`, `,`, `-`, `/`, `?`) or an alias (`@daily`).
+pub(crate) fn is_interval_text(input: &str) -> bool {
+    let words: Vec<&str> = input.split_whitespace().collect();
+    !words.is_empty()
+        && words
+            .iter()
+            .all(|w| w.chars().all(|c| c.is_ascii_alphanumeric()))
+        && input.contains(|c: char| c.is_ascii_digit())
+        && input.contains(|c: char| c.is_ascii_alphabetic())
+        && words.len() < 5
+}
+
 /// Computes the next `count` instants of `input` after `after`.
 pub(crate) fn next(
     input: &str,
@@ -120,12 +137,10 @@ pub(crate) fn next(
             })
             .map_err(invalid)?,
     };
-    // An interval is one token of digits and units; anything else is read as cron, whose
-    // error then names the bad field.
-    let looks_like_interval = !input.trim().starts_with('@')
-        && input.split_whitespace().count() <= 4
-        && input.trim().starts_with(|c: char| c.is_ascii_digit())
-        && input.contains(|c: char| c.is_ascii_alphabetic());
+    // An interval is made of `<digits><unit>` parts ("5m", "1h 30m"); anything else is read
+    // as cron, whose error then names the field count or the bad field. So "0 9 * MON" (a
+    // cron expression missing a field) is never read as an interval.
+    let looks_like_interval = is_interval_text(input);
     let (schedule, kind, rules) = if looks_like_interval {
         let interval = parse_interval(input).map_err(invalid)?;
         (
@@ -164,6 +179,14 @@ pub(crate) fn next(
         });
         from = slot;
     }
+    // A cron expression that parsed fires again within a few years (one that never fires is
+    // refused), so a cron list cut short reached croner's end of time.
+    let end = (instants.len() < count).then(|| match kind {
+        "cron" => "cron schedules end at 5000-01-01T00:00:00Z (croner, the cron library, \
+                   searches no further)"
+            .to_owned(),
+        _ => "no further instant fits in the range of times anarchon handles".to_owned(),
+    });
     Ok(NextReport {
         schedule: input.to_owned(),
         kind,
@@ -171,6 +194,7 @@ pub(crate) fn next(
         rules,
         after,
         instants,
+        end,
     })
 }
 
@@ -190,8 +214,10 @@ impl NextReport {
         };
         writeln!(
             out,
-            "{} {:?} in {} ({rules})",
-            self.kind, self.schedule, self.timezone
+            "{} {} in {} ({rules})",
+            self.kind,
+            crate::output::escape(&format!("{:?}", self.schedule)),
+            self.timezone
         )?;
         let mut table = Table::new(&["#", "UTC", "LOCAL", "ZONE", "DST"]);
         for (i, instant) in self.instants.iter().enumerate() {
@@ -207,8 +233,9 @@ impl NextReport {
             ]);
         }
         table.write(out)?;
-        if self.instants.is_empty() {
-            writeln!(out, "(no instant after {})", time(self.after))?;
+        if let Some(end) = &self.end {
+            let last = self.instants.last().map_or(self.after, |i| i.at);
+            writeln!(out, "(no instant after {}: {end})", time(last))?;
         }
         Ok(())
     }
@@ -300,6 +327,41 @@ mod tests {
         assert_eq!(r.kind, "every");
         assert_eq!(time(r.instants[0].at), "2026-01-01T00:05:00.000Z");
         assert_eq!(time(r.instants[1].at), "2026-01-01T00:10:00.000Z");
+    }
+
+    #[test]
+    fn cron_says_why_it_ends_at_year_5000() {
+        let r = next("0 0 1 1 *", None, 5, at("4997-06-01T00:00:00Z")).unwrap();
+        assert_eq!(r.instants.len(), 3);
+        assert_eq!(time(r.instants[2].at), "5000-01-01T00:00:00.000Z");
+        let end = r.end.as_deref().unwrap();
+        assert!(
+            end.contains("5000-01-01T00:00:00Z") && end.contains("croner"),
+            "{end}"
+        );
+        let mut out = Vec::new();
+        r.write_table(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("cron schedules end at 5000"), "{text}");
+        let none = next("* * * * *", None, 2, at("5000-01-01T00:00:00Z")).unwrap();
+        assert!(none.instants.is_empty());
+        assert!(none.end.as_deref().unwrap().contains("croner"));
+        let full = next("5m", None, 2, at("2026-01-01T00:00:00Z")).unwrap();
+        assert!(full.end.is_none());
+    }
+
+    #[test]
+    fn a_cron_expression_missing_a_field_is_read_as_cron() {
+        let e = next("0 9 * MON", None, 1, Utc::now())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("4 fields"), "{e}");
+        assert!(is_interval_text("1h 30m") && is_interval_text("5m") && is_interval_text("10 s"));
+        assert!(!is_interval_text("0 9 * MON") && !is_interval_text("@daily"));
+        assert!(
+            !is_interval_text("1 2 3 4 5m"),
+            "five words are a cron expression"
+        );
     }
 
     #[test]

@@ -19,12 +19,13 @@ impl Table {
         }
     }
 
-    /// Appends a row (one cell per header; line breaks become spaces).
+    /// Appends a row (one cell per header; line breaks and tabs become spaces, other
+    /// control and bidi characters are escaped: see [`escape`]).
     pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(
             cells
                 .into_iter()
-                .map(|c| c.replace(['\n', '\r', '\t'], " "))
+                .map(|c| escape(&c.replace(['\n', '\r', '\t'], " ")))
                 .collect(),
         );
     }
@@ -62,6 +63,35 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// Whether `c` must not reach a terminal as it is: C0 and C1 controls and DEL (ESC starts
+/// colour, cursor, title and OSC 8 link sequences; BEL ends OSC), and the bidi controls
+/// (U+061C, U+200E/F, U+202A..U+202E, U+2066..U+2069), which reorder what the operator sees.
+pub(crate) fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` with every character [`is_unsafe`] written as `\u{..}` (lowercase hex), so store
+/// text (instance ids, handler errors) is shown, never obeyed by the terminal. Table cells,
+/// the lines around them and error messages all go through it; `--json` escapes by itself.
+pub(crate) fn escape(text: &str) -> String {
+    if !text.chars().any(is_unsafe) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// An instant as RFC 3339 in UTC with milliseconds: `2026-11-30T18:20:00.000Z`.
@@ -103,6 +133,23 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "A          LONGER\nwide cell  x\nb          multi line\n"
         );
+    }
+
+    #[test]
+    fn control_and_bidi_characters_are_escaped_in_cells() {
+        let mut t = Table::new(&["A"]);
+        t.row(vec![
+            "\u{1b}]0;title\u{7}x\u{1b}[31m\u{9b}\u{202e}\u{2066}\u{200f}\u{7f}".into(),
+        ]);
+        let mut out = Vec::new();
+        t.write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "A\n\\u{1b}]0;title\\u{7}x\\u{1b}[31m\\u{9b}\\u{202e}\\u{2066}\\u{200f}\\u{7f}\n"
+        );
+        assert!(!text.chars().any(|c| is_unsafe(c) && c != '\n'), "{text:?}");
+        assert_eq!(escape("plain ünïcode ✓"), "plain ünïcode ✓");
     }
 
     #[test]

@@ -5,8 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anarchon_core::JobName;
 use anarchon_core::redact_url;
-use anarchon_core::store::{ClaimStore, HistoryStore, LeaseStore};
+use anarchon_core::store::{ClaimStore, LeaseStore, RunKey, RunRecord, RunView};
 
 use crate::error::CliError;
 
@@ -44,10 +45,60 @@ pub(crate) enum Kind {
     Nats,
 }
 
-/// Reads the scheme of `url` (a bare path is a SQLite file).
+/// Whether `text` reads as a libpq `key=value` connection string (`host=db user=app`)
+/// rather than a file path: its first word is a known libpq key followed by `=`.
+fn is_key_value(text: &str) -> bool {
+    const KEYS: [&str; 9] = [
+        "host",
+        "hostaddr",
+        "port",
+        "user",
+        "password",
+        "dbname",
+        "sslmode",
+        "options",
+        "application_name",
+    ];
+    let Some((key, _)) = text.split_once('=') else {
+        return false;
+    };
+    KEYS.contains(&key.trim().to_ascii_lowercase().as_str())
+}
+
+/// The schemes of the server stores.
+const SERVER_SCHEMES: [&str; 12] = [
+    "libsql",
+    "http",
+    "https",
+    "postgres",
+    "postgresql",
+    "redis",
+    "rediss",
+    "amqp",
+    "amqps",
+    "nats",
+    "tls",
+    "valkey",
+];
+
+/// Reads the scheme of `url` (a bare path is a SQLite file; a libpq `key=value` string is
+/// PostgreSQL, unless a file of that name exists).
 pub(crate) fn kind_of(url: &str) -> Result<Kind, CliError> {
     let url = url.trim();
     let Some((scheme, rest)) = url.split_once("://") else {
+        let is_file = std::path::Path::new(url).is_file();
+        if is_key_value(url) && !is_file {
+            return Ok(Kind::Postgres);
+        }
+        if let Some((scheme, _)) = url.split_once(':')
+            && !is_file
+            && SERVER_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str())
+        {
+            return Err(CliError::SchemeWithoutSlashes {
+                scheme: scheme.to_owned(),
+                url: redact_url(url),
+            });
+        }
         let path = url.strip_prefix("sqlite:").unwrap_or(url);
         return Ok(Kind::Sqlite(path.to_owned()));
     };
@@ -73,6 +124,12 @@ pub(crate) enum Handle {
     Lease(Arc<dyn LeaseStore>),
     /// RabbitMQ, NATS.
     Claim(Arc<dyn ClaimStore>),
+    /// A SQLite file, opened read-only.
+    #[cfg(feature = "sqlite")]
+    Sqlite(Box<crate::readonly::SqliteReader>),
+    /// A libSQL server, read without writing.
+    #[cfg(feature = "libsql")]
+    Libsql(Box<crate::readonly::LibsqlReader>),
 }
 
 /// An open store with the URL to show and the bound of each call.
@@ -85,17 +142,103 @@ pub(crate) struct Opened {
 }
 
 impl Opened {
-    /// The store's history side.
-    pub(crate) fn history(&self) -> &dyn HistoryStore {
+    /// The store's kind (`sqlite`, `postgres`, `redis` ...).
+    pub(crate) fn kind(&self) -> &'static str {
         match &self.handle {
-            Handle::Lease(store) => &**store,
-            Handle::Claim(store) => &**store,
+            Handle::Lease(store) => store.kind(),
+            Handle::Claim(store) => store.kind(),
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(_) => "sqlite",
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(_) => "libsql",
         }
     }
 
-    /// The store's kind (`sqlite`, `postgres`, `redis` ...).
-    pub(crate) fn kind(&self) -> &'static str {
-        self.history().kind()
+    /// Whether the store keeps leases (and so unfinished runs); claim-only stores do not.
+    pub(crate) fn has_leases(&self) -> bool {
+        !matches!(self.handle, Handle::Claim(_))
+    }
+
+    /// The names of the jobs the store knows, sorted.
+    pub(crate) async fn known_jobs(&self) -> Result<Vec<JobName>, CliError> {
+        match &self.handle {
+            Handle::Lease(store) => self.call("known_jobs", store.known_jobs()).await,
+            Handle::Claim(store) => self.call("known_jobs", store.known_jobs()).await,
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(reader) => self.call("known_jobs", async { reader.known_jobs() }).await,
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self.call("known_jobs", reader.known_jobs()).await,
+        }
+    }
+
+    /// The job's newest `count` attempts, newest first.
+    pub(crate) async fn history(
+        &self,
+        job: &JobName,
+        count: usize,
+    ) -> Result<Vec<RunRecord>, CliError> {
+        match &self.handle {
+            Handle::Lease(store) => self.call("history", store.history(job, count)).await,
+            Handle::Claim(store) => self.call("history", store.history(job, count)).await,
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(reader) => {
+                self.call("history", async { reader.history(job, count) })
+                    .await
+            }
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self.call("history", reader.history(job, count)).await,
+        }
+    }
+
+    /// The job's newest attempt.
+    pub(crate) async fn last_run(&self, job: &JobName) -> Result<Option<RunRecord>, CliError> {
+        match &self.handle {
+            Handle::Lease(store) => self.call("last_run", store.last_run(job)).await,
+            Handle::Claim(store) => self.call("last_run", store.last_run(job)).await,
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(_) => Ok(self.history(job, 1).await?.into_iter().next()),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(_) => Ok(self.history(job, 1).await?.into_iter().next()),
+        }
+    }
+
+    /// The unfinished runs of `jobs`; `None` on a claim-only store.
+    pub(crate) async fn unfinished_runs(
+        &self,
+        jobs: &[JobName],
+    ) -> Result<Option<Vec<RunView>>, CliError> {
+        match &self.handle {
+            Handle::Lease(store) => self
+                .call("unfinished_runs", store.unfinished_runs(jobs))
+                .await
+                .map(Some),
+            Handle::Claim(_) => Ok(None),
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(reader) => self
+                .call("unfinished_runs", async { reader.unfinished_runs(jobs) })
+                .await
+                .map(Some),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self
+                .call("unfinished_runs", reader.unfinished_runs(jobs))
+                .await
+                .map(Some),
+        }
+    }
+
+    /// The runs `keys` names; `None` on a claim-only store.
+    pub(crate) async fn runs(&self, keys: &[RunKey]) -> Result<Option<Vec<RunView>>, CliError> {
+        match &self.handle {
+            Handle::Lease(store) => self.call("runs", store.runs(keys)).await.map(Some),
+            Handle::Claim(_) => Ok(None),
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(reader) => self
+                .call("runs", async { reader.runs(keys) })
+                .await
+                .map(Some),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(reader) => self.call("runs", reader.runs(keys)).await.map(Some),
+        }
     }
 
     /// Runs one store call within `--timeout`, naming `action` in its error.
@@ -109,7 +252,15 @@ impl Opened {
 
     /// Closes the store (within `--timeout`); a failure to close is logged, not returned.
     pub(crate) async fn close(self) {
-        if let Err(e) = self.call("close", self.history().close()).await {
+        let closed = match &self.handle {
+            Handle::Lease(store) => self.call("close", store.close()).await,
+            Handle::Claim(store) => self.call("close", store.close()).await,
+            #[cfg(feature = "sqlite")]
+            Handle::Sqlite(_) => Ok(()),
+            #[cfg(feature = "libsql")]
+            Handle::Libsql(_) => Ok(()),
+        };
+        if let Err(e) = closed {
             tracing::debug!("closing the store: {e}");
         }
     }
@@ -196,23 +347,14 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
         Kind::Sqlite(path) => {
             #[cfg(feature = "sqlite")]
             {
-                use anarchon_sqlite::{SqliteOptions, SqliteStore};
-                // Opening a missing path would create an empty database: refuse it instead.
-                if path.is_empty() || !std::path::Path::new(path).is_file() {
-                    return Err(CliError::NoSqliteFile { path: path.clone() });
-                }
-                let mut options = SqliteOptions::default().call_timeout(timeout);
-                if let Some(table) = &args.table {
-                    options = options.table(table.clone());
-                }
-                let store = bounded(
+                // Read-only: the command never creates, migrates or switches a file to WAL.
+                let reader = crate::readonly::SqliteReader::open(
+                    path,
                     shown,
+                    args.table.as_deref(),
                     timeout,
-                    "open",
-                    SqliteStore::connect_with(path, options),
-                )
-                .await?;
-                Ok(Handle::Lease(Arc::new(store)))
+                )?;
+                Ok(Handle::Sqlite(Box::new(reader)))
             }
             #[cfg(not(feature = "sqlite"))]
             Err(disabled(shown, "SQLite", "sqlite"))
@@ -220,22 +362,23 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
         Kind::Libsql => {
             #[cfg(feature = "libsql")]
             {
-                use anarchon_libsql::{LibsqlOptions, LibsqlStore};
-                let mut options = LibsqlOptions::default().call_timeout(timeout);
-                if let Some(token) = &args.auth_token {
-                    options = options.auth_token(token.clone());
-                }
-                if let Some(table) = &args.table {
-                    options = options.table(table.clone());
-                }
-                let store = bounded(
-                    shown,
+                // Read without writing: `LibsqlStore::connect` would create the tables.
+                let reader = tokio::time::timeout(
                     timeout,
-                    "connect",
-                    LibsqlStore::connect_with(url, options),
+                    crate::readonly::LibsqlReader::open(
+                        url,
+                        shown,
+                        args.auth_token.as_deref(),
+                        args.table.as_deref(),
+                    ),
                 )
-                .await?;
-                Ok(Handle::Lease(Arc::new(store)))
+                .await
+                .map_err(|_| CliError::Timeout {
+                    url: shown.to_owned(),
+                    action: "connect",
+                    after: timeout,
+                })??;
+                Ok(Handle::Libsql(Box::new(reader)))
             }
             #[cfg(not(feature = "libsql"))]
             Err(disabled(shown, "libSQL", "libsql"))
@@ -255,6 +398,8 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
                 if let Some(table) = &args.table {
                     options = options.table(table.clone());
                 }
+                // `connect_with` only reads the server version: the tables are created by
+                // `prepare`, which the command never calls.
                 let store = bounded(
                     shown,
                     timeout,
@@ -262,6 +407,7 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
                     PostgresStore::connect_with(url, options),
                 )
                 .await?;
+                check_postgres_tables(&store, shown, timeout).await?;
                 Ok(Handle::Lease(Arc::new(store)))
             }
             #[cfg(not(feature = "postgres"))]
@@ -321,6 +467,62 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
             #[cfg(not(feature = "nats"))]
             Err(disabled(shown, "NATS", "nats"))
         }
+    }
+}
+
+/// Refuses a PostgreSQL schema that holds no anarchon tables of the `--table` prefix, so a
+/// typo says so instead of failing on the first query (or answering "no jobs").
+#[cfg(feature = "postgres")]
+async fn check_postgres_tables(
+    store: &anarchon_postgres::PostgresStore,
+    shown: &str,
+    timeout: Duration,
+) -> Result<(), CliError> {
+    let (schema, table) = (store.schema(), store.table());
+    let names: Vec<String> = ["_meta", "", "_attempts"]
+        .iter()
+        .map(|suffix| format!("\"{schema}\".\"{table}{suffix}\""))
+        .collect();
+    let failed = |e: String| CliError::Store {
+        url: shown.to_owned(),
+        action: "check the tables",
+        source: anarchon_core::Error::store("postgres", "check the tables", e),
+    };
+    let check = async {
+        let client = store
+            .pool()
+            .get()
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let row = client
+            .query_one(
+                "SELECT to_regclass($1)::text, to_regclass($2)::text, to_regclass($3)::text",
+                &[&names[0], &names[1], &names[2]],
+            )
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        for (i, name) in names.iter().enumerate() {
+            if row.get::<_, Option<String>>(i).is_none() {
+                return Err(CliError::NotAStore {
+                    path: shown.to_owned(),
+                    table: format!("{schema}.{table}"),
+                    reason: format!(
+                        "it has no table {name}: pass the --schema and --table of the store \
+                         (the defaults are public and anarchon_runs); the command never \
+                         creates tables, the application does when it starts"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, check).await {
+        Ok(result) => result,
+        Err(_) => Err(CliError::Timeout {
+            url: shown.to_owned(),
+            action: "check the tables",
+            after: timeout,
+        }),
     }
 }
 

@@ -468,6 +468,35 @@ async fn cli_reads_jobs_history_runs_and_a_takeover_from_libsql() {
         args.extend(["--auth-token", token.as_str()]);
     }
     scenario(open, &args, &shown).await;
+
+    // A table typo is refused by name, and the command creates nothing on the server.
+    let typo = format!("{table}_typo");
+    let mut args = vec!["--store", url.as_str(), "--table", typo.as_str(), "jobs"];
+    if !token.is_empty() {
+        args.extend(["--auth-token", token.as_str()]);
+    }
+    let out = cli(&args, None).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("{typo}_meta"))
+            && out.stderr.contains(&format!("--table {table}")),
+        "{}",
+        out.stderr
+    );
+    let db = libsql::Builder::new_remote(url.clone(), token.clone())
+        .build()
+        .await
+        .unwrap();
+    let conn = db.connect().unwrap();
+    let mut rows = conn
+        .query(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE ?1",
+            [format!("{typo}%")],
+        )
+        .await
+        .unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(row.get::<i64>(0).unwrap(), 0, "the command created tables");
 }
 
 /// `postgres://user@host/db` with `:password` added to the user (unchanged if it has one).

@@ -100,6 +100,42 @@ const UNITS: [(&str, u64); 5] = [
 /// # Ok::<(), anarchon_core::Error>(())
 /// ```
 pub fn parse_interval(input: &str) -> Result<Duration> {
+    parse_span(input, false)
+}
+
+/// Parses a length option (`timeout`, `jitter`, `max_late` ...): the grammar of
+/// [`parse_interval`], and zero too, written `"0"` or as a zero of one unit (`"0s"`, `"0ms"`,
+/// `"0h0m"`). The one parser of length text behind the builders, `JobConfig`, the
+/// `#[anarchon::jobs]` attributes and the CLI, so the same text means the same length in
+/// each.
+///
+/// # Errors
+///
+/// [`Error::InvalidInterval`] naming the input and the reason, as [`parse_interval`] (except
+/// for zero): `"0smhd"` is refused (`smhd` is no unit), not read as zero.
+///
+/// ```
+/// use std::time::Duration;
+/// use anarchon_core::slot::parse_length;
+///
+/// assert_eq!(parse_length("1m30s")?, Duration::from_secs(90));
+/// assert_eq!(parse_length("0")?, Duration::ZERO);
+/// assert_eq!(parse_length(" 0ms ")?, Duration::ZERO);
+/// let err = parse_length("0smhd").unwrap_err().to_string();
+/// assert!(err.contains("\"0smhd\"") && err.contains("unknown unit \"smhd\""), "{err}");
+/// assert!(parse_length("ms").is_err());
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
+pub fn parse_length(input: &str) -> Result<Duration> {
+    let text = input.trim();
+    if !text.is_empty() && text.bytes().all(|b| b == b'0') {
+        return Ok(Duration::ZERO);
+    }
+    parse_span(input, true)
+}
+
+/// [`parse_interval`] and [`parse_length`]: `zero` says whether a zero total is allowed.
+fn parse_span(input: &str, zero: bool) -> Result<Duration> {
     // Only text gets the hint on how to write it.
     let refuse = |reason: String| Error::InvalidInterval {
         input: input.to_owned(),
@@ -119,6 +155,10 @@ pub fn parse_interval(input: &str) -> Result<Duration> {
         let digits_len = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits_len == 0 {
             return Err(refuse(match rest.chars().next() {
+                Some('-') if zero => "it is negative; a length cannot be (for a grid laid \
+                                      early, give the interval minus the lead as the offset: \
+                                      \"9s\" on a 10s grid is 1 s early)"
+                    .to_owned(),
                 Some('-') => "it is negative; an interval must be positive".to_owned(),
                 _ => format!("expected a number at {rest:?}"),
             }));
@@ -157,7 +197,7 @@ pub fn parse_interval(input: &str) -> Result<Duration> {
         rest = after;
     }
 
-    if total_ms == 0 {
+    if total_ms == 0 && !zero {
         return Err(refuse(
             "it is zero; an interval must be positive".to_owned(),
         ));
@@ -166,6 +206,30 @@ pub fn parse_interval(input: &str) -> Result<Duration> {
         return Err(refuse("it is too large".to_owned()));
     }
     Ok(Duration::from_millis(total_ms))
+}
+
+/// Reads an IANA timezone name (`"Europe/Berlin"`, `"UTC"`), ignoring whitespace around it:
+/// the one reading of timezone text behind cron schedules, the `#[anarchon::jobs]`
+/// attributes and the CLI. Names are case-sensitive as IANA writes them, and a space inside
+/// one is not an underscore (`"America/New York"` is refused; write `America/New_York`).
+///
+/// # Errors
+///
+/// [`Error::UnknownTimezone`] naming the input as given.
+///
+/// ```
+/// use anarchon_core::slot::parse_timezone;
+///
+/// assert_eq!(parse_timezone(" Europe/Berlin ")?, chrono_tz::Europe::Berlin);
+/// assert!(parse_timezone("America/New York").is_err());
+/// # Ok::<(), anarchon_core::Error>(())
+/// ```
+pub fn parse_timezone(name: &str) -> Result<Tz> {
+    name.trim()
+        .parse::<Tz>()
+        .map_err(|_| Error::UnknownTimezone {
+            name: name.to_owned(),
+        })
 }
 
 /// The longest interval of an `every` job: ten years. A longer one would fire at most once
@@ -561,10 +625,99 @@ fn check_cron_fields(fields: &[&str]) -> std::result::Result<(), String> {
                 "has a step without a start; write `*/n` or `start/n`",
             ));
         }
+        check_cron_parts(name, field).map_err(|why| refuse(&why))?;
         let mut probe = vec!["*"; fields.len()];
         probe[index] = *field;
         if let Err(e) = cron_parser(false).parse(&probe.join(" ")) {
             return Err(refuse(&format!("is invalid: {}", croner_reason(&e))));
+        }
+    }
+    Ok(())
+}
+
+/// The last instant a cron schedule yields, 5000-01-01T00:00:00Z: croner, the cron library,
+/// searches no further, so [`CronSchedule::next_after`] answers `None` from there on. (An
+/// `at` job may name an instant up to the year 9999; the two bounds differ because cron
+/// is searched field by field and `at` is one number.)
+pub const CRON_LAST_MS: EpochMs = 95_617_584_000_000;
+
+/// The names a month or day-of-week field may use.
+const MONTH_NAMES: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// The checks croner's lenient reading skips or words in its own terms: an empty list item
+/// (`0,,0` would be read as `0`), croner's `+` day-of-week modifier, a character or a name
+/// the field does not take, and a range that runs backwards (`5-1`).
+fn check_cron_parts(name: &str, field: &str) -> std::result::Result<(), String> {
+    if field.split(',').any(str::is_empty) {
+        return Err(
+            "has an empty list item; separate values with one comma each (\"0,30\", not \"0,,30\")"
+                .to_owned(),
+        );
+    }
+    if field.contains('+') {
+        return Err(
+            "uses croner's `+` modifier, which anarchon does not take: it follows crontab's \
+             day rule (both day fields restricted = either matches; see the schedules docs)"
+                .to_owned(),
+        );
+    }
+    let names: &[&str] = match name {
+        "month" => &MONTH_NAMES,
+        "day-of-week" => &DAY_NAMES,
+        _ => &[],
+    };
+    for part in field.split(',') {
+        if let Some(c) = part
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '*' | '-' | '/' | '?' | '#')))
+        {
+            return Err(format!(
+                "holds the character {c:?}, which cron does not use"
+            ));
+        }
+        let range = part.split('/').next().unwrap_or("");
+        for word in range.split(['-', '#']) {
+            let letters = word.trim_start_matches(|c: char| c.is_ascii_digit());
+            let allowed_suffix = matches!(
+                (name, letters.to_ascii_uppercase().as_str()),
+                ("day-of-month", "L" | "W" | "LW") | ("day-of-week", "L")
+            );
+            if matches!(letters, "" | "*" | "?") || allowed_suffix {
+                continue;
+            }
+            if !(word == letters && names.iter().any(|n| n.eq_ignore_ascii_case(word))) {
+                return Err(if names.is_empty() {
+                    format!("holds {word:?}, which is not a number")
+                } else {
+                    format!(
+                        "holds the unknown name {word:?}; the names are {}",
+                        names.join(", ")
+                    )
+                });
+            }
+        }
+        let value = |word: &str| -> Option<usize> {
+            word.parse().ok().or_else(|| {
+                names
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(word))
+                    .map(|i| {
+                        // Months are numbered from 1, days of the week from 0 (Sunday).
+                        if name == "month" { i + 1 } else { i }
+                    })
+            })
+        };
+        if let Some((low, high)) = range.split_once('-')
+            && let (Some(a), Some(b)) = (value(low), value(high))
+            && a > b
+        {
+            return Err(format!(
+                "has the range {range:?}, which runs backwards; write the smaller value first \
+                 ({high}-{low}), or two ranges for one that wraps around ({low}-max,min-{high})"
+            ));
         }
     }
     Ok(())
@@ -674,12 +827,7 @@ impl CronSchedule {
 
         let timezone = match timezone {
             None => Tz::UTC,
-            Some(name) => name
-                .trim()
-                .parse::<Tz>()
-                .map_err(|_| Error::UnknownTimezone {
-                    name: name.to_owned(),
-                })?,
+            Some(name) => parse_timezone(name)?,
         };
 
         let elapsed_time = [

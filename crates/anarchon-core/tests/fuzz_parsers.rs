@@ -89,6 +89,30 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// Lengths are intervals plus zero: the same text means the same length in both, and
+    /// zero is only what is written as zero (`"0smhd"` is refused).
+    #[test]
+    fn lengths_agree_with_intervals_and_read_zero_only_as_zero(input in interval_input()) {
+        use anarchon_core::slot::parse_length;
+        match (parse_length(&input), parse_interval(&input)) {
+            (Ok(length), Ok(interval)) => prop_assert_eq!(length, interval),
+            (Ok(length), Err(_)) => {
+                prop_assert_eq!(length, Duration::ZERO, "{:?}", input);
+                let digits: String = input.chars().filter(char::is_ascii_digit).collect();
+                prop_assert!(digits.bytes().all(|b| b == b'0'), "{:?}", input);
+            }
+            (Err(Error::InvalidInterval { input: named, .. }), Err(_)) => {
+                prop_assert_eq!(&named, &input);
+            }
+            (Err(e), Ok(_)) => prop_assert!(false, "{input:?}: an interval but no length: {e}"),
+            (Err(other), _) => prop_assert!(false, "{input:?}: not InvalidInterval: {other:?}"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cron expressions and timezones
 

@@ -1165,3 +1165,119 @@ fn b10_a_claim_more_than_max_late_after_its_slot_is_late() {
     assert!(!is_late(i64::MAX, i64::MIN, 0));
     assert!(!is_late(i64::MIN, i64::MAX, u64::MAX));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Lengths, timezones and the end of cron: one reading of each text everywhere
+
+#[test]
+fn lengths_allow_zero_but_refuse_unit_soup() {
+    use anarchon_core::slot::parse_length;
+    for zero in ["0", "000", "0s", "0ms", " 0m ", "0h0m", "0d"] {
+        assert_eq!(parse_length(zero).unwrap(), Duration::ZERO, "{zero:?}");
+    }
+    assert_eq!(parse_length("1m30s").unwrap(), Duration::from_secs(90));
+    for bad in [
+        "0smhd", "0sm", "0hm", "0mh", "0dd", "0x", "ms", "s", "", "-0s", "0.5s",
+    ] {
+        let err = parse_length(bad).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInterval { input, .. } if input == bad),
+            "{bad:?}: {err}"
+        );
+    }
+    let err = parse_length("0smhd").unwrap_err().to_string();
+    assert!(err.contains("unknown unit \"smhd\""), "{err}");
+    // A negative offset, as the docs once wrote it, says what to write instead.
+    let err = parse_length("-1s").unwrap_err().to_string();
+    assert!(
+        err.contains("negative") && err.contains("\"9s\" on a 10s grid"),
+        "{err}"
+    );
+    // The interval parser keeps refusing zero.
+    assert!(parse_interval("0s").is_err());
+}
+
+#[test]
+fn timezones_are_read_the_same_with_whitespace_around() {
+    use anarchon_core::slot::parse_timezone;
+    assert_eq!(
+        parse_timezone("\tEurope/Berlin ").unwrap(),
+        chrono_tz::Europe::Berlin
+    );
+    let err = parse_timezone("America/New York").unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownTimezone { name } if name == "America/New York"),
+        "{err}"
+    );
+    // A cron schedule reads its timezone the same way.
+    assert!(Schedule::cron("0 9 * * *", Some(" Europe/Berlin ")).is_ok());
+}
+
+#[test]
+fn cron_stops_at_year_5000_as_documented() {
+    use anarchon_core::slot::CRON_LAST_MS;
+    assert_eq!(show(CRON_LAST_MS), show(utc(5000, 1, 1, 0, 0, 0)));
+    let every_minute = cron("* * * * *", "UTC");
+    assert_eq!(
+        every_minute.next_after(CRON_LAST_MS - 60_000),
+        Some(CRON_LAST_MS)
+    );
+    assert_eq!(every_minute.next_after(CRON_LAST_MS), None);
+}
+
+/// The reason of a refused cron expression.
+fn cron_refusal(expression: &str) -> String {
+    match Schedule::cron(expression, None) {
+        Err(Error::InvalidCron { reason, .. }) => reason,
+        other => panic!("{expression:?} was not refused as invalid cron: {other:?}"),
+    }
+}
+
+#[test]
+fn confusing_cron_fields_are_refused_in_plain_words() {
+    let r = cron_refusal("0 9 * * FUNDAY");
+    assert!(
+        r.contains("day-of-week field \"FUNDAY\"")
+            && r.contains("unknown name")
+            && r.contains("MON"),
+        "{r}"
+    );
+    assert!(!r.contains("cronPattern"), "no internal names: {r}");
+    let r = cron_refusal("0 9 * JANUARY *");
+    assert!(
+        r.contains("unknown name \"JANUARY\"") && r.contains("JAN"),
+        "{r}"
+    );
+    let r = cron_refusal("0,,0 * * * *");
+    assert!(r.contains("empty list item"), "{r}");
+    let r = cron_refusal("5-1 * * * *");
+    assert!(r.contains("runs backwards") && r.contains("1-5"), "{r}");
+    let r = cron_refusal("0 0 * * FRI-MON");
+    assert!(r.contains("runs backwards"), "{r}");
+    let r = cron_refusal("0 0 * * +MON");
+    assert!(r.contains("`+` modifier"), "{r}");
+    let r = cron_refusal("0 0 1 * +5");
+    assert!(r.contains("`+` modifier"), "{r}");
+    let r = cron_refusal("0 0 * * 1h");
+    assert!(r.contains("\"1h\"") && !r.contains("cronPattern"), "{r}");
+    let r = cron_refusal("0 9 * MON");
+    assert!(r.contains("4 fields"), "{r}");
+    // What crontab accepts stays accepted.
+    for ok in [
+        "0 0 L * *",
+        "0 0 15W * *",
+        "0 0 LW * *",
+        "0 0 * * 5L",
+        "0 0 * * 5#2",
+        "0 0 ? * *",
+        "0 0 * * MON-FRI",
+        "0 0 * jan-mar mon",
+        "*/15 * * * *",
+        "0/15 * * * *",
+        "0 0 * * 0-7",
+        "@daily",
+        "15 30 2 * * *",
+    ] {
+        assert!(Schedule::cron(ok, None).is_ok(), "{ok:?} is refused");
+    }
+}

@@ -66,8 +66,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anarchon_core::options::{JobOptions, MAX_AT_MS, MAX_DURATION, parse_length};
-use anarchon_core::slot::{Schedule, parse_interval};
+use anarchon_core::options::{JobOptions, MAX_AT_MS, MAX_DURATION};
+use anarchon_core::slot::{Schedule, parse_interval, parse_length, parse_timezone};
 use anarchon_core::{CatchUp, Error as CoreError, JobConfig, JobKind, JobName, Overlap};
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -341,15 +341,8 @@ fn read_options(args: &JobArgs) -> syn::Result<Options> {
             }
             "timezone" => {
                 let text = lit_str(key, value)?;
-                let tz = text
-                    .value()
-                    .parse::<anarchon_core::chrono_tz::Tz>()
-                    .map_err(|_| {
-                        syn::Error::new_spanned(
-                            &text,
-                            CoreError::UnknownTimezone { name: text.value() }.to_string(),
-                        )
-                    })?;
+                let tz = parse_timezone(&text.value())
+                    .map_err(|e| syn::Error::new_spanned(&text, e.to_string()))?;
                 c.timezone = Some(tz);
             }
             "allow_past" => match value {
@@ -631,4 +624,104 @@ fn options_tokens(krate: &syn::Path, o: &Options) -> TokenStream2 {
         #(#sets)*
         options
     }}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Reads the options of an attribute given as text (`"10s", timeout = "5s"`).
+    fn options(text: &str) -> syn::Result<Options> {
+        read_options(&syn::parse_str::<JobArgs>(text)?)
+    }
+
+    #[test]
+    fn lengths_read_as_the_runtime_reads_them() {
+        let o = options(r#""10s", timeout = "1m30s", jitter = "0""#).unwrap();
+        assert_eq!(o.config.timeout, Some(Duration::from_secs(90)));
+        assert_eq!(o.config.jitter, Some(Duration::ZERO));
+        for bad in ["0smhd", "0sm", "ms", "0x", ""] {
+            let text = format!(r#""10s", jitter = "{bad}""#);
+            let err = options(&text).map(|_| ()).unwrap_err().to_string();
+            assert!(
+                err.contains("`jitter`") && err.contains(&format!("{bad:?}")),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn timezones_read_as_cron_reads_them() {
+        let o = options(r#""0 9 * * *", timezone = " Europe/Berlin ""#).unwrap();
+        assert_eq!(
+            o.config.timezone,
+            Some(anarchon_core::chrono_tz::Europe::Berlin)
+        );
+        let err = options(r#""0 9 * * *", timezone = "Europe/ Berlin""#)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Europe/ Berlin"), "{err}");
+    }
+
+    /// Option values at the extremes: empty, zero, one nanosecond's worth, huge, and noise.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("0".to_owned()),
+            Just("0smhd".to_owned()),
+            Just("1ms".to_owned()),
+            Just("18446744073709551615ms".to_owned()),
+            Just("9223372036854775807ms".to_owned()),
+            Just("106751991167300d".to_owned()),
+            "[0-9]{1,25}(ms|s|m|h|d|)",
+            "[0-9dhms ]{0,12}",
+            "\\PC{0,12}",
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "timeout",
+            "jitter",
+            "max_late",
+            "history_ttl",
+            "catch_up_window",
+            "offset",
+            "timezone",
+            "overlap",
+            "catch_up",
+            "name",
+            "scheduler",
+            "unknown",
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any text in any option is read or refused with a compile error naming the option;
+        /// the checks after it (the runtime's own validation) never panic either.
+        #[test]
+        fn options_at_extremes_are_read_or_refused_never_panic(
+            pairs in prop::collection::vec((key(), value()), 0..4),
+            int in prop_oneof![Just(0u64), Just(1), Just(u64::from(u32::MAX)), Just(u64::MAX)],
+        ) {
+            let mut text = r#""10s""#.to_owned();
+            for (k, v) in &pairs {
+                text.push_str(&format!(", {k} = {v:?}"));
+            }
+            text.push_str(&format!(", history_size = {int}"));
+            if let Ok(args) = syn::parse_str::<JobArgs>(&text) {
+                match read_options(&args) {
+                    Ok(o) => {
+                        let mark: Attribute = syn::parse_quote!(#[every("10s")]);
+                        let _ = check_options(&o, JobKind::Every, &mark);
+                    }
+                    Err(e) => prop_assert!(!e.to_string().is_empty()),
+                }
+            }
+        }
+    }
 }

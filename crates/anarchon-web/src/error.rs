@@ -69,6 +69,43 @@ pub enum Error {
         /// The `Host` header.
         host: String,
     },
+    /// A run-now request named a host the dashboard does not answer run-now for: the guard
+    /// against DNS rebinding (a page on another site whose name resolves to this server).
+    #[error(
+        "run-now refused: the request was sent to the host {host:?}, which is not one of this \
+         dashboard's allowed hosts (by default localhost and IP addresses); if that is the \
+         dashboard's own name, allow it with `Dashboard::allowed_hosts`"
+    )]
+    HostNotAllowed {
+        /// The `Host` header (shortened), empty when missing.
+        host: String,
+    },
+    /// A query parameter that cannot be read, or is out of range.
+    #[error("the query parameter `{parameter}` = {value:?} cannot be used: {reason}")]
+    InvalidQuery {
+        /// The parameter's name.
+        parameter: &'static str,
+        /// The value as given (shortened).
+        value: String,
+        /// What it takes.
+        reason: &'static str,
+    },
+    /// A path or query string that cannot be read (not UTF-8 after percent-decoding).
+    #[error("the {part} cannot be read: {reason}; check the URL")]
+    Unreadable {
+        /// `path` or `query string`.
+        part: &'static str,
+        /// Why (axum's words, shortened).
+        reason: String,
+    },
+}
+
+/// At most `max` characters of `text` (request input echoed in an error), with `…` when cut.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
 /// The dashboard's `Result`.
@@ -80,9 +117,11 @@ impl Error {
         match self {
             Error::Store { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Error::InvalidJobName { .. } => StatusCode::BAD_REQUEST,
+            Error::InvalidJobName { .. }
+            | Error::InvalidQuery { .. }
+            | Error::Unreadable { .. } => StatusCode::BAD_REQUEST,
             Error::UnknownJob { .. } | Error::NotRunnable { .. } => StatusCode::NOT_FOUND,
-            Error::CrossOrigin { .. } => StatusCode::FORBIDDEN,
+            Error::CrossOrigin { .. } | Error::HostNotAllowed { .. } => StatusCode::FORBIDDEN,
         }
     }
 }

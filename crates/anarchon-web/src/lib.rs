@@ -25,7 +25,15 @@
 //! 405) until [`Dashboard::allow_run_now`] turns them on. It has **no authentication** of its
 //! own: put your auth layer in front of it, as below. Run-now forms are refused when the
 //! browser says they come from another origin (`Origin` differs from `Host`), so another site
-//! cannot post them with your users' cookies.
+//! cannot post them with your users' cookies, and run-now answers only for the hosts of
+//! [`Dashboard::allowed_hosts`] (by default localhost and IP addresses), so a site whose name
+//! an attacker points at your server (DNS rebinding) cannot either.
+//!
+//! Bad input gets the documented error answers: a query parameter that cannot be read or is
+//! out of range (`n` of the history API takes 1 to 10000, `wait` takes `true` or `false`),
+//! a job name that breaks the naming rule or a path that is not UTF-8 answer 400, as
+//! `{"error": "..."}` on the API and as an error page on the pages. Unknown query
+//! parameters are ignored.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -134,6 +142,8 @@ pub struct Dashboard {
     allow_run_now: bool,
     store_timeout: Duration,
     history_window: usize,
+    /// The hosts run-now answers for (lower case); `None` = localhost and IP addresses.
+    allowed_hosts: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -144,6 +154,7 @@ impl std::fmt::Debug for Dashboard {
             .field("allow_run_now", &self.allow_run_now)
             .field("store_timeout", &self.store_timeout)
             .field("history_window", &self.history_window)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -168,6 +179,7 @@ impl Dashboard {
             allow_run_now: false,
             store_timeout: Duration::from_secs(5),
             history_window: 100,
+            allowed_hosts: None,
         }
     }
 
@@ -188,6 +200,26 @@ impl Dashboard {
         self
     }
 
+    /// The host names (as the `Host` header gives them: `"ops.example.com"`, or with a port,
+    /// `"ops.example.com:8443"`, which then must match too) that run-now answers for. A
+    /// run-now POST sent to any other host is refused with 403: a page on another site whose
+    /// name an attacker points at your server (DNS rebinding) sends its own name as `Host`.
+    /// By default only `localhost` and IP addresses are allowed; set the dashboard's own
+    /// name(s) here when you serve it under one.
+    pub fn allowed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_hosts = Some(
+            hosts
+                .into_iter()
+                .map(|h| h.into().trim().to_ascii_lowercase())
+                .collect(),
+        );
+        self
+    }
+
     /// How long a store call may take before the request answers 504 (default 5 s).
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
@@ -195,9 +227,10 @@ impl Dashboard {
     }
 
     /// How many of a job's newest attempts the jobs page and the timeline read (default
-    /// 100, at least 1).
+    /// 100; a value outside 1 to 10000, the history API's own bound, is taken as the nearer
+    /// end, so no page asks a store for more than it can answer in one call).
     pub fn history_window(mut self, attempts: usize) -> Self {
-        self.history_window = attempts.max(1);
+        self.history_window = attempts.clamp(1, routes::MAX_HISTORY);
         self
     }
 

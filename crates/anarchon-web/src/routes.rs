@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use anarchon_core::{JobInfo, JobName};
 use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequestParts, OriginalUri, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 use serde_json::json;
 
-use crate::error::{Error, Result, bounded};
+use crate::error::{Error, Result, bounded, shorten};
 use crate::html;
 use crate::view::{self, HealthView, JobSummary, UnfinishedRun};
 use crate::{Dashboard, Source};
@@ -107,8 +107,78 @@ impl From<Error> for ApiError {
 
 fn job_name(input: &str) -> Result<JobName> {
     JobName::new(input).map_err(|_| Error::InvalidJobName {
-        input: input.to_owned(),
+        input: shorten(input, 140),
     })
+}
+
+/// The `{job}` segment of the path, or the documented 400 (axum's own rejection is plain
+/// text).
+fn job_path(path: std::result::Result<Path<String>, PathRejection>) -> Result<JobName> {
+    match path {
+        Ok(Path(job)) => job_name(&job),
+        Err(rejection) => Err(Error::Unreadable {
+            part: "path",
+            reason: shorten(&rejection.body_text(), 200),
+        }),
+    }
+}
+
+/// The query parameters, in order (values percent-decoded).
+type Params = Vec<(String, String)>;
+
+/// Reads the query string; a query that cannot be read is the documented 400.
+fn params(query: std::result::Result<Query<Params>, QueryRejection>) -> Result<Params> {
+    query
+        .map(|Query(p)| p)
+        .map_err(|rejection| Error::Unreadable {
+            part: "query string",
+            reason: shorten(&rejection.body_text(), 200),
+        })
+}
+
+/// The one value of the query parameter `name`, refusing it given twice.
+fn param<'p>(params: &'p Params, name: &'static str) -> Result<Option<&'p str>> {
+    let mut values = params.iter().filter(|(k, _)| k == name).map(|(_, v)| v);
+    match (values.next(), values.next()) {
+        (first, None) => Ok(first.map(String::as_str)),
+        (Some(_), Some(second)) => Err(Error::InvalidQuery {
+            parameter: name,
+            value: shorten(second, 40),
+            reason: "it is given twice; give it once",
+        }),
+        (None, Some(_)) => unreachable!("a second value comes after a first"),
+    }
+}
+
+/// The largest `n` of the history API.
+pub(crate) const MAX_HISTORY: usize = 10_000;
+
+/// `n` of the history API: 1 to [`MAX_HISTORY`], default 50.
+fn history_count(params: &Params) -> Result<usize> {
+    let Some(text) = param(params, "n")? else {
+        return Ok(50);
+    };
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_HISTORY).contains(&n) => Ok(n),
+        _ => Err(Error::InvalidQuery {
+            parameter: "n",
+            value: shorten(text, 40),
+            reason: "it takes a whole number from 1 to 10000",
+        }),
+    }
+}
+
+/// `wait` of the run-now API: `true` or `false` (default false).
+fn wait_flag(params: &Params) -> Result<bool> {
+    match param(params, "wait")? {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(Error::InvalidQuery {
+            parameter: "wait",
+            value: shorten(other, 40),
+            reason: "it takes true or false",
+        }),
+    }
 }
 
 fn infos(d: &Dashboard) -> BTreeMap<JobName, JobInfo> {
@@ -170,19 +240,18 @@ async fn jobs_page(State(d): State<Shared>, Prefix(p): Prefix) -> Result<Html<St
     Ok(Html(html::jobs_page(&p, &jobs, health(&d).as_ref())))
 }
 
-#[derive(Deserialize)]
-struct JobQuery {
-    started: Option<String>,
-}
-
 async fn job_page(
     State(d): State<Shared>,
     Prefix(p): Prefix,
-    Path(job): Path<String>,
-    Query(q): Query<JobQuery>,
+    path: std::result::Result<Path<String>, PathRejection>,
+    query: std::result::Result<Query<Params>, QueryRejection>,
 ) -> Result<Html<String>, PageError> {
     let fail = |e| PageError(p.clone(), e);
-    let job = job_name(&job).map_err(fail)?;
+    let job = job_path(path).map_err(fail)?;
+    // `started` is a flag: present (any value) after the run-now form redirected here.
+    let started = param(&params(query).map_err(fail)?, "started")
+        .map_err(fail)?
+        .is_some();
     let store = d.source.history();
     let records = bounded(
         "history",
@@ -215,7 +284,7 @@ async fn job_page(
             summary: &summary,
             timeline: &timeline,
             run_now: d.allow_run_now && info.is_some(),
-            started: q.started.is_some(),
+            started,
         },
     )))
 }
@@ -229,18 +298,13 @@ async fn api_jobs(State(d): State<Shared>) -> Result<Json<Vec<JobSummary>>, ApiE
     Ok(Json(summaries(&d).await?))
 }
 
-#[derive(Deserialize)]
-struct HistoryQuery {
-    n: Option<usize>,
-}
-
 async fn api_history(
     State(d): State<Shared>,
-    Path(job): Path<String>,
-    Query(q): Query<HistoryQuery>,
+    path: std::result::Result<Path<String>, PathRejection>,
+    query: std::result::Result<Query<Params>, QueryRejection>,
 ) -> Result<Json<Vec<anarchon_core::HistoryRecord>>, ApiError> {
-    let job = job_name(&job)?;
-    let n = q.n.unwrap_or(50).clamp(1, 10_000);
+    let job = job_path(path)?;
+    let n = history_count(&params(query)?)?;
     let records = bounded(
         "history",
         d.store_timeout,
@@ -322,17 +386,50 @@ fn same_origin(headers: &HeaderMap) -> Result<()> {
     }
 }
 
+/// Refuses a run-now request sent to a host the dashboard does not answer run-now for
+/// (DNS rebinding): [`Dashboard::allowed_hosts`], by default localhost and IP addresses.
+fn allowed_host(d: &Dashboard, headers: &HeaderMap) -> Result<()> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    // The name without the port: `[::1]:8080` → `::1`, `host:8080` → `host`.
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host.as_str(),
+        }
+    };
+    let allowed = !name.is_empty()
+        && match &d.allowed_hosts {
+            Some(list) => list.iter().any(|entry| entry == &host || entry == name),
+            None => name == "localhost" || name.parse::<std::net::IpAddr>().is_ok(),
+        };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Error::HostNotAllowed {
+            host: shorten(&host, 100),
+        })
+    }
+}
+
 /// Checks that run-now may start `job` here, and starts it in the background.
 fn start_run(
     d: &Dashboard,
     headers: &HeaderMap,
-    job: &str,
+    job: std::result::Result<Path<String>, PathRejection>,
 ) -> Result<(
     JobName,
     futures::future::BoxFuture<'static, anarchon_core::Result<anarchon_core::HistoryRecord>>,
 )> {
+    allowed_host(d, headers)?;
     same_origin(headers)?;
-    let job = job_name(job)?;
+    let job = job_path(job)?;
     let control = d
         .control
         .as_ref()
@@ -361,26 +458,23 @@ async fn run_now_form(
     State(d): State<Shared>,
     Prefix(p): Prefix,
     headers: HeaderMap,
-    Path(job): Path<String>,
+    job: std::result::Result<Path<String>, PathRejection>,
 ) -> Result<Redirect, PageError> {
-    let (job, run) = start_run(&d, &headers, &job).map_err(|e| PageError(p.clone(), e))?;
+    let (job, run) = start_run(&d, &headers, job).map_err(|e| PageError(p.clone(), e))?;
     spawn_run(job.clone(), run);
     Ok(Redirect::to(&format!("{p}/jobs/{job}?started=1")))
-}
-
-#[derive(Deserialize)]
-struct RunQuery {
-    wait: Option<bool>,
 }
 
 async fn api_run_now(
     State(d): State<Shared>,
     headers: HeaderMap,
-    Path(job): Path<String>,
-    Query(q): Query<RunQuery>,
+    job: std::result::Result<Path<String>, PathRejection>,
+    query: std::result::Result<Query<Params>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (job, run) = start_run(&d, &headers, &job)?;
-    if q.wait == Some(true) {
+    // The query is checked first: a bad `wait` starts nothing.
+    let wait = wait_flag(&params(query)?)?;
+    let (job, run) = start_run(&d, &headers, job)?;
+    if wait {
         let record = run.await.map_err(|source| Error::Store {
             call: "run_now",
             source,
@@ -393,4 +487,142 @@ async fn api_run_now(
         Json(json!({ "job": job, "started": true })),
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn with(name: &str, value: &str) -> Params {
+        vec![(name.to_owned(), value.to_owned())]
+    }
+
+    #[test]
+    fn history_count_takes_1_to_10000_and_refuses_the_rest_by_name() {
+        assert_eq!(history_count(&Vec::new()).unwrap(), 50);
+        assert_eq!(history_count(&with("n", "1")).unwrap(), 1);
+        assert_eq!(history_count(&with("n", "10000")).unwrap(), 10_000);
+        for bad in [
+            "0",
+            "-1",
+            "10001",
+            "abc",
+            "",
+            "1e3",
+            "99999999999999999999999",
+            "1.5",
+        ] {
+            let err = history_count(&with("n", bad)).unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidQuery { parameter: "n", .. }),
+                "{bad:?}: {err}"
+            );
+            assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+        }
+        let twice = vec![
+            ("n".to_owned(), "1".to_owned()),
+            ("n".to_owned(), "2".to_owned()),
+        ];
+        assert!(
+            history_count(&twice)
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+    }
+
+    fn dashboard(hosts: Option<&[&str]>) -> Dashboard {
+        let d = Dashboard::new(Arc::new(anarchon_core::memory::MemoryStore::new()));
+        match hosts {
+            Some(h) => d.allowed_hosts(h.iter().copied()),
+            None => d,
+        }
+    }
+
+    fn host(d: &Dashboard, value: &str) -> Result<()> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, value.parse().unwrap());
+        allowed_host(d, &headers)
+    }
+
+    #[test]
+    fn the_history_window_stays_within_the_api_bound() {
+        assert_eq!(dashboard(None).history_window(0).history_window, 1);
+        assert_eq!(
+            dashboard(None).history_window(usize::MAX).history_window,
+            MAX_HISTORY
+        );
+    }
+
+    #[test]
+    fn run_now_answers_only_for_allowed_hosts() {
+        let default = dashboard(None);
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:9",
+            "[::1]:8080",
+            "10.0.0.5",
+        ] {
+            assert!(host(&default, ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+        ] {
+            let err = host(&default, bad).unwrap_err();
+            assert_eq!(err.status(), StatusCode::FORBIDDEN, "{bad}");
+        }
+        assert!(
+            allowed_host(&default, &HeaderMap::new()).is_err(),
+            "no Host header"
+        );
+        let named = dashboard(Some(&["Ops.Example.com", "other.example:8443"]));
+        assert!(host(&named, "ops.example.com").is_ok());
+        assert!(host(&named, "ops.example.com:443").is_ok());
+        assert!(host(&named, "other.example:8443").is_ok());
+        assert!(host(&named, "other.example:9999").is_err());
+        assert!(
+            host(&named, "127.0.0.1").is_err(),
+            "a list replaces the default"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any query value and any Host header is read or refused with the documented error
+        /// (400 for parameters, 403 for hosts); nothing panics.
+        #[test]
+        fn params_and_hosts_at_extremes_answer_ok_or_the_documented_error(
+            n in prop_oneof![
+                "\\PC{0,30}",
+                "-?[0-9]{1,30}",
+                Just(usize::MAX.to_string()),
+                Just("0".to_owned()),
+            ],
+            wait in "\\PC{0,12}",
+            host_value in prop_oneof!["[ -~]{0,300}", "\\[[0-9a-f:]{0,40}\\](:[0-9]{0,7})?"],
+        ) {
+            match history_count(&with("n", &n)) {
+                Ok(count) => prop_assert!((1..=MAX_HISTORY).contains(&count)),
+                Err(e) => prop_assert_eq!(e.status(), StatusCode::BAD_REQUEST),
+            }
+            match wait_flag(&with("wait", &wait)) {
+                Ok(_) => prop_assert!(wait == "true" || wait == "false"),
+                Err(e) => prop_assert_eq!(e.status(), StatusCode::BAD_REQUEST),
+            }
+            if let Ok(value) = host_value.parse() {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::HOST, value);
+                if let Err(e) = allowed_host(&dashboard(None), &headers) {
+                    prop_assert_eq!(e.status(), StatusCode::FORBIDDEN);
+                    prop_assert!(e.to_string().chars().count() < 600);
+                }
+            }
+        }
+    }
 }
