@@ -383,13 +383,7 @@ const IMPURE: [(&str, &str); 9] = [
 ];
 
 /// Functions of pure files that may be impure for now: (file, function, why).
-const IMPURE_FOR_NOW: [(&str, &str, &str); 1] = [(
-    "crates/anarchon-core/src/slot.rs",
-    // The jitter draw uses the thread's random generator; it leaves the slot math when the
-    // core takes its randomness from the caller (issue 20), and this exception with it.
-    "jitter",
-    "draws from the thread's random generator",
-)];
+const IMPURE_FOR_NOW: [(&str, &str, &str); 0] = [];
 
 /// How many of `PURE_FILES` exist, and where the pure files (those and the core's) name
 /// something impure: `file:line: needle (why): code`.

@@ -407,19 +407,54 @@ fn config_duration(key: &str, value: &serde_json::Value) -> std::result::Result<
         serde_json::Value::Number(n) => n.as_u64().map(Duration::from_millis).ok_or_else(|| {
             format!("`{key}` = {n}: give a whole, non-negative number of milliseconds or text like \"30s\"")
         }),
+        // "0", "0s", "0ms": zero is a valid length for some options (jitter); "0smhd" or a
+        // unit with no number ("ms") is refused by the one length grammar.
         serde_json::Value::String(text) => {
-            let trimmed = text.trim();
-            let number = trimmed.trim_end_matches(['m', 's', 'h', 'd']);
-            if !number.is_empty() && number.chars().all(|c| c == '0') {
-                // "0", "0s", "0ms": zero is a valid length for some options (jitter). A unit
-                // with no number ("ms") is not zero: it goes on to the parser's error.
-                return Ok(Duration::ZERO);
-            }
-            crate::slot::parse_interval(text).map_err(|e| format!("`{key}`: {e}"))
+            crate::slot::parse_length(text).map_err(|e| format!("`{key}`: {e}"))
         }
         other => Err(format!(
             "`{key}` = {other}: give a number of milliseconds or text like \"30s\", \"5m\", \"1h30m\""
         )),
+    }
+}
+
+/// The catch-up policy as configuration gives it: `"latest"`, `"none"`, `"all"` (at most
+/// [`MAX_CATCH_UP_RUNS`] slots), or an object `{"policy": "latest" | "none"}` /
+/// `{"policy": "all", "max": N}`.
+fn config_catch_up(value: &serde_json::Value) -> std::result::Result<CatchUp, String> {
+    let shapes = "write \"latest\", \"none\", \"all\", or {\"policy\": \"all\", \"max\": 10}";
+    let policy = |name: &str, max: Option<&serde_json::Value>| match (name, max) {
+        ("latest", None) => Ok(CatchUp::Latest),
+        ("none", None) => Ok(CatchUp::None),
+        ("all", None) => Ok(CatchUp::All {
+            max: MAX_CATCH_UP_RUNS,
+        }),
+        ("all", Some(n)) => n
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(|max| CatchUp::All { max })
+            .ok_or_else(|| {
+                format!("`catchUp`: `max` = {n} is not a whole number of slots; {shapes}")
+            }),
+        (other, None) => Err(format!("`catchUp`: {other:?} is not a policy; {shapes}")),
+        (other, Some(_)) => Err(format!(
+            "`catchUp`: only \"all\" takes `max`, not {other:?}; {shapes}"
+        )),
+    };
+    match value {
+        serde_json::Value::String(name) => policy(name.trim(), None),
+        serde_json::Value::Object(map) => {
+            if let Some(key) = map.keys().find(|k| *k != "policy" && *k != "max") {
+                return Err(format!("`catchUp`: unknown key {key:?}; {shapes}"));
+            }
+            match map.get("policy") {
+                Some(serde_json::Value::String(name)) => policy(name.trim(), map.get("max")),
+                _ => Err(format!(
+                    "`catchUp`: the object needs a \"policy\"; {shapes}"
+                )),
+            }
+        }
+        other => Err(format!("`catchUp` = {other}: {shapes}")),
     }
 }
 
@@ -496,7 +531,7 @@ struct RawJobConfig {
     max_attempts: Option<u32>,
     #[serde(alias = "catchUpMs")]
     catch_up_window: Option<serde_json::Value>,
-    catch_up: Option<CatchUp>,
+    catch_up: Option<serde_json::Value>,
     #[serde(alias = "offsetMs")]
     offset: Option<serde_json::Value>,
     timezone: Option<String>,
@@ -516,11 +551,9 @@ impl TryFrom<RawJobConfig> for JobConfig {
         };
         let timezone = raw
             .timezone
-            .map(|name| {
-                name.parse::<chrono_tz::Tz>()
-                    .map_err(|_| format!("`timezone`: {}", Error::UnknownTimezone { name }))
-            })
+            .map(|name| crate::slot::parse_timezone(&name).map_err(|e| format!("`timezone`: {e}")))
             .transpose()?;
+        let catch_up = raw.catch_up.map(|v| config_catch_up(&v)).transpose()?;
         Ok(JobConfig {
             jitter: d("jitter", raw.jitter)?,
             max_late: d("maxLate", raw.max_late)?,
@@ -530,7 +563,7 @@ impl TryFrom<RawJobConfig> for JobConfig {
             overlap: raw.overlap,
             max_attempts: raw.max_attempts,
             catch_up_window: d("catchUpWindow", raw.catch_up_window)?,
-            catch_up: raw.catch_up,
+            catch_up,
             offset: d("offset", raw.offset)?,
             timezone,
             allow_past: raw.allow_past,
@@ -689,9 +722,6 @@ impl std::fmt::Display for JobKind {
 /// # Ok::<(), anarchon_core::Error>(())
 /// ```
 pub fn parse_length(text: &str) -> Result<Duration> {
-    let digits = text.trim().trim_end_matches(['m', 's', 'h', 'd']);
-    if !digits.is_empty() && digits.chars().all(|c| c == '0') {
-        return Ok(Duration::ZERO);
-    }
-    crate::slot::parse_interval(text)
+    // One grammar for every surface: the builder, `JobConfig`, the macros and the CLI.
+    crate::slot::parse_length(text)
 }

@@ -284,10 +284,32 @@ fn too_long_interval() -> String {
 }
 
 /// A random delay in `0..=max_ms` ms that an instance waits after a slot's time before it
-/// claims, to spread the load on the store and vary the winner. [B-09]
-pub fn jitter(max_ms: u64) -> u64 {
-    use rand::Rng;
-    rand::rng().random_range(0..=max_ms)
+/// claims, to spread the load on the store and vary the winner, drawn from `state` (a
+/// xorshift64* generator the caller seeds and keeps: jitter needs spread between instances,
+/// not secrecy, and the slot math reads no random source of its own). [B-09]
+///
+/// ```
+/// use anarchon_core::slot::jitter;
+///
+/// let mut state = 42;
+/// let draws: Vec<u64> = (0..100).map(|_| jitter(&mut state, 2_000)).collect();
+/// assert!(draws.iter().all(|&d| d <= 2_000));
+/// assert_eq!(jitter(&mut state, 0), 0);
+/// ```
+pub fn jitter(state: &mut u64, max_ms: u64) -> u64 {
+    if max_ms == 0 {
+        return 0;
+    }
+    let mut x = *state | 1;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    match max_ms.checked_add(1) {
+        Some(n) => r % n,
+        None => r,
+    }
 }
 
 /// Whether a claim judged at `judged_at` (the store's clock where it has one) is too late for

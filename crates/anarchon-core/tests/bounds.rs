@@ -768,3 +768,62 @@ fn b32_an_instance_id_with_a_control_character_is_refused() {
             .is_ok()
     );
 }
+
+#[test]
+fn b39_the_same_text_means_the_same_in_the_builder_and_in_job_config() {
+    // "0smhd" used to read as zero in JobConfig.
+    let err = serde_json::from_str::<JobConfig>(r#"{"jitter": "0smhd"}"#).unwrap_err();
+    assert!(err.to_string().contains("0smhd"), "{err}");
+    assert_eq!(
+        serde_json::from_str::<JobConfig>(r#"{"jitter": "0ms"}"#)
+            .unwrap()
+            .jitter,
+        Some(Duration::ZERO)
+    );
+    assert!(anarchon_core::options::parse_length("0smhd").is_err());
+    // A timezone with surrounding spaces: accepted by both, as by the macros and the CLI.
+    let cfg: JobConfig = serde_json::from_str(r#"{"timezone": " Europe/Berlin "}"#).unwrap();
+    assert_eq!(cfg.timezone, Some(chrono_tz::Europe::Berlin));
+    let s = Scheduler::leased(MemoryStore::new()).build().unwrap();
+    s.cron("c", "0 3 * * *")
+        .timezone(" Europe/Berlin ")
+        .handler(handler())
+        .unwrap();
+}
+
+#[test]
+fn b19_catch_up_in_configuration_takes_a_word_or_an_object_and_explains_a_bad_one() {
+    let read = |json: &str| serde_json::from_str::<JobConfig>(json).map(|c| c.catch_up);
+    assert_eq!(
+        read(r#"{"catchUp": "latest"}"#).unwrap(),
+        Some(CatchUp::Latest)
+    );
+    assert_eq!(read(r#"{"catchUp": "none"}"#).unwrap(), Some(CatchUp::None));
+    assert_eq!(
+        read(r#"{"catchUp": "all"}"#).unwrap(),
+        Some(CatchUp::All {
+            max: MAX_CATCH_UP_RUNS
+        })
+    );
+    assert_eq!(
+        read(r#"{"catchUp": {"policy": "all", "max": 5}}"#).unwrap(),
+        Some(CatchUp::All { max: 5 })
+    );
+    assert_eq!(
+        read(r#"{"catchUp": {"policy": "latest"}}"#).unwrap(),
+        Some(CatchUp::Latest)
+    );
+    for bad in [
+        r#"{"catchUp": "sometimes"}"#,
+        r#"{"catchUp": {"policy": "all", "max": -1}}"#,
+        r#"{"catchUp": {"max": 3}}"#,
+        r#"{"catchUp": 3}"#,
+    ] {
+        let err = read(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("catchUp") && err.contains("\"latest\""),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains("internally tagged"), "{err}");
+    }
+}

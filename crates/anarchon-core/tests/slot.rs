@@ -1142,14 +1142,26 @@ fn b03_at_from_system_time_and_datetime() {
 
 #[test]
 fn b09_jitter_stays_within_zero_and_max() {
-    assert_eq!(jitter(0), 0);
-    let draws: Vec<u64> = (0..2_000).map(|_| jitter(3)).collect();
+    let mut state = 7;
+    assert_eq!(jitter(&mut state, 0), 0);
+    let draws: Vec<u64> = (0..2_000).map(|_| jitter(&mut state, 3)).collect();
     assert!(draws.iter().all(|&d| d <= 3));
     for value in 0..=3 {
         assert!(draws.contains(&value), "{value} never drawn");
     }
-    let _ = jitter(u64::MAX);
-    assert!((0..100).map(|_| jitter(2_000)).all(|d| d <= 2_000));
+    let _ = jitter(&mut state, u64::MAX);
+    assert!(
+        (0..100)
+            .map(|_| jitter(&mut state, 2_000))
+            .all(|d| d <= 2_000)
+    );
+    // Seeded: the same seed draws the same delays, another seed others.
+    let run = |seed: u64| {
+        let mut s = seed;
+        (0..20).map(|_| jitter(&mut s, 2_000)).collect::<Vec<_>>()
+    };
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2));
 }
 
 #[test]

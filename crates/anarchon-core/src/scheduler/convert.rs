@@ -81,9 +81,8 @@ impl IntoTimezone for chrono_tz::Tz {
 }
 impl IntoTimezone for &str {
     fn into_timezone(self) -> Result<chrono_tz::Tz> {
-        self.parse().map_err(|_| Error::UnknownTimezone {
-            name: self.to_owned(),
-        })
+        // The same rule as `JobConfig`, the macros and the CLI (surrounding spaces trimmed).
+        crate::slot::parse_timezone(self)
     }
 }
 impl IntoTimezone for String {

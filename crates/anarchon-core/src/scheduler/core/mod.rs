@@ -280,22 +280,9 @@ impl Core {
         Duration::from_millis(self.cfg.timing.heartbeat_ms())
     }
 
-    /// A random delay in `0..=max_ms` (xorshift64* on the seed: jitter needs spread, not
-    /// secrecy).
+    /// A random delay in `0..=max_ms` from the core's seeded generator.
     fn random_up_to(&mut self, max_ms: u64) -> u64 {
-        if max_ms == 0 {
-            return 0;
-        }
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        match max_ms.checked_add(1) {
-            Some(n) => r % n,
-            None => r,
-        }
+        crate::slot::jitter(&mut self.rng, max_ms)
     }
 
     /// Nothing is left in flight: stop may return.
