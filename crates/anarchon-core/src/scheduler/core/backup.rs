@@ -152,7 +152,10 @@ impl Core {
                 self.queues.takeovers.push(takeover);
             }
             WatchEffect::Start(lease) => match job {
-                Some(job) => self.start_leased(job, lease),
+                Some(job) => {
+                    let sent = self.takeover_sent.unwrap_or(self.now.mono);
+                    self.start_leased(job, lease, sent)
+                }
                 None => self.side_release(lease),
             },
             WatchEffect::Release(lease) => self.side_release(lease),

@@ -198,7 +198,10 @@ impl Core {
                     takeovers: batch,
                     batch: limit > 1,
                 },
-                Pending::Takeovers { keys },
+                Pending::Takeovers {
+                    keys,
+                    sent: self.now.mono,
+                },
                 None,
             );
         }
@@ -258,10 +261,11 @@ impl Core {
                     Err(e) => self.error("runs", None, &e),
                 }
             }
-            (Pending::Takeovers { keys }, Answer::Takeovers(result)) => {
+            (Pending::Takeovers { keys, sent }, Answer::Takeovers(result)) => {
                 // One call, however many takeovers it carried: health counts calls.
                 self.count(result.is_ok());
                 let answers = per_item(keys.len(), "takeovers", result);
+                self.takeover_sent = Some(sent);
                 for (key, answer) in keys.into_iter().zip(answers) {
                     self.flight_end(&key);
                     if answer.is_err() && self.watches.contains_key(&key) {
@@ -269,6 +273,7 @@ impl Core {
                     }
                     self.feed_watch(&key, WatchInput::TakeoverAnswered(answer));
                 }
+                self.takeover_sent = None;
             }
             (Pending::Writes { ids }, Answer::Writes(result)) => {
                 self.count(result.is_ok());

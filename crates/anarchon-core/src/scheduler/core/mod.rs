@@ -65,6 +65,8 @@ pub(crate) struct Core {
     /// Watched runs whose claim or takeover this instance gave up waiting for (their
     /// outcome is unknown): a commit found later is an orphan of this life, released at once.
     gave_up: HashSet<RunKey>,
+    /// When the takeovers being answered were sent (their leases count from then).
+    takeover_sent: Option<Micros>,
     heartbeat_armed: bool,
     heartbeat_in_flight: bool,
     watch_armed: bool,
@@ -113,6 +115,7 @@ impl Core {
             side_writes: 0,
             watches: BTreeMap::new(),
             gave_up: HashSet::new(),
+            takeover_sent: None,
             heartbeat_armed: false,
             heartbeat_in_flight: false,
             watch_armed: false,
@@ -225,6 +228,12 @@ impl Core {
     /// poll. [B-17]
     pub(crate) fn handle_release(&mut self, now: Now, key: RunKey) {
         self.now = now;
+        // A handed-over run of one of this instance's jobs is backed up even if this instance
+        // did not know of it (its slot was claimed by an instance whose clock saw another
+        // slot due): the notification is how it learns of it.
+        if !self.watches.contains_key(&key) && !self.is_here(&key) {
+            self.watch(key.clone(), Watch::live());
+        }
         self.feed_watch(&key, super::watch::WatchInput::Released);
     }
 

@@ -33,10 +33,26 @@ impl Core {
     }
 
     /// Starts a run from a lease won by a claim or a takeover.
-    pub(super) fn start_leased(&mut self, job: Arc<JobDef>, lease: Lease) {
+    /// Starts a run from a lease won by a claim or a takeover sent at `sent`. The lease is
+    /// counted from when the call was sent, as a renewal is: an answer that arrives after
+    /// the lease can no longer be counted on (a process frozen or starved while the call was
+    /// out) starts nothing here, since a backup may already have taken the run over; the
+    /// slot is `late` here and the run is backed up like any other. [B-16, G-02]
+    pub(super) fn start_leased(&mut self, job: Arc<JobDef>, lease: Lease, sent: Micros) {
+        if self.now.mono.saturating_sub(sent) >= super::micros(self.lease_margin()) {
+            let key = lease.run.clone();
+            self.note_late(&key.job, 1);
+            self.emit(Event::Skip {
+                job: key.job.clone(),
+                slot: crate::history::to_datetime(key.slot),
+                reason: crate::event::SkipReason::Late,
+            });
+            self.watch(key, Watch::live());
+            return;
+        }
         let info = super::info_of(&lease);
         let started_at = lease.started_at;
-        self.start_run(job, info, Some(lease), started_at, None, None);
+        self.start_run(job, info, Some(lease), started_at, None, None, sent);
     }
 
     /// Starts a run without a lease (manual, claim-only) and writes its `running` record.
@@ -48,7 +64,8 @@ impl Core {
         data: Option<Data>,
         reply: Option<ReplyTo>,
     ) {
-        let id = self.start_run(job, info, None, started_at, data, reply);
+        let now = self.now.mono;
+        let id = self.start_run(job, info, None, started_at, data, reply, now);
         let Some(o) = self.runs.get_mut(&id) else {
             return;
         };
@@ -76,13 +93,14 @@ impl Core {
         started_at: EpochMs,
         data: Option<Data>,
         reply: Option<ReplyTo>,
+        renewed: Micros,
     ) -> RunId {
         self.next_run += 1;
         let id = self.next_run;
         let now = self.now.mono;
         let lease_deadline = lease
             .as_ref()
-            .and_then(|_| now.checked_add(super::micros(self.lease_margin())));
+            .and_then(|_| renewed.checked_add(super::micros(self.lease_margin())));
         let scheduled_at = lease.as_ref().map_or(info.slot_ms(), |l| l.scheduled_at);
         if let Some(l) = &lease {
             self.held.insert(l.run.clone(), id);
@@ -119,7 +137,7 @@ impl Core {
                 started: now,
                 started_at,
                 scheduled_at,
-                last_renewed: now,
+                last_renewed: renewed,
                 start_pending: false,
                 held_write: None,
                 reply,

@@ -253,7 +253,7 @@ impl Core {
                     self.side_release(lease);
                     return;
                 }
-                self.start_leased(job, lease);
+                self.start_leased(job, lease, sent);
                 return;
             }
             Ok(ClaimOutcome::Taken) => {

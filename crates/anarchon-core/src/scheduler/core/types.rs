@@ -351,6 +351,7 @@ pub(super) enum Pending {
     },
     Takeovers {
         keys: Vec<RunKey>,
+        sent: Micros,
     },
     /// Result writes of owned runs (finish batches, a release, a record).
     Writes {
