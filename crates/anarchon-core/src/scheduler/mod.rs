@@ -7,6 +7,8 @@
 //! connection never stops the loop; a watchdog thread reports a loop that stops turning.
 
 mod core;
+#[cfg(feature = "sim")]
+pub(crate) use self::core::sim;
 mod driver;
 mod exec;
 mod handler_task;

@@ -619,6 +619,8 @@ impl std::fmt::Debug for JobDef {
     }
 }
 
+#[cfg(any(test, feature = "sim"))]
+pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
 
