@@ -117,6 +117,8 @@ pub(crate) struct Node {
     pub(crate) returned: HashSet<RunId>,
     /// The shell's local lease deadline of each running handler (monotonic µs).
     pub(crate) deadlines: HashMap<RunId, Micros>,
+    /// The slot of each handler started in this life.
+    pub(crate) slots: HashMap<RunId, RunKey>,
     pub(crate) starts: Vec<RunInfo>,
     pub(crate) events: Vec<Event>,
     pub(crate) replies: Vec<Result<RunRecord>>,
@@ -173,8 +175,12 @@ pub(crate) struct Sim {
     pub(crate) timeline: Vec<String>,
     /// Lines kept in `timeline` (older ones are dropped; the hash covers all).
     pub(crate) timeline_cap: usize,
-    /// FNV-1a over every timeline line.
+    /// A hash of every timeline line (or, without `detail`, of each line's time, node and
+    /// kind).
     pub(crate) hash: u64,
+    /// Write every input and effect to the timeline (the tests; a replay). Without it only
+    /// the world's own lines are kept, several times faster.
+    pub(crate) detail: bool,
     /// Keep per-node starts, events and replies (the tests read them; the world counts).
     pub(crate) keep: bool,
     /// Every (job, slot, attempt) started, by node.
@@ -236,12 +242,43 @@ pub(crate) fn skips(events: &[Event], reason: SkipReason) -> usize {
         .count()
 }
 
+/// A hash of `bytes` onto `h`, 8 bytes at a time.
 fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0100_0000_01b3);
+    }
+    for b in chunks.remainder() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The kind of an effect and its ids, for the hash of a run without full detail.
+fn effect_code(e: &Effect) -> u64 {
+    match e {
+        Effect::Call { id, request, .. } => {
+            16 ^ (id << 8) ^ (request.operation().len() as u64) << 40
+        }
+        Effect::StartHandler(s) => {
+            17 ^ (s.run << 8) ^ (u64::from(s.info.attempt) << 40) ^ (s.info.slot_ms() as u64)
+        }
+        Effect::Cancel { run, .. } => 18 ^ (run << 8),
+        Effect::ExtendDeadline { run, at } => 19 ^ (run << 8) ^ (at << 20),
+        Effect::Abort { run } => 20 ^ (run << 8),
+        Effect::Forget { run } => 21 ^ (run << 8),
+        Effect::Emit(ev) => 22 ^ ((ev.name().len() as u64) << 8),
+        Effect::Reply { to, .. } => 23 ^ (to << 8),
+        Effect::Watching(w) => 24 ^ (u64::from(*w) << 8),
+    }
 }
 
 impl Sim {
@@ -268,6 +305,7 @@ impl Sim {
             timeline: Vec::new(),
             timeline_cap: usize::MAX,
             hash: 0xcbf2_9ce4_8422_2325,
+            detail: true,
             keep: true,
             started: HashMap::new(),
             calls_sent: HashMap::new(),
@@ -290,6 +328,7 @@ impl Sim {
                 cancelled: HashMap::new(),
                 returned: HashSet::new(),
                 deadlines: HashMap::new(),
+                slots: HashMap::new(),
                 starts: Vec::new(),
                 events: Vec::new(),
                 replies: Vec::new(),
@@ -308,12 +347,24 @@ impl Sim {
         self
     }
 
-    pub(crate) fn log(&mut self, node: usize, what: String) {
-        let t = (self.now - self.start) as f64 / 1e6;
-        let line = if node == usize::MAX {
-            format!("{t:>10.4}s -- {what}")
+    /// A timeline line: `what` at full detail, else only `code` goes into the hash.
+    fn note(&mut self, node: usize, code: u64, what: impl FnOnce() -> String) {
+        if self.detail {
+            self.log(node, what());
         } else {
-            format!("{t:>10.4}s n{node} {what}")
+            let t = (self.now - self.start) as u64;
+            self.hash = mix64(self.hash ^ t);
+            self.hash = mix64(self.hash ^ (node as u64) ^ (code << 8));
+        }
+    }
+
+    pub(crate) fn log(&mut self, node: usize, what: String) {
+        let t = self.now - self.start;
+        let (secs, frac) = (t.div_euclid(S), t.rem_euclid(S) / 100);
+        let line = if node == usize::MAX {
+            format!("{secs:>5}.{frac:04}s -- {what}")
+        } else {
+            format!("{secs:>5}.{frac:04}s n{node} {what}")
         };
         self.hash = fnv(self.hash, line.as_bytes());
         if self.timeline.len() >= self.timeline_cap {
@@ -382,6 +433,7 @@ impl Sim {
         n.cancelled.clear();
         n.returned.clear();
         n.deadlines.clear();
+        n.slots.clear();
         for lives in self.check.running.values_mut() {
             lives.retain(|l| l.node != node);
         }
@@ -448,9 +500,19 @@ impl Sim {
             .world
             .as_ref()
             .map_or_else(|| "-".to_owned(), |w| w.seed.to_string());
-        let lines = timeline_of(&self.timeline, key);
+        let full = self.world.as_ref().is_some_and(|w| w.full_timeline);
+        let lines = timeline_of(&self.timeline, if full { None } else { key });
+        // The slot's last lines (its whole story but for the longest runs).
+        let lines = &lines[lines
+            .len()
+            .saturating_sub(if full { usize::MAX } else { 400 })..];
+        let lean = if self.detail {
+            ""
+        } else {
+            " (the world's lines only: replay the seed with detail for every input and effect)"
+        };
         panic!(
-            "VIOLATION seed {seed} at {:.4}s: {invariant}: {detail}\n--- timeline of {} ---\n{}",
+            "VIOLATION seed {seed} at {:.4}s: {invariant}: {detail}\n--- timeline of {}{lean} ---\n{}",
             (self.now - self.start) as f64 / 1e6,
             key.map_or_else(|| "the cluster".to_owned(), ToString::to_string),
             lines.join("\n")
@@ -521,17 +583,23 @@ impl Sim {
                 attempt,
                 started: self.now,
             });
+        self.nodes[node].slots.insert(start.run, key.clone());
         self.check.open.insert(key);
     }
 
     /// The handler `run` of `node` ended (returned or aborted).
     fn handler_gone(&mut self, node: usize, run: RunId) {
         let life = self.nodes[node].life;
-        self.check.running.retain(|_, v| {
-            v.retain(|l| !(l.node == node && l.life == life && l.run == run));
-            !v.is_empty()
-        });
         self.nodes[node].deadlines.remove(&run);
+        let Some(key) = self.nodes[node].slots.remove(&run) else {
+            return;
+        };
+        if let Some(v) = self.check.running.get_mut(&key) {
+            v.retain(|l| !(l.node == node && l.life == life && l.run == run));
+            if v.is_empty() {
+                self.check.running.remove(&key);
+            }
+        }
     }
 
     pub(crate) fn drain(&mut self, node: usize) {
@@ -539,7 +607,7 @@ impl Sim {
             let Some(effect) = self.nodes[node].core.as_mut().and_then(Core::poll_effect) else {
                 return;
             };
-            self.log(node, format!("{effect:?}"));
+            self.note(node, effect_code(&effect), || format!("{effect:?}"));
             let life = self.nodes[node].life;
             match effect {
                 Effect::Call { id, request, .. } => {
@@ -743,7 +811,7 @@ impl Sim {
                 && q.is_none_or(|q| q >= t)
             {
                 let now = self.now_of(node);
-                self.log(node, "timers due".into());
+                self.note(node, 1, || "timers due".into());
                 if let Some(core) = self.nodes[node].core.as_mut() {
                     core.handle_timeout(now);
                 }
@@ -832,7 +900,7 @@ impl Sim {
                     );
                     return;
                 }
-                self.log(node, format!("answer #{id}: {answer:?}"));
+                self.note(node, 2 ^ (id << 8), || format!("answer #{id}: {answer:?}"));
                 let now = self.now_of(node);
                 if let Some(core) = self.nodes[node].core.as_mut() {
                     core.handle_answer(now, id, answer);
@@ -864,10 +932,9 @@ impl Sim {
                 }
                 self.handler_gone(node, run);
                 let cause = self.nodes[node].cancelled.get(&run).copied();
-                self.log(
-                    node,
-                    format!("handler #{run} returned {result:?} (cause {cause:?})"),
-                );
+                self.note(node, 3 ^ (run << 8), || {
+                    format!("handler #{run} returned {result:?} (cause {cause:?})")
+                });
                 let now = self.now_of(node);
                 if let Some(core) = self.nodes[node].core.as_mut() {
                     core.handler_returned(now, run, result, cause);
@@ -895,7 +962,7 @@ impl Sim {
             return;
         }
         let now = self.now_of(node);
-        self.log(node, format!("release notification {key}"));
+        self.note(node, 4, || format!("release notification {key}"));
         if let Some(core) = self.nodes[node].core.as_mut() {
             core.handle_release(now, key);
         }

@@ -120,6 +120,12 @@ pub struct SimConfig {
     pub hours: f64,
     /// The faults' rates.
     pub faults: Faults,
+    /// Every input and effect in the timeline (a replay; several times slower). Without it a
+    /// violation's timeline shows only the world's own lines: replay the seed with it.
+    pub detail: bool,
+    /// A violation prints the whole timeline kept (the last 200,000 lines), not only the
+    /// lines of the slot concerned.
+    pub full_timeline: bool,
 }
 
 impl SimConfig {
@@ -130,6 +136,8 @@ impl SimConfig {
             nodes,
             hours,
             faults: Faults::default(),
+            full_timeline: false,
+            detail: false,
         }
     }
 }
@@ -179,6 +187,7 @@ pub fn timeline_of(timeline: &[String], key: Option<&RunKey>) -> Vec<String> {
     let slot_ms = key.slot.to_string();
     let slot_dt = format!("{:?}", crate::history::to_datetime(key.slot));
     let job = format!("{:?}", key.job.as_str());
+    let display = key.to_string();
     let world = [
         " start as ",
         " crash",
@@ -191,6 +200,7 @@ pub fn timeline_of(timeline: &[String], key: Option<&RunKey>) -> Vec<String> {
         .iter()
         .filter(|l| {
             ((l.contains(&slot_ms) || l.contains(&slot_dt)) && l.contains(&job))
+                || l.contains(&display)
                 || world.iter().any(|w| l.contains(w))
         })
         .cloned()
@@ -272,6 +282,7 @@ pub(crate) enum WorldEv {
 /// The world's state inside a [`Sim`].
 pub(crate) struct World {
     pub(crate) seed: u64,
+    pub(crate) full_timeline: bool,
     rng: Rng,
     faults: Faults,
     counts: BTreeMap<&'static str, u64>,
@@ -470,9 +481,11 @@ pub fn run(cfg: &SimConfig) -> Report {
     sim.timing = timing;
     sim.latency = 1_000;
     sim.keep = false;
+    sim.detail = cfg.detail;
     sim.timeline_cap = 200_000;
     sim.world = Some(World {
         seed: cfg.seed,
+        full_timeline: cfg.full_timeline,
         rng,
         faults: cfg.faults.clone(),
         counts: BTreeMap::new(),
@@ -802,6 +815,25 @@ impl Sim {
             self.run_for(Duration::from_secs(10));
         }
         self.run_for(lease * 2 + Duration::from_secs(12));
+        if self.check.running.is_empty() && self.lease_store {
+            let lease: &dyn LeaseStore = &self.store;
+            let left: Vec<_> = lease
+                .unfinished_runs(&names)
+                .now_or_never()
+                .and_then(|r| r.ok())
+                .unwrap_or_default();
+            if let Some(v) = left.first() {
+                self.violation(
+                    "no record running once the cluster is quiet",
+                    Some(&v.run),
+                    format!(
+                        "attempt {} of owner {:?} is still running with no handler left \
+                         anywhere",
+                        v.attempt, v.owner
+                    ),
+                );
+            }
+        }
         let before: u64 = self.calls_sent.values().sum();
         self.run_for(Duration::from_secs(600));
         let after: u64 = self.calls_sent.values().sum();
@@ -836,7 +868,15 @@ impl Sim {
                     .get(&v.run)
                     .is_some_and(|l| l.iter().any(|l| l.node == o && l.attempt == v.attempt))
             });
-            if !handler {
+            // Its claim's or takeover's answer, or its result, may be on the way: the owner
+            // still tracks it under a valid lease (the idle check below then sees it end).
+            let tracked = owner.is_some_and(|o| {
+                self.nodes[o]
+                    .core
+                    .as_ref()
+                    .is_some_and(|c| c.is_here(&v.run))
+            }) && v.expires_at > v.store_now;
+            if !handler && !tracked {
                 self.violation(
                     "no record running once the cluster is quiet",
                     Some(&v.run),
