@@ -761,3 +761,35 @@ fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release
         sim.all_starts()
     );
 }
+
+/// Simulator seed 1291 (`cargo xtask simulate --seed 1291`, at 664.8 s), reduced: a process
+/// freezes right after sending a claim, longer than the lease. A backup takes the expired run
+/// over (attempt 2); then the frozen process wakes, reads its `Won` answer and starts attempt 1
+/// anyway, with a fresh local lease deadline counted from the answer instead of from when
+/// the claim was sent (owned.rs `start_run`): a start of an older attempt while a newer one
+/// runs, with its signal untold. Reported to the lead; ignored until the core is fixed.
+#[test]
+#[ignore = "core bug found by simulator seed 1291: a claim answered after its lease expired still starts its handler"]
+fn seed_1291_a_claim_answered_after_its_lease_expired_does_not_start_the_handler() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(60), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(20)));
+    sim.timing = LeaseTiming {
+        lease: Duration::from_secs(4),
+        heartbeat: Duration::from_secs(1),
+    };
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(30));
+    // Node 0's claim of the 60 s slot is on its way: it freezes past the lease.
+    sim.run_until(sim.start + 60 * S + 100);
+    assert!(sim.timeline.last().unwrap().contains("n1 Call"));
+    sim.freeze(0, Duration::from_secs(6));
+    sim.run_for(Duration::from_secs(10));
+    let starts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .filter(|(_, s)| s.slot_ms() == T0_MS + 60_000)
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(starts, vec![(1, 2)], "only the takeover starts");
+}
