@@ -6,7 +6,7 @@
 
 use anarchon_sim::{SimConfig, run_many};
 
-/// Seeds 1..=SEEDS, HOURS each, on NODES instances: about 43 cluster-hours in 57 s of one
+/// Seeds 1..=SEEDS, HOURS each, on NODES instances: about 43 cluster-hours in 54 s of one
 /// core in debug (docs/testing.md, "Deterministic simulation").
 const SEEDS: u64 = 36;
 const HOURS: f64 = 1.0;
