@@ -9,6 +9,7 @@ mod chaos;
 mod install;
 mod probe;
 mod scenarios;
+mod simulate;
 mod test;
 mod test_servers;
 #[cfg(test)]
@@ -42,6 +43,13 @@ commands:
       Random SIGKILL/SIGSTOP/SIGTERM (and store server crashes on Redis/PostgreSQL) against
       N instances for S seconds, then check the store's history against the handlers' own
       log; exits non-zero on any violation and prints the seed to replay it.
+  simulate [--seed S | --seeds N [--first F]] [--hours H] [--nodes N] [--no-faults]
+           [--verbose] [--full-timeline]
+      The deterministic simulator (crates/anarchon-sim, release): N instances' scheduler
+      cores on virtual time against the in-memory store's model, every fault from one seed;
+      invariants checked as it runs. --seed S replays seed S exactly; prints faults per
+      kind, runs, takeovers, handovers, violations and simulated instance-hours per second
+      (defaults: seed 1, 1 hour, 5 instances). Exits 1 on any violation.
   bench <store> [--json]
       Run the claim bench of crates/anarchon-<store> (cargo bench --bench claim).
   bench scale --store redis|postgres|sqlite|libsql [--jobs N] [--instances K] [--seconds S]
@@ -74,6 +82,7 @@ fn main() -> ExitCode {
         "scenarios" => scenarios::run(rest),
         "chaos" => chaos::run(rest),
         "bench" => bench::run(rest),
+        "simulate" => simulate::run(rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(ExitCode::SUCCESS)

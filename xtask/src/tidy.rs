@@ -127,7 +127,12 @@ fn relative(root: &Path, path: &Path) -> String {
 /// The item after the `#[cfg(test)]` line `n` of `lines` (other attributes may come
 /// between), if that line is `#[cfg(test)]` at column 0.
 fn test_item<'a>(lines: &[&'a str], n: usize) -> Option<&'a str> {
-    if lines[n].trim_end() != "#[cfg(test)]" {
+    // The simulation harness around the core (the core's tests and the dev-only feature
+    // `sim`, crates/anarchon-sim) is test code too: it is the world the core runs in.
+    if !matches!(
+        lines[n].trim_end(),
+        "#[cfg(test)]" | "#[cfg(any(test, feature = \"sim\"))]"
+    ) {
         return None;
     }
     lines[n + 1..]

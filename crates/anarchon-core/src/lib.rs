@@ -61,6 +61,14 @@ pub mod options;
 pub mod registration;
 pub mod registry;
 mod scheduler;
+/// The deterministic simulator's entry points (feature `sim`, for `crates/anarchon-sim`):
+/// a whole cluster of scheduler cores on virtual time against the in-memory store's model,
+/// every fault from one seed. Not a stable API.
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim {
+    pub use crate::scheduler::sim::{Faults, Report, SimConfig, run, timeline_of};
+}
 pub mod slot;
 pub mod store;
 #[cfg(feature = "testkit")]

@@ -18,6 +18,8 @@ mod builder;
 mod clock;
 mod convert;
 mod core;
+#[cfg(feature = "sim")]
+pub(crate) use self::core::sim;
 mod driver;
 mod exec;
 mod handle;

@@ -448,6 +448,8 @@ impl std::fmt::Debug for JobDef {
     }
 }
 
+#[cfg(any(test, feature = "sim"))]
+pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
 

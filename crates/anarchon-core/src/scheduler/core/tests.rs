@@ -1,639 +1,20 @@
 //! The core without a runtime: one or several [`Core`]s against the in-memory store's model
-//! on virtual time. Store calls complete at their first poll (the store's clock is a
-//! [`ManualClock`]), handlers are modelled by how long they take and how they answer
-//! cancellation, and a failing test prints the timeline of inputs and effects.
+//! on virtual time (the harness in `sim.rs`). Store calls complete at their first poll (the
+//! store's clock is a [`ManualClock`](crate::memory::ManualClock)), handlers are modelled by
+//! how long they take and how they answer cancellation, and a failing test prints the
+//! timeline of inputs and effects.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use tokio::sync::broadcast;
-
+use super::sim::*;
 use super::*;
 use crate::event::{InterruptCause, SkipReason};
 use crate::history::{Reason, RunStatus};
-use crate::memory::{Health as StoreHealth, ManualClock, MemoryStore};
-use crate::options::{CatchUp, JobKind, JobOptions};
+use crate::memory::Health as StoreHealth;
+use crate::options::{CatchUp, JobOptions};
 use crate::slot::Schedule;
-use crate::store::{ClaimStore, HistoryStore, LeaseStore};
-
-/// 2027-01-15T08:00:00Z (a whole minute).
-const T0_MS: i64 = 1_800_000_000_000;
-const S: i64 = 1_000_000;
-
-/// How a modelled handler behaves.
-#[derive(Debug, Clone)]
-struct Behaviour {
-    takes: Duration,
-    result: std::result::Result<(), String>,
-    /// Returns `Err("cancelled")` at once when its signal is cancelled.
-    obeys_cancel: bool,
-}
-
-impl Behaviour {
-    fn ok(takes: Duration) -> Self {
-        Behaviour {
-            takes,
-            result: Ok(()),
-            obeys_cancel: true,
-        }
-    }
-}
-
-#[derive(Debug)]
-enum Ev {
-    /// A call reaches the store.
-    Arrive {
-        node: usize,
-        life: u32,
-        id: CallId,
-        request: Request,
-        sent: i64,
-    },
-    /// Its answer reaches the node.
-    Deliver {
-        node: usize,
-        life: u32,
-        id: CallId,
-        answer: Answer,
-    },
-    HandlerDone {
-        node: usize,
-        life: u32,
-        run: RunId,
-        result: std::result::Result<(), String>,
-    },
-}
-
-struct Node {
-    core: Option<Core>,
-    id: String,
-    /// Bumped on crash and restart: events of an earlier life are dropped.
-    life: u32,
-    /// No input is processed before this virtual time (a frozen process).
-    frozen_until: i64,
-    releases: Option<broadcast::Receiver<RunKey>>,
-    cancelled: HashMap<RunId, CancelCause>,
-    returned: HashSet<RunId>,
-    starts: Vec<RunInfo>,
-    events: Vec<Event>,
-    replies: Vec<Result<RunRecord>>,
-}
-
-/// A cluster of cores on one in-memory store, on virtual time.
-struct Sim {
-    /// Virtual time, µs since the epoch.
-    now: i64,
-    start: i64,
-    clock: ManualClock,
-    store: MemoryStore,
-    nodes: Vec<Node>,
-    queue: BTreeMap<(i64, u64), Ev>,
-    seq: u64,
-    /// One way, store call.
-    latency: i64,
-    store_timeout: Duration,
-    timing: LeaseTiming,
-    jobs: Vec<Arc<JobDef>>,
-    behaviour: Arc<dyn Fn(&RunInfo) -> Behaviour>,
-    claims_in_flight: usize,
-    timeline: Vec<String>,
-    /// Every (job, slot, attempt) started, by node.
-    started: HashMap<(RunKey, u32), usize>,
-    /// Calls sent to the store, by operation.
-    calls_sent: HashMap<&'static str, u64>,
-    lease_store: bool,
-    /// The next calls of an operation that fail (the store refuses them).
-    fail_next: HashMap<&'static str, u32>,
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let from = self.timeline.len().saturating_sub(400);
-            eprintln!(
-                "--- timeline (last {} lines) ---",
-                self.timeline.len() - from
-            );
-            for line in &self.timeline[from..] {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
-fn job(name: &str, schedule: Schedule, opts: JobOptions) -> Arc<JobDef> {
-    Arc::new(JobDef {
-        name: JobName::new(name).unwrap(),
-        kind: JobKind::Every,
-        schedule,
-        opts,
-        handler: Arc::new(|_| Box::pin(async { Ok(()) })),
-        data: None,
-    })
-}
-
-fn every(name: &str, interval: Duration, opts: JobOptions) -> Arc<JobDef> {
-    job(name, Schedule::every(interval, 0).unwrap(), opts)
-}
-
-/// Options without jitter (exact timing in the tests).
-fn opts() -> JobOptions {
-    JobOptions {
-        jitter: Duration::ZERO,
-        ..JobOptions::default()
-    }
-}
-
-impl Sim {
-    fn new(nodes: usize, jobs: Vec<Arc<JobDef>>) -> Self {
-        let clock = ManualClock::new(T0_MS);
-        let store = MemoryStore::with_clock(clock.clone());
-        let mut sim = Sim {
-            now: T0_MS * 1_000,
-            start: T0_MS * 1_000,
-            clock,
-            store,
-            nodes: Vec::new(),
-            queue: BTreeMap::new(),
-            seq: 0,
-            latency: 500,
-            store_timeout: Duration::from_secs(2),
-            timing: LeaseTiming {
-                lease: Duration::from_secs(30),
-                heartbeat: Duration::from_secs(5),
-            },
-            jobs,
-            behaviour: Arc::new(|_| Behaviour::ok(Duration::from_millis(100))),
-            claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
-            timeline: Vec::new(),
-            started: HashMap::new(),
-            calls_sent: HashMap::new(),
-            lease_store: true,
-            fail_next: HashMap::new(),
-        };
-        for i in 0..nodes {
-            sim.nodes.push(Node {
-                core: None,
-                id: format!("node-{i}"),
-                life: 0,
-                frozen_until: 0,
-                releases: None,
-                cancelled: HashMap::new(),
-                returned: HashSet::new(),
-                starts: Vec::new(),
-                events: Vec::new(),
-                replies: Vec::new(),
-            });
-        }
-        sim
-    }
-
-    fn behave(mut self, f: impl Fn(&RunInfo) -> Behaviour + 'static) -> Self {
-        self.behaviour = Arc::new(f);
-        self
-    }
-
-    fn claim_only(mut self) -> Self {
-        self.lease_store = false;
-        self
-    }
-
-    fn log(&mut self, node: usize, what: String) {
-        let t = (self.now - self.start) as f64 / 1e6;
-        self.timeline.push(format!("{t:>10.4}s n{node} {what}"));
-    }
-
-    fn now_of(&self, _node: usize) -> Now {
-        Now {
-            mono: (self.now - self.start) as Micros,
-            epoch_us: self.now,
-        }
-    }
-
-    fn config(&self, node: usize) -> CoreConfig {
-        let limit = if self.lease_store { 64 } else { 1 };
-        CoreConfig {
-            instance_id: self.nodes[node].id.as_str().into(),
-            timing: self.timing,
-            store_timeout: self.store_timeout,
-            skew_threshold_ms: 1_000,
-            abort_grace: Duration::from_secs(5),
-            lease_store: self.lease_store,
-            store_kind: "memory",
-            limits: Limits {
-                claims: limit,
-                takeovers: limit,
-                finishes: limit,
-                claims_in_flight: self.claims_in_flight,
-            },
-            seed: node as u64 + 1,
-        }
-    }
-
-    /// Starts (or restarts) a node: a new core with every job.
-    fn start(&mut self, node: usize) {
-        let cfg = self.config(node);
-        let now = self.now_of(node);
-        let jobs = self.jobs.clone();
-        let n = &mut self.nodes[node];
-        n.life += 1;
-        n.releases = if self.lease_store {
-            self.store.subscribe_releases()
-        } else {
-            None
-        };
-        n.core = Some(Core::new(cfg, now, ClockSample::default(), jobs));
-        self.log(node, "start".into());
-        self.drain(node);
-    }
-
-    fn crash(&mut self, node: usize) {
-        self.nodes[node].core = None;
-        self.nodes[node].life += 1;
-        self.log(node, "crash".into());
-    }
-
-    fn freeze(&mut self, node: usize, for_: Duration) {
-        self.nodes[node].frozen_until = self.now + for_.as_micros() as i64;
-        self.log(node, format!("freeze {for_:?}"));
-    }
-
-    fn command(&mut self, node: usize, command: CoreCommand) {
-        let now = self.now_of(node);
-        self.log(node, format!("command {command:?}"));
-        if let Some(core) = self.nodes[node].core.as_mut() {
-            core.handle_command(now, command);
-        }
-        self.turn(node);
-    }
-
-    fn core(&self, node: usize) -> &Core {
-        self.nodes[node].core.as_ref().expect("a live core")
-    }
-
-    fn schedule(&mut self, at: i64, ev: Ev) {
-        self.seq += 1;
-        self.queue.insert((at, self.seq), ev);
-    }
-
-    /// End of a loop turn: flush, then carry out the effects.
-    fn turn(&mut self, node: usize) {
-        let now = self.now_of(node);
-        if let Some(core) = self.nodes[node].core.as_mut() {
-            core.end_turn(now);
-        }
-        self.drain(node);
-        if self.nodes[node].core.as_ref().is_some_and(Core::is_done) {
-            self.log(node, "stopped".into());
-            self.nodes[node].core = None;
-            self.nodes[node].life += 1;
-        }
-    }
-
-    fn drain(&mut self, node: usize) {
-        loop {
-            let Some(effect) = self.nodes[node].core.as_mut().and_then(Core::poll_effect) else {
-                return;
-            };
-            self.log(node, format!("{effect:?}"));
-            let life = self.nodes[node].life;
-            match effect {
-                Effect::Call { id, request, .. } => {
-                    *self.calls_sent.entry(request.operation()).or_default() += 1;
-                    let at = self.now + self.latency;
-                    let sent = self.now;
-                    self.schedule(
-                        at,
-                        Ev::Arrive {
-                            node,
-                            life,
-                            id,
-                            request,
-                            sent,
-                        },
-                    );
-                }
-                Effect::StartHandler(start) => {
-                    let key = RunKey::new(start.info.job.clone(), start.info.slot_ms());
-                    if !start.info.manual {
-                        // One start per attempt, cluster-wide.
-                        if let Some(other) =
-                            self.started.insert((key.clone(), start.info.attempt), node)
-                        {
-                            panic!(
-                                "{key} attempt {} started twice: n{other} and n{node}",
-                                start.info.attempt
-                            );
-                        }
-                    }
-                    let b = (self.behaviour)(&start.info);
-                    self.nodes[node].starts.push(start.info.clone());
-                    let at = self.now + b.takes.as_micros() as i64;
-                    self.schedule(
-                        at,
-                        Ev::HandlerDone {
-                            node,
-                            life,
-                            run: start.run,
-                            result: b.result.clone(),
-                        },
-                    );
-                }
-                Effect::Cancel { run, cause } => {
-                    self.nodes[node].cancelled.entry(run).or_insert(cause);
-                    let obeys = self.nodes[node]
-                        .core
-                        .as_ref()
-                        .and_then(|c| c.runs.get(&run))
-                        .is_some_and(|o| (self.behaviour)(&o.info).obeys_cancel);
-                    if obeys {
-                        let at = self.now;
-                        self.schedule(
-                            at,
-                            Ev::HandlerDone {
-                                node,
-                                life,
-                                run,
-                                result: Err("cancelled".into()),
-                            },
-                        );
-                    }
-                }
-                Effect::Abort { run } => {
-                    self.nodes[node].returned.insert(run);
-                }
-                Effect::Emit(event) => self.nodes[node].events.push(event),
-                Effect::Reply { answer, .. } => self.nodes[node].replies.push(answer),
-                Effect::ExtendDeadline { .. } | Effect::Forget { .. } | Effect::Watching(_) => {}
-            }
-        }
-    }
-
-    /// Runs the store's side of a call; `None` when the store hangs.
-    fn execute(&self, request: Request) -> Option<Answer> {
-        let s = &self.store;
-        let lease: &dyn LeaseStore = s;
-        let claim: &dyn ClaimStore = s;
-        let history: &dyn HistoryStore = s;
-        let answer = match request {
-            Request::Claim { claims, .. } => {
-                Answer::Claims(lease.claim_many(&claims).now_or_never()?)
-            }
-            Request::ClaimSlot(c) => Answer::Slot(claim.claim_slot(&c).now_or_never()?),
-            Request::Heartbeat { leases, lease_ms } => {
-                Answer::Renewals(lease.heartbeat(&leases, lease_ms).now_or_never()?)
-            }
-            Request::Runs(keys) => Answer::Runs(lease.runs(&keys).now_or_never()?),
-            Request::Unfinished(jobs) => Answer::Runs(lease.unfinished_runs(&jobs).now_or_never()?),
-            Request::TakeOver { takeovers, .. } => {
-                Answer::Takeovers(lease.take_over_many(&takeovers).now_or_never()?)
-            }
-            Request::Finish { writes, .. } => {
-                Answer::Writes(lease.finish_many(&writes).now_or_never()?)
-            }
-            Request::Release(l) => Answer::Released(lease.release(&l).now_or_never()?),
-            Request::Record {
-                record,
-                retention,
-                claim_only,
-            } => Answer::Recorded(if claim_only {
-                claim.record(&record, retention).now_or_never()?
-            } else {
-                history.record_manual(&record, retention).now_or_never()?
-            }),
-        };
-        Some(answer)
-    }
-
-    fn next_timer(&self) -> Option<(i64, usize)> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| {
-                let t = n.core.as_ref()?.poll_timeout()? as i64 + self.start;
-                Some((t.max(n.frozen_until), i))
-            })
-            .min()
-    }
-
-    /// Runs the cluster for `d` of virtual time.
-    fn run_for(&mut self, d: Duration) {
-        let until = self.now + d.as_micros() as i64;
-        self.run_until(until);
-    }
-
-    fn run_until(&mut self, until: i64) {
-        loop {
-            let q = self.queue.keys().next().map(|(t, _)| *t);
-            let timer = self.next_timer();
-            let t = match (q, timer) {
-                (Some(q), Some((t, _))) => q.min(t),
-                (Some(q), None) => q,
-                (None, Some((t, _))) => t,
-                (None, None) => break,
-            };
-            if t > until {
-                break;
-            }
-            self.now = self.now.max(t);
-            self.clock.set(self.now.div_euclid(1_000));
-            if timer.is_some_and(|(tt, _)| tt == t) && q.is_none_or(|q| q >= t) {
-                let (_, node) = timer.unwrap();
-                let now = self.now_of(node);
-                self.log(node, "timers due".into());
-                self.nodes[node].core.as_mut().unwrap().handle_timeout(now);
-                self.turn(node);
-                continue;
-            }
-            let (_, ev) = self.queue.pop_first().unwrap();
-            self.event(ev);
-        }
-        self.now = self.now.max(until);
-        self.clock.set(self.now.div_euclid(1_000));
-    }
-
-    fn event(&mut self, ev: Ev) {
-        match ev {
-            Ev::Arrive {
-                node,
-                life,
-                id,
-                request,
-                sent,
-            } => {
-                let shape = request.shape();
-                let op = request.operation();
-                let refuse = match self.fail_next.get_mut(op) {
-                    Some(n) if *n > 0 => {
-                        *n -= 1;
-                        true
-                    }
-                    _ => false,
-                };
-                let answer = if refuse {
-                    Some(shape.failed(Error::store("memory", op, "refused by the test")))
-                } else {
-                    self.execute(request)
-                };
-                self.releases();
-                let deadline = sent + self.store_timeout.as_micros() as i64;
-                let back = self.now + self.latency;
-                let (at, answer) = match answer {
-                    Some(a) if back <= deadline => (back, a),
-                    _ => (
-                        deadline,
-                        shape.failed(Error::Timeout {
-                            store: "memory",
-                            operation: op,
-                            after: self.store_timeout,
-                        }),
-                    ),
-                };
-                self.schedule(
-                    at,
-                    Ev::Deliver {
-                        node,
-                        life,
-                        id,
-                        answer,
-                    },
-                );
-            }
-            Ev::Deliver {
-                node,
-                life,
-                id,
-                answer,
-            } => {
-                if !self.alive(node, life) {
-                    return;
-                }
-                if self.nodes[node].frozen_until > self.now {
-                    let at = self.nodes[node].frozen_until;
-                    self.schedule(
-                        at,
-                        Ev::Deliver {
-                            node,
-                            life,
-                            id,
-                            answer,
-                        },
-                    );
-                    return;
-                }
-                self.log(node, format!("answer #{id}: {answer:?}"));
-                let now = self.now_of(node);
-                self.nodes[node]
-                    .core
-                    .as_mut()
-                    .unwrap()
-                    .handle_answer(now, id, answer);
-                self.turn(node);
-            }
-            Ev::HandlerDone {
-                node,
-                life,
-                run,
-                result,
-            } => {
-                if !self.alive(node, life) || !self.nodes[node].returned.insert(run) {
-                    return;
-                }
-                if self.nodes[node].frozen_until > self.now {
-                    self.nodes[node].returned.remove(&run);
-                    let at = self.nodes[node].frozen_until;
-                    self.schedule(
-                        at,
-                        Ev::HandlerDone {
-                            node,
-                            life,
-                            run,
-                            result,
-                        },
-                    );
-                    return;
-                }
-                let cause = self.nodes[node].cancelled.get(&run).copied();
-                self.log(
-                    node,
-                    format!("handler #{run} returned {result:?} (cause {cause:?})"),
-                );
-                let now = self.now_of(node);
-                self.nodes[node]
-                    .core
-                    .as_mut()
-                    .unwrap()
-                    .handler_returned(now, run, result, cause);
-                self.turn(node);
-            }
-        }
-    }
-
-    fn alive(&self, node: usize, life: u32) -> bool {
-        self.nodes[node].life == life && self.nodes[node].core.is_some()
-    }
-
-    /// Release notifications reach the live, unfrozen nodes.
-    fn releases(&mut self) {
-        for node in 0..self.nodes.len() {
-            let mut keys = Vec::new();
-            if let Some(rx) = self.nodes[node].releases.as_mut() {
-                while let Ok(k) = rx.try_recv() {
-                    keys.push(k);
-                }
-            }
-            if self.nodes[node].core.is_none() || self.nodes[node].frozen_until > self.now {
-                continue;
-            }
-            for key in keys {
-                let now = self.now_of(node);
-                self.log(node, format!("release notification {key}"));
-                self.nodes[node]
-                    .core
-                    .as_mut()
-                    .unwrap()
-                    .handle_release(now, key);
-                self.turn(node);
-            }
-        }
-    }
-
-    fn history(&self, name: &str) -> Vec<RunRecord> {
-        let h: &dyn HistoryStore = &self.store;
-        h.history(&JobName::new(name).unwrap(), 1_000)
-            .now_or_never()
-            .unwrap()
-            .unwrap()
-    }
-
-    fn all_starts(&self) -> Vec<(usize, RunInfo)> {
-        let mut out: Vec<(usize, RunInfo)> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(i, n)| n.starts.iter().map(move |s| (i, s.clone())))
-            .collect();
-        out.sort_by_key(|(_, s)| (s.slot, s.attempt));
-        out
-    }
-
-    fn events(&self, node: usize) -> &[Event] {
-        &self.nodes[node].events
-    }
-
-    fn secs(&self) -> f64 {
-        (self.now - self.start) as f64 / S as f64
-    }
-}
-
-fn skips(events: &[Event], reason: SkipReason) -> usize {
-    events
-        .iter()
-        .filter(|e| matches!(e, Event::Skip { reason: r, .. } if *r == reason))
-        .count()
-}
 
 // ----- the behaviours -----------------------------------------------------------------------
 
@@ -1415,4 +796,83 @@ fn b39_a_jobs_own_option_overrides_the_default() {
         0,
         "every claim of the strict job is late"
     );
+}
+
+// ----- found by the simulator (crates/anarchon-sim) -------------------------------------------
+
+/// Simulator seed 69 (`cargo xtask simulate --seed 69`), reduced: an instance whose clock is
+/// behind catches up an older slot than the others did, so no other instance watches that
+/// run; when it stops, it hands the run over and every instance gets the release
+/// notification, but none looks at a run it does not watch, so the slot waits for the next
+/// slot's overlap (an interval later) instead of lease + 2 heartbeats. Fixed: a release
+/// notification of a run no watch knows starts a watch (`Core::handle_release`).
+#[test]
+fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release() {
+    let o = JobOptions {
+        catch_up: CatchUp::Latest,
+        ..opts()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(120), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.run_for(Duration::from_millis(500));
+    // Node 1 (on time) catches up slot T0; node 0, 1 s behind, catches up T0 - 120 s.
+    sim.nodes[0].skew_us = -1_000_000;
+    sim.start(1);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(5));
+    let old = T0_MS - 120_000;
+    assert!(
+        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == old),
+        "node 0 runs the older slot: {:?}",
+        sim.all_starts()
+    );
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(10),
+        },
+    );
+    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
+    sim.run_for(bound);
+    assert!(
+        sim.nodes[1]
+            .starts
+            .iter()
+            .any(|s| s.slot_ms() == old && s.attempt == 2),
+        "the handed-over run is continued within lease + 2 heartbeats: {:?}",
+        sim.all_starts()
+    );
+}
+
+/// Simulator seed 1291 (`cargo xtask simulate --seed 1291`, at 664.8 s), reduced: a process
+/// freezes right after sending a claim, longer than the lease. A backup takes the expired run
+/// over (attempt 2); then the frozen process wakes, reads its `Won` answer and starts attempt 1
+/// anyway, with a fresh local lease deadline counted from the answer instead of from when
+/// the claim was sent (owned.rs `start_run`): a start of an older attempt while a newer one
+/// runs, with its signal untold. Fixed: a won lease counts from when its call was sent, and
+/// an answer that arrives after it can no longer be counted on starts nothing
+/// (`Core::start_leased`).
+#[test]
+fn seed_1291_a_claim_answered_after_its_lease_expired_does_not_start_the_handler() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(60), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(20)));
+    sim.timing = LeaseTiming {
+        lease: Duration::from_secs(4),
+        heartbeat: Duration::from_secs(1),
+    };
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(30));
+    // Node 0's claim of the 60 s slot is on its way: it freezes past the lease.
+    sim.run_until(sim.start + 60 * S + 100);
+    assert!(sim.timeline.last().unwrap().contains("n1 Call"));
+    sim.freeze(0, Duration::from_secs(6));
+    sim.run_for(Duration::from_secs(10));
+    let starts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .filter(|(_, s)| s.slot_ms() == T0_MS + 60_000)
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(starts, vec![(1, 2)], "only the takeover starts");
 }

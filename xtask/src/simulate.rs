@@ -1,0 +1,20 @@
+//! `cargo xtask simulate`: the deterministic simulator (`crates/anarchon-sim`), built in
+//! release, with the arguments passed through (`--seed S` replays one seed exactly;
+//! `--seeds N`, `--first F`, `--hours H`, `--nodes N`, `--no-faults`, `--verbose`,
+//! `--full-timeline`). Exits as the simulator does: 1 on any violation.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::util;
+
+pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
+    let mut command = util::cargo();
+    command
+        .current_dir(util::project_root())
+        .args(["run", "--release", "--quiet", "-p", "anarchon-sim", "--"])
+        .args(args);
+    let status = util::run_visible(&mut command)?;
+    Ok(util::exit_code(status))
+}
