@@ -52,7 +52,7 @@ impl Core {
         }
         let info = super::info_of(&lease);
         let started_at = lease.started_at;
-        self.start_run(job, info, Some(lease), started_at, None, None, sent);
+        self.start_run(job, info, Some(lease), started_at, (None, None), sent);
     }
 
     /// Starts a run without a lease (manual, claim-only) and writes its `running` record.
@@ -65,7 +65,7 @@ impl Core {
         reply: Option<ReplyTo>,
     ) {
         let now = self.now.mono;
-        let id = self.start_run(job, info, None, started_at, data, reply, now);
+        let id = self.start_run(job, info, None, started_at, (data, reply), now);
         let Some(o) = self.runs.get_mut(&id) else {
             return;
         };
@@ -91,8 +91,7 @@ impl Core {
         info: RunInfo,
         lease: Option<Lease>,
         started_at: EpochMs,
-        data: Option<Data>,
-        reply: Option<ReplyTo>,
+        (data, reply): (Option<Data>, Option<ReplyTo>),
         renewed: Micros,
     ) -> RunId {
         self.next_run += 1;
