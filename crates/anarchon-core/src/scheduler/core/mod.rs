@@ -325,7 +325,10 @@ impl Core {
             self.failures = 0;
             self.health.store_unreachable = false;
             self.health.last_error = None;
-            let missed: Vec<JobName> = self.missed.drain().collect();
+            // In name order: a HashMap's order differs from one map to the next, and the
+            // core's effects must not (the simulator replays a run from its seed).
+            let mut missed: Vec<JobName> = self.missed.drain().collect();
+            missed.sort();
             for name in missed {
                 if let Some(job) = self.jobs.get(&name).cloned() {
                     self.catch_up_job(&job);
@@ -407,7 +410,8 @@ impl Core {
         self.catch_up.clear();
         self.missed.clear();
         self.drop_queued_claims();
-        let ids: Vec<RunId> = self.runs.keys().copied().collect();
+        let mut ids: Vec<RunId> = self.runs.keys().copied().collect();
+        ids.sort_unstable();
         for id in ids {
             self.feed_owner(id, super::run::OwnerInput::Stop);
         }
@@ -418,7 +422,8 @@ impl Core {
     /// Stop's timeout passed: runs still going are no longer heartbeated (a backup takes
     /// over after the lease) and their handlers are aborted; nothing else is waited for.
     fn stop_deadline(&mut self) {
-        let ids: Vec<RunId> = self.runs.keys().copied().collect();
+        let mut ids: Vec<RunId> = self.runs.keys().copied().collect();
+        ids.sort_unstable();
         for id in ids {
             self.feed_owner(id, super::run::OwnerInput::StopDeadline);
         }
