@@ -9,55 +9,13 @@
 //! sqld itself, and says so. Without python3 the tests print a SKIP line. A libSQL server is
 //! optional (like Redis 8.6): `ANARCHON_REQUIRE_SERVERS=1` does not make its absence fail.
 
-use std::io::Write as _;
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use anarchon_core::LeaseStore;
 use anarchon_libsql::LibsqlStore;
 
-/// The Hrana double for this test process; its stdin pipe is held here, so it exits with us.
-static DOUBLE: OnceLock<Option<(String, Mutex<Child>)>> = OnceLock::new();
-
-fn double_url() -> Option<String> {
-    let started = DOUBLE.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hrana_double.py");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-        let db = std::env::temp_dir().join(format!("anarchon-hrana-{}-{port}.db", std::process::id()));
-        let child = Command::new("python3")
-            .arg(script)
-            .arg("--db")
-            .arg(&db)
-            .arg("--port")
-            .arg(port.to_string())
-            .arg("--exit-on-stdin-eof")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(child) = child else {
-            eprintln!("SKIP libSQL kit: neither ANARCHON_LIBSQL_URL nor python3 (for the Hrana test double) is available");
-            return None;
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                eprintln!("SKIP libSQL kit: the Hrana test double did not listen within 10 s");
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let mut out = std::io::stderr();
-        let _ = writeln!(
-            out,
-            "NOTE libSQL kit runs against tests/hrana_double.py (a test double, not sqld): set ANARCHON_LIBSQL_URL for a real server"
-        );
-        Some((format!("http://127.0.0.1:{port}"), Mutex::new(child)))
-    });
-    started.as_ref().map(|(url, _)| url.clone())
-}
+mod common;
+use common::double_url;
 
 async fn open(url: String, token: String) -> Arc<dyn LeaseStore> {
     let prefix = format!("kit_{:016x}", rand::random::<u64>());
