@@ -186,10 +186,15 @@ pub(crate) async fn run(
             Some(key) = recv_release(&mut releases) => {
                 s.input(|core, now| core.handle_release(now, key));
             }
-            _ = sleep_until(next) => s.input(Core::handle_timeout),
+            // One tokio timer for the core's next wake-up and the watchdog's tick: the loop
+            // turns at least every tick.
+            _ = tokio::time::sleep_until(next.map_or(next_tick, |n| n.min(next_tick))) => {
+                if Instant::now() >= next_tick {
+                    next_tick = Instant::now() + tick;
+                }
+                s.input(Core::handle_timeout);
+            }
             _ = precise_due(precise.as_ref()), if next.is_some() => s.input(Core::handle_timeout),
-            // The loop turns at least this often, for the watchdog.
-            _ = tokio::time::sleep_until(next_tick) => next_tick = Instant::now() + tick,
             // Let joined store tasks go (their results came through `inbox`).
             Some(_) = s.tasks.join_next(), if !s.tasks.is_empty() => {
                 while s.tasks.try_join_next().is_some() {}
@@ -207,13 +212,6 @@ pub(crate) async fn run(
 async fn precise_due(wake: Option<&PreciseWake>) {
     match wake {
         Some(w) => w.due().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
