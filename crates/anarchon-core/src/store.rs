@@ -10,7 +10,7 @@
 //!
 //! All traits are object safe: the scheduler holds an `Arc<dyn LeaseStore>` or
 //! `Arc<dyn ClaimStore>`. Every call the scheduler makes is bounded by its own timeout
-//! (`store_timeout_ms`), so a store need not, but should, also bound its driver calls.
+//! (`store_timeout`), so a store need not, but should, also bound its driver calls.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
