@@ -203,6 +203,15 @@ pub enum Error {
         /// Why; `None` when the signal was cancelled from outside the scheduler.
         cause: Option<CancelCause>,
     },
+    /// A store URL no store takes, or one whose store's feature is off
+    /// (`anarchon::any::open`).
+    #[error("cannot open a store from {url:?}: {reason}")]
+    StoreUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A fenced transaction found that this attempt no longer owns its run; nothing of the
     /// transaction was kept. Another attempt does (or did) the work: return the error.
     #[error(
