@@ -192,7 +192,8 @@ impl Counts {
                 operation, message, ..
             } => {
                 let mut errors = self.errors.lock().expect("counts");
-                match errors.iter_mut().find(|(op, _, _)| op == operation) {
+                let operation = operation.as_str();
+                match errors.iter_mut().find(|(op, _, _)| *op == operation) {
                     Some(entry) => entry.1 += 1,
                     None => errors.push((operation, 1, message.clone())),
                 }

@@ -7,6 +7,29 @@ use crate::cancel::CancelCause;
 /// A boxed error from a handler, a data function or a driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// What kind of failure an [`Error`] is, for code that reacts to it (retry, alert, give
+/// up) without reading its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input: an option, a schedule, a name, a URL.
+    Input,
+    /// The scheduler's state does not allow the call.
+    State,
+    /// The store cannot be reached.
+    Unavailable,
+    /// A store call did not answer in time.
+    Timeout,
+    /// The store's server or schema is not one anarchon can use.
+    Incompatible,
+    /// The store refused or failed a call.
+    Store,
+    /// A run's signal was cancelled, or its fenced transaction lost the run.
+    Cancelled,
+    /// A data function failed.
+    Data,
+}
+
 /// The result type of anarchon.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -267,6 +290,41 @@ impl Error {
             store,
             operation,
             source: source.into(),
+        }
+    }
+
+    /// What kind of failure this is.
+    ///
+    /// ```
+    /// use anarchon_core::error::{Error, ErrorKind};
+    /// let e = Error::Timeout { store: "redis", operation: "claim", after: std::time::Duration::from_secs(2) };
+    /// assert_eq!(e.kind(), ErrorKind::Timeout);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidInterval { .. }
+            | Error::InvalidCron { .. }
+            | Error::UnknownTimezone { .. }
+            | Error::InvalidAt { .. }
+            | Error::InvalidJobName { .. }
+            | Error::DuplicateJob { .. }
+            | Error::UnknownJob { .. }
+            | Error::UnknownScheduler { .. }
+            | Error::DuplicateScheduler { .. }
+            | Error::InvalidOption { .. }
+            | Error::OutOfRange { .. }
+            | Error::AtInThePast { .. }
+            | Error::StoreUrl { .. }
+            | Error::NotFenceable { .. } => ErrorKind::Input,
+            Error::State { .. } => ErrorKind::State,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::ServerTooOld { .. } | Error::SchemaTooNew { .. } | Error::Corrupt { .. } => {
+                ErrorKind::Incompatible
+            }
+            Error::Store { .. } => ErrorKind::Store,
+            Error::Cancelled { .. } | Error::Fenced { .. } => ErrorKind::Cancelled,
+            Error::Data { .. } => ErrorKind::Data,
         }
     }
 

@@ -77,8 +77,8 @@ pub mod store;
 pub mod testkit;
 
 pub use context::{CancelCause, Data, DataFn, DataSource, JobContext};
-pub use error::{BoxError, Error, HandlerError, Result, redact_url};
-pub use event::{Event, InterruptCause, RunInfo, SkipReason};
+pub use error::{BoxError, Error, ErrorKind, HandlerError, Result, redact_url};
+pub use event::{Event, FailureCause, InterruptCause, RunInfo, SkipReason, StoreOperation};
 pub use fenced::{AttemptKey, FenceLoss};
 pub use history::{HistoryRecord, Reason, RunStatus};
 pub use ids::{EpochMs, JobName};

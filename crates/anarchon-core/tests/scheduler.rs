@@ -8,7 +8,8 @@ use std::time::Duration;
 use anarchon_core::memory::{Health, MemoryStore};
 use anarchon_core::testkit::runtime::{Instance, node, record_events, wait_for};
 use anarchon_core::{
-    ClaimOnly, Clock, Error, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler, SkipReason,
+    ClaimOnly, Clock, Error, ErrorKind, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler,
+    SkipReason, StoreOperation,
 };
 
 fn sched() -> Scheduler {
@@ -275,7 +276,8 @@ async fn s11_hung_store_calls_time_out_and_are_reported() {
         .iter()
         .filter_map(|e| {
             if let Event::Error {
-                operation: "claim",
+                operation: StoreOperation::Claim,
+                kind: ErrorKind::Timeout,
                 message,
                 ..
             } = e
@@ -363,7 +365,7 @@ async fn s11_a_result_whose_write_timed_out_is_written_once_more() {
         events.iter().any(|e| matches!(
             e,
             Event::Error {
-                operation: "finish",
+                operation: StoreOperation::Finish,
                 ..
             }
         )),

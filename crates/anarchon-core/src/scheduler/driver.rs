@@ -445,13 +445,15 @@ impl Shell {
         match &event {
             Event::Error {
                 operation,
+                kind,
                 job,
                 message,
             } => {
+                let operation = operation.as_str();
                 if self.shared.events.receiver_count() == 0 {
-                    tracing::error!(operation, job = ?job, "anarchon store error: {message}");
+                    tracing::error!(operation, ?kind, job = ?job, "anarchon store error: {message}");
                 } else {
-                    tracing::warn!(operation, job = ?job, "anarchon store error: {message}");
+                    tracing::warn!(operation, ?kind, job = ?job, "anarchon store error: {message}");
                 }
             }
             Event::Skip { job, slot, reason } => {

@@ -11,7 +11,41 @@
 //! result is being written, the run is lost or abandoned, nothing renews it again.
 
 use crate::context::CancelCause;
+pub(crate) use crate::error::ErrorKind;
+pub(crate) use crate::event::FailureCause;
 use crate::history::RunStatus;
+
+/// A store call that failed: what kind of failure, and the error's whole chain as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failed {
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: String,
+}
+
+impl Failed {
+    pub(crate) fn of(error: &crate::error::Error) -> Self {
+        Failed {
+            kind: error.kind(),
+            message: crate::scheduler::telemetry::error_chain(error),
+        }
+    }
+}
+
+impl From<&str> for Failed {
+    /// A store failure with this message (a batch answered wrongly, tests).
+    fn from(message: &str) -> Self {
+        Failed {
+            kind: ErrorKind::Store,
+            message: message.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// The result write an owner makes once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +72,11 @@ pub(crate) enum Note {
     /// The result was recorded as succeeded.
     Succeeded,
     /// The result was recorded as failed.
-    Failed(String),
+    Failed(FailureCause),
     /// The run ended without a result.
     Interrupted(InterruptCause),
     /// The result write failed (store error or timeout).
-    WriteFailed(String),
+    WriteFailed(Failed),
 }
 
 /// The answer to an owner write.
@@ -52,7 +86,7 @@ pub(crate) enum WriteAnswer {
     /// The fence no longer matched: another attempt owns the run.
     Lost,
     /// Store error or timeout: the outcome is unknown.
-    Failed(String),
+    Failed(Failed),
 }
 
 /// The owner's states. The handler runs in `Running` and possibly in `Writing`/`Draining`
@@ -130,6 +164,8 @@ pub(crate) struct OwnerRun {
     pub(crate) leased: bool,
     /// `stop()` was called: a failed result write is not sent again.
     pub(crate) stopping: bool,
+    /// The job's timeout passed: the failure written is the timeout's.
+    pub(crate) timed_out: bool,
 }
 
 impl OwnerRun {
@@ -138,6 +174,7 @@ impl OwnerRun {
             state: OwnerState::Running { fenced: false },
             leased,
             stopping: false,
+            timed_out: false,
         }
     }
 
@@ -217,6 +254,7 @@ impl OwnerRun {
             }
             (S::Running { .. }, I::TimeoutElapsed) => {
                 // [B-21] Failed at once; the handler gets the grace to return, then is aborted.
+                self.timed_out = true;
                 let write = Write::Finish {
                     status: RunStatus::Failed,
                     error: Some("timed out".into()),
@@ -325,9 +363,11 @@ impl OwnerRun {
                             status: RunStatus::Succeeded,
                             ..
                         } => Note::Succeeded,
-                        Write::Finish { error, .. } => {
-                            Note::Failed(error.clone().unwrap_or_else(|| "failed".into()))
-                        }
+                        Write::Finish { error, .. } => Note::Failed(if self.timed_out {
+                            FailureCause::TimedOut
+                        } else {
+                            FailureCause::Handler(error.clone().unwrap_or_else(|| "failed".into()))
+                        }),
                         Write::Release if self.leased => {
                             Note::Interrupted(InterruptCause::HandedOver)
                         }
@@ -629,6 +669,13 @@ pub(crate) mod table {
         for (sn, state) in states() {
             for (inn, input) in inputs() {
                 let mut run = OwnerRun {
+                    timed_out: matches!(
+                        state,
+                        OwnerState::Writing {
+                            handler_running: true,
+                            ..
+                        }
+                    ),
                     state: state.clone(),
                     leased: true,
                     stopping: false,

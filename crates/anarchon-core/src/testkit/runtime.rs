@@ -634,7 +634,7 @@ pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn Leas
     let exhausted = wait_for(LEASE_MS + 6_000, || {
         count(
             &events,
-            |e| matches!(e, Event::Failure { error, .. } if error.contains("exhausted")),
+            |e| matches!(e, Event::Failure { error, .. } if error.to_string().contains("exhausted")),
         ) == 1
     })
     .await;
@@ -1049,7 +1049,7 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
     assert!(
         wait_for(3_000, || count(
             &events,
-            |e| matches!(e, Event::Failure { error, .. } if error.contains("vault down"))
+            |e| matches!(e, Event::Failure { error, .. } if error.to_string().contains("vault down"))
         ) == 1)
         .await
     );
