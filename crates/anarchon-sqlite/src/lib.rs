@@ -41,6 +41,8 @@ pub mod sql;
 #[cfg(feature = "rusqlite")]
 mod error;
 #[cfg(feature = "rusqlite")]
+mod fenced;
+#[cfg(feature = "rusqlite")]
 mod store;
 #[cfg(feature = "rusqlite")]
 mod watcher;
@@ -48,6 +50,9 @@ mod watcher;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
 pub use error::SqliteError;
+#[cfg(feature = "rusqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
+pub use fenced::FencedTransaction;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
 pub use store::{
