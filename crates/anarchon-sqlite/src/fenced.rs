@@ -264,8 +264,11 @@ fn check_connection(conn: &Connection, store: &SqliteStore) -> Result<()> {
             store.path()
         )));
     }
-    let canonical = std::fs::canonicalize(given).unwrap_or_else(|_| Path::new(given).into());
-    if canonical != store.canonical_path() {
+    // SQLite reports the full path it opened: usually the store's own path already, so the
+    // file system is asked only when the two differ (a symbolic link, a relative path).
+    let same = Path::new(given) == store.canonical_path()
+        || std::fs::canonicalize(given).is_ok_and(|c| c == store.canonical_path());
+    if !same {
         return Err(refuse(format!(
             "the connection is on {given}, the store's file is {}: a fenced transaction \
              checks the run in the store's own file, so open the connection on it \
@@ -310,7 +313,7 @@ fn refuse_attached(
 
 /// The schema names of the databases attached to `conn` (not `main`, not `temp`).
 fn attached_databases(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare("SELECT name FROM pragma_database_list")?;
+    let mut stmt = conn.prepare_cached("SELECT name FROM pragma_database_list")?;
     let names = stmt.query_map([], |r| r.get::<_, String>(0))?;
     let mut out = Vec::new();
     for name in names {

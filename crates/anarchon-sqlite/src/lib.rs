@@ -25,6 +25,19 @@
 //! workers. File locks must work: NFS and other network filesystems are not supported
 //! (use PostgreSQL, Redis or a libSQL server across machines).
 //!
+//! # Fenced transactions
+//! A handler whose side effects are rows in the store's own file can write them in a
+//! [`FencedTransaction`]: `BEGIN IMMEDIATE` on a connection to the file
+//! ([`SqliteStore::open_connection`]), a check that the handler's attempt still owns its
+//! run, the handler's statements, and a commit that can record the run's success in the
+//! same commit ([`FencedTransaction::commit_finished`]). The write lock is held from the
+//! check to the commit, so no takeover, claim, heartbeat or result of any process runs in
+//! between: the rows commit while the attempt owns the run, or not at all
+//! ([`anarchon_core::Error::Fenced`]). [`SqliteStore::fenced_transaction`] is the async
+//! form. The lock is the file's: a transaction open for N ms delays every writer of the
+//! file by up to N ms. Attached databases are refused (in WAL mode SQLite commits each
+//! file on its own).
+//!
 //! # Feature flags
 //! - `rusqlite` (default): the store on a local file ([`SqliteStore`]). Without it the
 //!   crate holds only [`sql`]: the schema, the statements and the row mapping, which the
