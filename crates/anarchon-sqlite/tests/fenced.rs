@@ -126,7 +126,10 @@ async fn commit_finished_records_the_success_with_the_rows_in_one_commit() {
     assert_eq!(history[0].error, None);
 
     // Nothing the scheduler or a backup does afterwards changes it.
-    let renewals = store.heartbeat(std::slice::from_ref(&lease), 1_000).await.unwrap();
+    let renewals = store
+        .heartbeat(std::slice::from_ref(&lease), 1_000)
+        .await
+        .unwrap();
     assert_eq!(renewals, vec![Renewal::Lost]);
     let finish = Finish {
         status: RunStatus::Failed,
@@ -553,7 +556,10 @@ async fn a_transaction_held_past_the_busy_timeout_times_the_other_writers_out() 
         "{waited:?}"
     );
     // The owner's own store (busy timeout 5 s) waits for the commit instead.
-    let renewals = store.heartbeat(std::slice::from_ref(&lease), 1_000).await.unwrap();
+    let renewals = store
+        .heartbeat(std::slice::from_ref(&lease), 1_000)
+        .await
+        .unwrap();
     assert_eq!(renewals, vec![Renewal::Lost], "finished by the transaction");
     handler.await.unwrap();
     assert_eq!(
