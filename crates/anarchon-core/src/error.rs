@@ -203,6 +203,40 @@ pub enum Error {
         /// Why; `None` when the signal was cancelled from outside the scheduler.
         cause: Option<CancelCause>,
     },
+    /// A store URL no store takes, or one whose store's feature is off
+    /// (`anarchon::any::open`).
+    #[error("cannot open a store from {url:?}: {reason}")]
+    StoreUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// A fenced transaction found that this attempt no longer owns its run; nothing of the
+    /// transaction was kept. Another attempt does (or did) the work: return the error.
+    #[error(
+        "job {job:?} slot {slot} attempt {attempt}: this attempt no longer owns the run ({loss}); nothing of the fenced transaction was kept"
+    )]
+    Fenced {
+        /// The job.
+        job: String,
+        /// The slot, epoch ms.
+        slot: crate::ids::EpochMs,
+        /// The attempt that lost.
+        attempt: u32,
+        /// What the store found instead.
+        loss: crate::fenced::FenceLoss,
+    },
+    /// A fenced transaction was asked for a run that holds no lease to check.
+    #[error(
+        "job {job:?}: a fenced transaction needs a run on a lease store ({why}); use a plain transaction"
+    )]
+    NotFenceable {
+        /// The job.
+        job: String,
+        /// Why there is no lease.
+        why: &'static str,
+    },
     /// A data function failed. [B-31]
     #[error("data function failed for job {job:?}: {source}")]
     Data {

@@ -615,3 +615,80 @@ async fn b14_runs_of_a_dead_instance_are_taken_over_in_batches() {
         ib.takeover_batches()
     );
 }
+
+/// [B-45] A run whose handler's fenced transaction recorded the success gets no second
+/// write from the scheduler, whatever the handler returns; the success is reported. (The
+/// in-memory store holds no fenced transaction: the handler only marks the context, so the
+/// store shows that nothing was written after the claim.)
+#[tokio::test]
+async fn b45_a_run_finished_in_its_own_transaction_is_not_written_again() {
+    let store = MemoryStore::new();
+    let s = quick_timeouts(&store);
+    let events = collect_events(&s);
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    s.every("j", "1s")
+        .handler(move |ctx| {
+            let key = ctx.attempt_key().ok();
+            seen.lock().unwrap().push((ctx.slot_ms(), ctx.fence, key));
+            ctx.mark_finished_in_transaction();
+            assert!(ctx.is_finished_in_transaction());
+            futures::future::ready(Err(anarchon_core::HandlerError::msg(
+                "returned after the commit: ignored",
+            )))
+        })
+        .unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let keys = keys.lock().unwrap().clone();
+    let (slot, fence, key) = keys.first().cloned().expect("the job ran");
+    let key = key.expect("a leased run has an attempt key");
+    assert_eq!((key.run.slot, key.attempt, key.fence), (slot, 1, fence));
+    assert_eq!(key.instance_id, s.instance_id().to_string());
+    let events = events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Success { run, .. } if run.slot_ms() == slot)),
+        "the success was not reported: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Failure { .. })),
+        "the handler's error after its commit was recorded: {events:?}"
+    );
+    let history = s.history("j", 20).await.unwrap();
+    let record = history
+        .iter()
+        .find(|r| r.slot_ms() == slot)
+        .expect("the claim's record");
+    assert_eq!(
+        record.status,
+        RunStatus::Running,
+        "the scheduler wrote a result over the transaction's: {record:?}"
+    );
+}
+
+#[tokio::test]
+async fn b45_a_manual_run_has_no_attempt_to_fence() {
+    let s = sched();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    s.every("j", "1h")
+        .handler(move |ctx| {
+            seen.lock()
+                .unwrap()
+                .push(ctx.attempt_key().unwrap_err().to_string());
+            futures::future::ready(Ok(()))
+        })
+        .unwrap();
+    s.start().await.unwrap();
+    s.run_now("j", None).await.unwrap();
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("manual run") && errors[0].contains("plain transaction"),
+        "{errors:?}"
+    );
+}

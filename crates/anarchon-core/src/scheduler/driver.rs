@@ -285,7 +285,9 @@ impl Shell {
                 };
                 t.handler = None;
                 let cause = t.control.cause();
+                let recorded = t.control.is_finished_in_transaction();
                 let status = match (&result, cause) {
+                    _ if recorded => "success",
                     (Ok(()), _) => "success",
                     (Err(_), Some(_)) => "interrupted",
                     (Err(_), None) => "failure",
@@ -294,7 +296,12 @@ impl Shell {
                 let result = result.map_err(|e| telemetry::error_chain(&*e));
                 let took = t.started.elapsed();
                 self.handler_metric(run, status, took);
-                self.input(|core, now| core.handler_returned(now, run, result, cause));
+                if recorded {
+                    // Its fenced transaction recorded the success: whatever it returned.
+                    self.input(|core, now| core.handler_recorded(now, run));
+                } else {
+                    self.input(|core, now| core.handler_returned(now, run, result, cause));
+                }
             }
         }
     }

@@ -85,6 +85,9 @@ pub(crate) enum OwnerInput {
         result: Result<(), String>,
         cause: Option<CancelCause>,
     },
+    /// The handler returned after a fenced transaction recorded its success and committed
+    /// (the store holds the result already: nothing is written).
+    HandlerRecorded,
     /// The job's timeout passed.
     TimeoutElapsed,
     /// The handler outlived its timeout by the grace.
@@ -189,6 +192,29 @@ impl OwnerRun {
                     vec![E::Write(write)],
                 )
             }
+            // The handler's own fenced transaction recorded the success: nothing to write.
+            (S::Running { .. }, I::HandlerRecorded) if self.leased => (
+                S::Finished,
+                vec![
+                    E::Emit(Note::Succeeded),
+                    E::Reply(Some((RunStatus::Succeeded, None))),
+                ],
+            ),
+            // Not leased (never fenceable): an ordinary success.
+            (S::Running { .. }, I::HandlerRecorded) => {
+                let write = Write::Finish {
+                    status: RunStatus::Succeeded,
+                    error: None,
+                };
+                (
+                    S::Writing {
+                        retry: self.retries(&write),
+                        write: write.clone(),
+                        handler_running: false,
+                    },
+                    vec![E::Write(write)],
+                )
+            }
             (S::Running { .. }, I::TimeoutElapsed) => {
                 // [B-21] Failed at once; the handler gets the grace to return, then is aborted.
                 let write = Write::Finish {
@@ -240,7 +266,7 @@ impl OwnerRun {
                     handler_running: true,
                     retry,
                 },
-                I::HandlerReturned { .. },
+                I::HandlerReturned { .. } | I::HandlerRecorded,
             ) => (
                 S::Writing {
                     write: write.clone(),
@@ -332,6 +358,9 @@ impl OwnerRun {
             }
             // ----- nothing left to write
             (S::Draining, I::HandlerReturned { .. }) => (S::Finished, vec![]),
+            // The lease was reported lost because the handler's fenced transaction had
+            // already recorded the success: the store holds it, say so.
+            (S::Draining, I::HandlerRecorded) => (S::Finished, vec![E::Emit(Note::Succeeded)]),
             (S::Draining, I::AbortGraceElapsed | I::StopDeadline) => (S::Finished, vec![E::Abort]),
             // Everything else changes nothing: late answers, repeated signals.
             (state, _) => (state.clone(), vec![]),
@@ -404,6 +433,29 @@ mod tests {
             cause: Some(CancelCause::LeaseLost),
         });
         assert!(fx.is_empty());
+        assert!(run.is_finished());
+    }
+
+    #[test]
+    fn a_run_its_transaction_finished_writes_nothing_and_reports_success() {
+        let mut run = OwnerRun::new(true);
+        let fx = run.handle(OwnerInput::HandlerRecorded);
+        assert_eq!(
+            fx,
+            vec![
+                OwnerEffect::Emit(Note::Succeeded),
+                OwnerEffect::Reply(Some((RunStatus::Succeeded, None)))
+            ]
+        );
+        assert!(run.is_finished());
+        // The heartbeat saw the run finished by the transaction first: reported lost, then
+        // the handler's return says what happened.
+        let mut run = OwnerRun::new(true);
+        run.handle(OwnerInput::RenewalLost);
+        assert_eq!(
+            run.handle(OwnerInput::HandlerRecorded),
+            vec![OwnerEffect::Emit(Note::Succeeded)]
+        );
         assert!(run.is_finished());
     }
 
@@ -494,6 +546,10 @@ pub(crate) mod table {
                     Err("cancelled".into()),
                     Some(CancelCause::LeaseDeadlinePassed),
                 ),
+            ),
+            (
+                "handler returned, its transaction recorded the success",
+                OwnerInput::HandlerRecorded,
             ),
             ("timeout", OwnerInput::TimeoutElapsed),
             ("abort grace over", OwnerInput::AbortGraceElapsed),

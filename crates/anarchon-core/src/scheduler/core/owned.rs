@@ -165,6 +165,14 @@ impl Core {
         self.feed_owner(run, OwnerInput::HandlerReturned { result, cause });
     }
 
+    /// A handler returned after its fenced transaction recorded the attempt's success and
+    /// committed ([`crate::JobContext::mark_finished_in_transaction`]): the store holds the
+    /// result, nothing is written for it.
+    pub(crate) fn handler_recorded(&mut self, now: super::Now, run: RunId) {
+        self.now = now;
+        self.feed_owner(run, OwnerInput::HandlerRecorded);
+    }
+
     /// Feeds an owner run's machine and carries out its effects.
     pub(super) fn feed_owner(&mut self, id: RunId, input: OwnerInput) {
         let Some(o) = self.runs.get_mut(&id) else {
