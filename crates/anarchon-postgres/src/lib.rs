@@ -56,6 +56,13 @@
 //! # let _ = store; Ok(()) }
 //! ```
 //!
+//! # Fenced transactions
+//!
+//! A handler whose side effects are rows in this same database can write them in a
+//! [`FencedTransaction`] ([`PostgresStore::fenced_transaction`]): it commits only while the
+//! handler's attempt still owns its run, and can record the run's success in the same
+//! commit, so those rows are written once per slot even across crashes and takeovers.
+//!
 //! # MSRV
 //!
 //! The workspace's `rust-version`; raising it is not a breaking change before 1.0.

@@ -35,8 +35,9 @@ pub(crate) const SCHEMA_VERSION: i64 = 2;
 /// jobs whose won claim carries the flag.
 ///
 /// `finish` still prunes exactly every time, so after a finish the job holds at most `size`
-/// runs, as before. Between finishes, and for runs that never finish (taken over until
-/// exhausted, interrupted by the next slot), a job holds about `size + PRUNE_EVERY` runs at
+/// runs, as before. Between finishes, for runs that never finish (taken over until
+/// exhausted, interrupted by the next slot) and for runs a fenced transaction finished
+/// (which does not prune, see [`fenced_finish_sql`]), a job holds about `size + PRUNE_EVERY` runs at
 /// most (plus any older run still running, which pruning always keeps); with several
 /// instances the due claim may be a few claims late, since an instance learns the count from
 /// its own claims (won or taken).
