@@ -40,7 +40,7 @@ pub(crate) fn storable(text: &str) -> Cow<'_, str> {
 /// Refuses an instance id PostgreSQL cannot store (one with a NUL byte) with a typed error
 /// naming it, instead of a driver error on every claim. (The scheduler refuses such an id
 /// when it is built; this guards direct use of the store.)
-fn check_instance(id: &str) -> Result<()> {
+pub(crate) fn check_instance(id: &str) -> Result<()> {
     if id.contains('\0') {
         return Err(crate::PostgresError::UnstorableText {
             input: "instance id",
@@ -236,13 +236,14 @@ const FINISH_SET_TYPES: [Type; 8] = [
 ];
 
 /// The parameter types of the takeover statement.
-const TAKEOVER_TYPES: [Type; 8] = [
+const TAKEOVER_TYPES: [Type; 9] = [
     Type::TEXT,
     Type::INT8,
     Type::INT4,
     Type::TEXT,
     Type::INT4,
     Type::BOOL,
+    Type::INT8,
     Type::INT8,
     Type::INT8,
 ];
@@ -387,10 +388,12 @@ struct TakeoverParams<'t> {
     superseded: bool,
     lease_ms: i64,
     not_after: i64,
+    /// The run's advisory lock key, which a fenced transaction holds while open.
+    lock_key: i64,
 }
 
 impl<'t> TakeoverParams<'t> {
-    fn new(t: &'t Takeover) -> Self {
+    fn new(t: &'t Takeover, lock_key: i64) -> Self {
         TakeoverParams {
             job: t.run.job.as_str(),
             slot: t.run.slot,
@@ -400,6 +403,7 @@ impl<'t> TakeoverParams<'t> {
             superseded: t.superseded,
             lease_ms: ms(t.lease_ms),
             not_after: t.not_after,
+            lock_key,
         }
     }
 
@@ -413,6 +417,7 @@ impl<'t> TakeoverParams<'t> {
             &self.superseded,
             &self.lease_ms,
             &self.not_after,
+            &self.lock_key,
         ]
     }
 }
@@ -784,7 +789,13 @@ impl Inner {
         if takeovers.is_empty() {
             return Ok(Vec::new());
         }
-        let params: Vec<TakeoverParams<'_>> = takeovers.iter().map(TakeoverParams::new).collect();
+        let params: Vec<TakeoverParams<'_>> = takeovers
+            .iter()
+            .map(|t| {
+                let key = self.names.run_lock_key(t.run.job.as_str(), t.run.slot);
+                TakeoverParams::new(t, key)
+            })
+            .collect();
         let steps: Vec<Step<'_>> = params
             .iter()
             .map(|p| Step {
@@ -1176,7 +1187,10 @@ impl LeaseStore for PostgresStore {
     /// One round trip and one transaction per 256 takeovers: `BEGIN`, the lock of their
     /// jobs (as for claims, so a takeover never waits for a job's row while holding a run
     /// that a claim of the job waits for), the single takeover's statement for each in the
-    /// order given, a deadline guard and `COMMIT`, pipelined on one connection.
+    /// order given, a deadline guard and `COMMIT`, pipelined on one connection. A run whose
+    /// fenced transaction is open ([`PostgresStore::fenced_transaction`]) is `Live`: the
+    /// statement tries the run's advisory lock, which that transaction holds, and does not
+    /// wait for it.
     async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
         let mut out = Vec::with_capacity(takeovers.len());
         for chunk in takeovers.chunks(BATCH_TAKEOVERS) {
