@@ -1,7 +1,7 @@
 //! What a fenced transaction costs beside a plain one on the same file, in the same run.
 //!
 //! ```text
-//! cargo run --release -p anarchon-sqlite --example fenced-cost [-- N]
+//! cargo run --release -p anarchon-sqlite --example sqlite-fenced-cost [-- N]
 //! ```
 //!
 //! On a temporary store file, N times, interleaved: a plain transaction (`BEGIN IMMEDIATE`,

@@ -2,7 +2,7 @@
 //! connection: each transaction inserts one row and commits.
 //!
 //! ```text
-//! cargo run -p anarchon-postgres --example fenced-cost -- [postgres-url] [transactions]
+//! cargo run -p anarchon-postgres --example postgres-fenced-cost -- [postgres-url] [transactions]
 //! ```
 //!
 //! The URL defaults to `ANARCHON_POSTGRES_URL`, the count to 2000. The three kinds take
