@@ -71,6 +71,21 @@ pub(crate) enum CliError {
         /// What is missing or wrong, and what to do.
         reason: String,
     },
+    /// A Redis, RabbitMQ or NATS server that holds nothing under the `--prefix`.
+    #[error(
+        "{url} holds no anarchon {store} store under the prefix {prefix:?}: {reason}. The \
+         command only reads: it created nothing"
+    )]
+    NothingStored {
+        /// The URL, redacted.
+        url: String,
+        /// The store's name (`Redis`, `RabbitMQ`, `NATS`).
+        store: &'static str,
+        /// The prefix looked under.
+        prefix: String,
+        /// What is missing, and what to do (the prefixes that hold a store, where seen).
+        reason: String,
+    },
     /// A `--table` prefix no store could use.
     #[error(
         "invalid --table {table:?}: {reason}; a table prefix is 1 to 48 ASCII letters, digits \
@@ -171,6 +186,7 @@ impl CliError {
             | CliError::StoreDisabled { .. }
             | CliError::NoSqliteFile { .. }
             | CliError::NotAStore { .. }
+            | CliError::NothingStored { .. }
             | CliError::InvalidTable { .. }
             | CliError::InvalidStore { .. }
             | CliError::InvalidJob { .. }
