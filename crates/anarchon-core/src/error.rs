@@ -353,6 +353,8 @@ const HIDDEN: &str = "***";
 ///   `nats://token@host`, libSQL, HTTP).
 /// - **PostgreSQL `key=value` strings** (`host=db password='two words' user=app`), with
 ///   libpq's quoting: values in single quotes with `\'` and `\\` escapes, spaces around `=`.
+///   An unquoted secret value runs to the next `key=` (or the end): libpq would end it at the
+///   first space, but `password=two words` is what a user types for a password with a space.
 ///   Any other text gets the same treatment for `key=value` pairs at word, `?`, `&`, `;`
 ///   or `,` boundaries.
 /// - **`user:password@host`** without a scheme.
@@ -368,6 +370,8 @@ const HIDDEN: &str = "***";
 ///            "postgres://app@db/x?password=***&sslmode=require");
 /// assert_eq!(redact_url("redis://:secret@cache:6379"), "redis://:***@cache:6379");
 /// assert_eq!(redact_url("host=db password='hunter2 topsecret' user=app"),
+///            "host=db password=*** user=app");
+/// assert_eq!(redact_url("host=db password=hunter2 topsecret user=app"),
 ///            "host=db password=*** user=app");
 /// // A `/` in the password makes the URL ambiguous: all of it is hidden.
 /// assert_eq!(redact_url("postgres://app:pa/ss@db"), "postgres://***");
@@ -541,7 +545,14 @@ fn redact_pairs(text: &str) -> String {
         while j < bytes.len() && matches!(bytes[j], b' ' | b'\t') {
             j += 1;
         }
-        let end = value_end(text, j);
+        // The separator before the key tells the list: `&` ends a value of a query
+        // string, `;` one of a `Key=value;` list; a libpq value ends at whitespace only.
+        let separator = match key_start.checked_sub(1).map(|at| bytes[at]) {
+            Some(b'?' | b'&') => Some('&'),
+            Some(b';') => Some(';'),
+            _ => None,
+        };
+        let end = value_end(text, j, separator);
         out.push_str(&text[copied..j]);
         out.push_str(HIDDEN);
         copied = end;
@@ -553,8 +564,14 @@ fn redact_pairs(text: &str) -> String {
 
 /// Where the value starting at `start` ends: after its closing quote (`'` or `"`, with `\`
 /// escaping the next character; the end of the text if the quote is never closed), else at
-/// the first whitespace, `&` or `;`.
-fn value_end(text: &str, start: usize) -> usize {
+/// the list's `separator` (`&` in a query string, `;` in a `Key=value;` list), or at the
+/// first whitespace that a `key=` follows (or that ends the text).
+///
+/// libpq ends an unquoted value at whitespace, so `password=two words` is no valid
+/// connection string; but it is what a user types for a password with a space, and the
+/// words after the first are as secret as it. Up to the next `key=` the text is taken as
+/// the value's: a message then loses a few words, never a piece of a password.
+fn value_end(text: &str, start: usize, separator: Option<char>) -> usize {
     let mut chars = text[start..].char_indices().peekable();
     let quote = match chars.peek() {
         Some((_, q @ ('\'' | '"'))) => {
@@ -570,11 +587,25 @@ fn value_end(text: &str, start: usize) -> usize {
                 chars.next();
             }
             (c, Some(q)) if c == q => return start + offset + c.len_utf8(),
-            (c, None) if c.is_whitespace() || c == '&' || c == ';' => return start + offset,
+            (c, None) if Some(c) == separator => return start + offset,
+            (c, None) if c.is_whitespace() && next_is_pair(&text[start + offset..]) => {
+                return start + offset;
+            }
             _ => {}
         }
     }
     text.len()
+}
+
+/// Whether `rest`, which starts with whitespace, goes on with a `key=` pair (spaces around
+/// the `=` allowed, as libpq allows them) or ends with the whitespace.
+fn next_is_pair(rest: &str) -> bool {
+    let rest = rest.trim_start();
+    let key_len = rest
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        .count();
+    rest.is_empty() || (key_len > 0 && rest[key_len..].trim_start().starts_with('='))
 }
 
 /// The error a job handler returns: any error type converts into it with `?`, so a handler
