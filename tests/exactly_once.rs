@@ -389,11 +389,17 @@ fn prove(store: &str, target: &str, plan: &str, read: impl FnOnce(&str) -> Store
     assert_eq!(db.balance, sum, "the balance is the ledger's sum");
     assert_eq!(sum, 10 * finished as i64);
     assert_eq!(code, Some(0), "the example reported a failure:\n{out}");
+    // One line for `cargo xtask scenarios` (an "exactly-once" column) and for the docs.
+    let kills: Vec<String> = ["before", "inside", "after", "stop", "term", "pgkill"]
+        .iter()
+        .map(|p| format!("{p}={}", actions.get(p).copied().unwrap_or(0)))
+        .collect();
     let figures = format!(
-        "{store}: {} slots, {finished} finished, {} ledger rows, duplicates 0, {later} done by \
-         a later attempt; actions {actions:?}; {:.0} s",
+        "EXACTLY-ONCE store={store} slots={} finished={finished} rows={} duplicates=0 \
+         later={later} {} secs={:.0}",
         slots.len(),
         db.ledger.len(),
+        kills.join(" "),
         started.elapsed().as_secs_f64()
     );
     eprintln!("{figures}");
