@@ -13,8 +13,9 @@
 //! random plan), `--plan before,inside,...` (the point of each slot in turn instead of a
 //! random plan), `--job NAME` (the job's name, `credit-<time>` by default).
 //!
-//! The example starts copies of itself, each a scheduler instance with the job `credit`
-//! (every second; lease 2 s, heartbeat 0.4 s). The handler opens a fenced transaction
+//! The example starts copies of itself, each a scheduler instance with four jobs
+//! `<job>-0` .. `<job>-3` (each every 4 s, one a second after the other, so one slot comes
+//! due every second; lease 1.5 s, heartbeat 0.3 s). The handler opens a fenced transaction
 //! (`FencedTransaction` on SQLite, `PostgresStore::fenced_transaction` on PostgreSQL),
 //! inserts a ledger row (slot, attempt, instance, amount), adds the amount to the account's
 //! balance and commits with `commit_finished`: the rows and the run's success in one
@@ -26,7 +27,7 @@
 //! | `before` | before the transaction | SIGKILL |
 //! | `inside` | after its writes, before the commit | SIGKILL |
 //! | `after` | after the commit, before the handler returns to the scheduler | SIGKILL |
-//! | `stop` | before the transaction | SIGSTOP, SIGCONT one lease and 2 s later |
+//! | `stop` | before the transaction | SIGSTOP, SIGCONT 3 s later (past the lease) |
 //! | `term` | inside the transaction | SIGTERM (a graceful stop hands the run over) |
 //! | `pgkill` | inside the transaction (PostgreSQL only) | `pg_terminate_backend` of every node's connection |
 //!
@@ -558,7 +559,7 @@ fn child(args: &[String]) -> ExitCode {
     }
 }
 
-/// One instance: a scheduler with the job `credit` until SIGTERM or its stdin closes.
+/// One instance: a scheduler with the four jobs until SIGTERM or its stdin closes.
 async fn instance(node: std::sync::Arc<Node>) -> Result<(), BoxError> {
     let db = Db::open(&node.store).await?;
     let builder = match db.clone() {
