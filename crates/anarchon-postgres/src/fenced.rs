@@ -424,8 +424,9 @@ impl FencedTransaction<'_> {
                 target: inner.target.clone(),
                 source: format!(
                     "the connection of the fenced transaction of {key} was closed before its \
-                     commit (a session idle in a transaction longer than fenced_idle_timeout \
-                     is ended by the server); nothing of the transaction was kept"
+                     commit (the server ended the session: terminated, restarted, or idle in \
+                     the transaction longer than fenced_idle_timeout; or the network broke); \
+                     nothing of the transaction was kept"
                 )
                 .into(),
             });
