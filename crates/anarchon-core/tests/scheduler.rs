@@ -573,10 +573,7 @@ fn kinds_and_causes_are_enums() {
 async fn b14_runs_of_a_dead_instance_are_taken_over_in_batches() {
     let clock = Clock::tokio();
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
-    assert!(
-        store.take_over_batch_limit() > 1,
-        "the memory store batches"
-    );
+    assert!(store.limits().takeovers > 1, "the memory store batches");
     let (ia, ib) = (Instance::new(store.clone()), Instance::new(store));
     let long = |_ctx: anarchon_core::JobContext| async move {
         tokio::time::sleep(Duration::from_secs(3600)).await;

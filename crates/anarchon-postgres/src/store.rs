@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    Overlap, OwnerWrite, Prepare, Reason, Renewal, Result, Retention, RunKey, RunRecord, RunStatus,
-    RunView, Store, Takeover, TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, Overlap, OwnerWrite, Prepare, Reason, Renewal, Result, Retention, RunKey,
+    RunRecord, RunStatus, RunView, Store, Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
 use tokio::sync::broadcast;
@@ -87,13 +87,13 @@ fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX / 4)
 }
 
-/// The most claims one batch carries (`LeaseStore::claim_batch_limit`).
+/// The most claims one batch carries (`BatchLimits::claims`).
 pub(crate) const BATCH_CLAIMS: usize = 256;
 
-/// The most results one batch carries (`LeaseStore::finish_batch_limit`).
+/// The most results one batch carries (`BatchLimits::finishes`).
 pub(crate) const BATCH_FINISHES: usize = 256;
 
-/// The most takeovers one batch carries (`LeaseStore::take_over_batch_limit`).
+/// The most takeovers one batch carries (`BatchLimits::takeovers`).
 pub(crate) const BATCH_TAKEOVERS: usize = 256;
 
 /// The parameter types of the claim statements.
@@ -1049,15 +1049,6 @@ impl HistoryStore for PostgresStore {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
-    /// A batch of one (see [`LeaseStore::claim_many`]): `BEGIN`, the lock of the job's
-    /// row, the claim statement, the deadline guard and `COMMIT`, pipelined in one round
-    /// trip, so single claims lock in the same order as batches.
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        let mut out = self.inner.claim_batch(std::slice::from_ref(claim)).await?;
-        out.pop()
-            .ok_or_else(|| Error::store(KIND, "claim", "no result row"))
-    }
-
     /// One round trip and one transaction per 256 claims: `BEGIN`, a statement that locks
     /// the `_jobs` rows of the batch's jobs in job order, one set-based claim statement
     /// (arrays bound as parameters, `unnest ... WITH ORDINALITY`, data-modifying CTEs) for
@@ -1073,10 +1064,6 @@ impl LeaseStore for PostgresStore {
             out.extend(self.inner.claim_batch(chunk).await?);
         }
         Ok(out)
-    }
-
-    fn claim_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
@@ -1117,14 +1104,6 @@ impl LeaseStore for PostgresStore {
         Ok(out)
     }
 
-    /// A batch of one (see [`LeaseStore::finish_many`]), so single results lock in the
-    /// same order as batches.
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let writes = [(lease.clone(), finish.clone())];
-        let out = self.inner.finish_batch(&writes).await?;
-        Ok(out.first().copied().unwrap_or(OwnerWrite::Lost))
-    }
-
     /// One round trip and one transaction per 256 results: `BEGIN`, the lock of the batch's
     /// jobs (as for claims), one set-based finish statement per round (each job once per
     /// round, so several results of one job are written in the order given) and `COMMIT`,
@@ -1137,10 +1116,6 @@ impl LeaseStore for PostgresStore {
             out.extend(self.inner.finish_batch(chunk).await?);
         }
         Ok(out)
-    }
-
-    fn finish_batch_limit(&self) -> usize {
-        BATCH_FINISHES
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -1177,13 +1152,6 @@ impl LeaseStore for PostgresStore {
         })
     }
 
-    /// A batch of one (see [`LeaseStore::take_over_many`]).
-    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
-        let mut out = self.inner.take_over_batch(std::slice::from_ref(t)).await?;
-        out.pop()
-            .ok_or_else(|| Error::store(KIND, "take_over", "no result row"))
-    }
-
     /// One round trip and one transaction per 256 takeovers: `BEGIN`, the lock of their
     /// jobs (as for claims, so a takeover never waits for a job's row while holding a run
     /// that a claim of the job waits for), the single takeover's statement for each in the
@@ -1199,8 +1167,13 @@ impl LeaseStore for PostgresStore {
         Ok(out)
     }
 
-    fn take_over_batch_limit(&self) -> usize {
-        BATCH_TAKEOVERS
+    /// 256 of each per round trip and transaction.
+    fn limits(&self) -> BatchLimits {
+        BatchLimits {
+            claims: BATCH_CLAIMS,
+            finishes: BATCH_FINISHES,
+            takeovers: BATCH_TAKEOVERS,
+        }
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

@@ -18,9 +18,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
-    TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store,
+    Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
 use rusqlite::config::DbConfig;
@@ -1052,11 +1052,6 @@ impl HistoryStore for SqliteStore {
 
 #[async_trait]
 impl LeaseStore for SqliteStore {
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        let claim = claim.clone();
-        on_worker!(self, "claim", |e, sql| ops::claim(&mut e, sql, &claim))
-    }
-
     /// One transaction for the whole batch: one write lock and one commit.
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         let claims = claims.to_vec();
@@ -1065,8 +1060,9 @@ impl LeaseStore for SqliteStore {
         ))
     }
 
-    fn claim_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
+    /// `BATCH_CLAIMS` (256) of each: one transaction takes them.
+    fn limits(&self) -> BatchLimits {
+        BatchLimits::all(BATCH_CLAIMS)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
@@ -1079,23 +1075,12 @@ impl LeaseStore for SqliteStore {
         ))
     }
 
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let (lease, finish) = (lease.clone(), finish.clone());
-        on_worker!(self, "finish", |e, sql| ops::finish(
-            &mut e, sql, &lease, &finish
-        ))
-    }
-
     /// One transaction for the whole batch: one write lock and one commit.
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         let writes = writes.to_vec();
         on_worker!(self, "finish", |e, sql| ops::finish_many(
             &mut e, sql, &writes
         ))
-    }
-
-    fn finish_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -1108,11 +1093,6 @@ impl LeaseStore for SqliteStore {
         Ok(r)
     }
 
-    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
-        let t = takeover.clone();
-        on_worker!(self, "take_over", |e, sql| ops::take_over(&mut e, sql, &t))
-    }
-
     /// One transaction for the whole batch, like `claim_many`.
     async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
         if takeovers.is_empty() {
@@ -1122,10 +1102,6 @@ impl LeaseStore for SqliteStore {
         on_worker!(self, "take_over", |e, sql| ops::take_over_many(
             &mut e, sql, &takeovers
         ))
-    }
-
-    fn take_over_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

@@ -71,15 +71,18 @@ struct Shell {
 /// The core's configuration from the scheduler's.
 fn core_config(shared: &Shared) -> CoreConfig {
     let (lease_store, limits) = match &shared.backend {
-        Backend::Lease(s) => (
-            true,
-            Limits {
-                claims: s.claim_batch_limit(),
-                takeovers: s.take_over_batch_limit(),
-                finishes: s.finish_batch_limit(),
-                claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
-            },
-        ),
+        Backend::Lease(s) => {
+            let batch = s.limits();
+            (
+                true,
+                Limits {
+                    claims: batch.claims,
+                    takeovers: batch.takeovers,
+                    finishes: batch.finishes,
+                    claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
+                },
+            )
+        }
         Backend::Claim(_) => (
             false,
             Limits {

@@ -55,15 +55,9 @@ pub async fn register_jobs<E: Exec>(e: &mut E, sql: &Sql, jobs: &[JobName]) -> R
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::LeaseStore::claim`]. [B-10, B-11, B-12, B-15, B-37]
-pub async fn claim<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<ClaimOutcome> {
-    e.execute("BEGIN IMMEDIATE", &[]).await?;
-    let r = claim_in_tx(e, sql, c).await;
-    finish_tx(e, r).await
-}
-
-/// Several claims in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
-/// each claim judged as [`claim`] judges it, in the order given.
+/// [`anarchon_core::LeaseStore::claim_many`]: the claims in one `BEGIN IMMEDIATE`
+/// transaction, one lock and one commit for all, each judged by the contract's claim rules
+/// in the order given. [B-10, B-11, B-12, B-15, B-37]
 pub async fn claim_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -238,15 +232,9 @@ pub async fn heartbeat<E: Exec>(
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::LeaseStore::finish`]. [B-16, B-37]
-pub async fn finish<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
-    e.execute("BEGIN IMMEDIATE", &[]).await?;
-    let r = finish_in_tx(e, sql, l, f).await;
-    finish_tx(e, r).await
-}
-
-/// Several results in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
-/// each written as [`finish`] writes it, in the order given.
+/// [`anarchon_core::LeaseStore::finish_many`]: the results in one `BEGIN IMMEDIATE`
+/// transaction, one lock and one commit for all, each written by the contract's finish
+/// rules in the order given. [B-16, B-37]
 pub async fn finish_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -343,15 +331,9 @@ pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWr
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17]
-pub async fn take_over<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
-    e.execute("BEGIN IMMEDIATE", &[]).await?;
-    let r = take_over_in_tx(e, sql, t).await;
-    finish_tx(e, r).await
-}
-
-/// Several takeovers in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
-/// each judged as [`take_over`] judges it, in the order given.
+/// [`anarchon_core::LeaseStore::take_over_many`]: the takeovers in one `BEGIN IMMEDIATE`
+/// transaction, one lock and one commit for all, each judged by the contract's takeover
+/// rules in the order given. [B-14, B-15, B-17]
 pub async fn take_over_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -670,7 +652,7 @@ pub async fn check_attempt<E: Exec>(
 
 /// Why the run row (`status`, `attempt`, `owner`, `fence`, `expires_at`) is not `key`'s
 /// attempt holding a live lease at `now`, or `None` when it is. The same rules as
-/// [`take_over`]: a lease has ended once `expires_at <= now`, a released run has no owner.
+/// [`take_over_many`]: a lease has ended once `expires_at <= now`, a released run has no owner.
 pub fn judge_attempt(
     key: &AttemptKey,
     status: RunStatus,
@@ -699,7 +681,7 @@ pub fn judge_attempt(
 
 /// A fenced transaction's own finish, inside the caller's transaction: the run and this
 /// attempt's history row become `succeeded` with `finished_at` = the store's now, as
-/// [`finish`] writes them (without pruning: the job's next claims prune it). Conditional on
+/// [`finish_many`] writes them (without pruning: the job's next claims prune it). Conditional on
 /// (job, slot, attempt, owner, fence) and status `running`: when that no longer holds (the
 /// handler's own statements changed the run row) nothing is written and the loss found is
 /// returned; the caller rolls back.

@@ -167,10 +167,7 @@ impl Core {
             }
             let sent = self.now.mono;
             self.call(
-                Request::Claim {
-                    claims,
-                    batch: limit > 1,
-                },
+                Request::Claim { claims },
                 Pending::Claims { items, sent },
                 None,
             );
@@ -198,10 +195,7 @@ impl Core {
         for batch in in_batches(std::mem::take(&mut self.queues.takeovers), limit) {
             let keys: Vec<RunKey> = batch.iter().map(|t| t.run.clone()).collect();
             self.call(
-                Request::TakeOver {
-                    takeovers: batch,
-                    batch: limit > 1,
-                },
+                Request::TakeOver { takeovers: batch },
                 Pending::Takeovers {
                     keys,
                     sent: self.now.mono,
@@ -227,14 +221,7 @@ impl Core {
                 [id] => Some(*id),
                 _ => None,
             };
-            self.call(
-                Request::Finish {
-                    writes,
-                    batch: limit > 1,
-                },
-                Pending::Writes { ids },
-                parent,
-            );
+            self.call(Request::Finish { writes }, Pending::Writes { ids }, parent);
         }
     }
 
