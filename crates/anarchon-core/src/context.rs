@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::cancel::CancelCause;
 use crate::error::{BoxError, Error, Result};
 use crate::history::Reason;
-use crate::ids::{EpochMs, JobName};
+use crate::ids::{EpochMs, JobName, RunKey};
 
 /// Data for handlers, given at the scheduler, job and manual-run level. [B-31]
 ///
@@ -322,6 +322,76 @@ impl JobContext {
     /// The data extension of type `T`.
     pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
         self.data.get::<T>()
+    }
+}
+
+/// This attempt of this run: what a fenced transaction checks in the store (the run row's
+/// attempt, owner and fence, as written by the claim or takeover that started it).
+///
+/// ```
+/// # fn demo(ctx: &anarchon_core::JobContext) -> anarchon_core::Result<()> {
+/// let key = ctx.attempt_key()?; // an error for manual runs and claim-only stores
+/// assert_eq!(key.attempt, ctx.attempt);
+/// assert_eq!(key.fence, ctx.fence);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptKey {
+    /// The run (job and slot).
+    pub run: RunKey,
+    /// The attempt (1, 2 ...).
+    pub attempt: u32,
+    /// The owner as recorded in the store (this instance's id).
+    pub instance_id: String,
+    /// The attempt's fencing token.
+    pub fence: u64,
+}
+
+impl fmt::Display for AttemptKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} attempt {} (fence {})",
+            self.run, self.attempt, self.fence
+        )
+    }
+}
+
+impl JobContext {
+    /// The attempt a fenced transaction checks. An error ([`Error::NotFenceable`]) for
+    /// manual runs and runs on claim-only stores, which hold no lease to check.
+    pub fn attempt_key(&self) -> Result<AttemptKey> {
+        if self.manual || self.fence == 0 {
+            return Err(Error::NotFenceable {
+                job: self.name.to_string(),
+                why: if self.manual {
+                    "a manual run (run_now) holds no lease"
+                } else {
+                    "runs on claim-only stores hold no lease"
+                },
+            });
+        }
+        Ok(AttemptKey {
+            run: RunKey::new(self.name.clone(), self.slot_ms()),
+            attempt: self.attempt,
+            instance_id: self.instance_id.to_string(),
+            fence: self.fence,
+        })
+    }
+
+    /// Tells the scheduler that a fenced transaction recorded this attempt `succeeded` and
+    /// committed. Store crates call it right after that commit; the scheduler then writes no
+    /// result of its own for this attempt, whatever the handler returns, and reports a
+    /// success. Called without such a commit, the run stays `running` in the store until its
+    /// lease expires and a backup runs it again.
+    pub fn mark_finished_in_transaction(&self) {
+        self.control.mark_finished_in_transaction();
+    }
+
+    /// Whether a fenced transaction recorded this attempt's success
+    /// ([`JobContext::mark_finished_in_transaction`]).
+    pub fn is_finished_in_transaction(&self) -> bool {
+        self.control.is_finished_in_transaction()
     }
 }
 

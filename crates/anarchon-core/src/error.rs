@@ -244,7 +244,7 @@ pub enum Error {
         /// The job.
         job: String,
         /// The slot, epoch ms.
-        slot: crate::ids::EpochMs,
+        slot: i64,
         /// The attempt that lost.
         attempt: u32,
         /// What the store found instead.

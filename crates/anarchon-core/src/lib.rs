@@ -71,15 +71,17 @@ pub mod sim {
     pub use crate::scheduler::sim::{Faults, Report, SimConfig, run, timeline_of};
 }
 pub mod slot;
+mod status;
 pub mod store;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
+pub use context::AttemptKey;
 pub use context::{CancelCause, Data, DataFn, DataSource, JobContext};
 pub use error::{BoxError, Error, ErrorKind, HandlerError, Result, redact_url};
 pub use event::{Event, FailureCause, InterruptCause, RunInfo, SkipReason, StoreOperation};
-pub use fenced::{AttemptKey, FenceLoss};
+pub use fenced::FenceLoss;
 pub use history::{HistoryRecord, Reason, RunStatus};
 pub use ids::{EpochMs, JobName};
 pub use options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming};

@@ -15,8 +15,9 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::context::AttemptKey;
 pub use crate::error::{BoxError, Error, Result, redact_url};
-pub use crate::fenced::{AttemptKey, FenceLoss};
+pub use crate::fenced::FenceLoss;
 pub use crate::history::{Reason, Retention, RunRecord, RunStatus};
 pub use crate::ids::{EpochMs, JobName, RunKey};
 
