@@ -56,6 +56,22 @@ impl Summary {
         self.cluster_hours += r.simulated_secs / 3_600.0;
     }
 
+    /// Adds another summary's figures (not its times).
+    pub fn merge(&mut self, other: Summary) {
+        self.seeds += other.seeds;
+        for (k, v) in other.faults {
+            *self.faults.entry(k).or_default() += v;
+        }
+        self.runs += other.runs;
+        self.takeovers += other.takeovers;
+        self.handovers += other.handovers;
+        self.liveness_checks += other.liveness_checks;
+        self.calls += other.calls;
+        self.instance_hours += other.instance_hours;
+        self.cluster_hours += other.cluster_hours;
+        self.violations.extend(other.violations);
+    }
+
     /// Simulated instance-hours per wall-clock second.
     pub fn speed(&self) -> f64 {
         self.instance_hours / self.elapsed.as_secs_f64().max(1e-9)
@@ -158,6 +174,54 @@ pub fn run_many(
         }
         each(seed, &outcome);
     }
+    summary.elapsed = start.elapsed();
+    summary.cpu = cpu_time()
+        .zip(cpu_start)
+        .map(|(end, start)| end.saturating_sub(start));
+    summary
+}
+
+/// Runs seeds `first..first + count` as [`run_many`] does, on `threads` threads (each seed is
+/// a pure function of its configuration, so the figures are the same on any number); `each`
+/// sees every seed's outcome as it ends, from the thread that ran it.
+pub fn run_parallel(
+    template: &SimConfig,
+    first: u64,
+    count: u64,
+    threads: usize,
+    each: impl Fn(u64, &Result<Report, String>) + Sync,
+) -> Summary {
+    let start = Instant::now();
+    let cpu_start = cpu_time();
+    let threads = threads.clamp(1, count.max(1) as usize);
+    let next = std::sync::atomic::AtomicU64::new(first);
+    let end = first.saturating_add(count);
+    let parts: Vec<Summary> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut part = Summary::default();
+                    loop {
+                        let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if seed >= end {
+                            return part;
+                        }
+                        let one = run_many(template, seed, 1, &each);
+                        part.merge(one);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a simulator thread"))
+            .collect()
+    });
+    let mut summary = Summary::default();
+    for part in parts {
+        summary.merge(part);
+    }
+    summary.violations.sort();
     summary.elapsed = start.elapsed();
     summary.cpu = cpu_time()
         .zip(cpu_start)
