@@ -1603,11 +1603,18 @@ impl Sim {
                     Some(&key),
                     format!(
                         "attempt {attempt} starts on n{node} while attempt {} (started at \
-                         {:.4}s) runs on n{} untold (frozen until {:.4}s)",
+                         {:.4}s) runs on n{} untold ({})",
                         l.attempt,
                         (l.started - self.start) as f64 / 1e6,
                         l.node,
-                        (n.frozen_until - self.start) as f64 / 1e6,
+                        if n.frozen_until > self.start {
+                            format!(
+                                "last frozen until {:.4}s",
+                                (n.frozen_until - self.start) as f64 / 1e6
+                            )
+                        } else {
+                            "never frozen".to_owned()
+                        },
                     ),
                 );
             }
