@@ -1896,6 +1896,8 @@ impl Sim {
             } => {
                 let shape = request.shape();
                 let op = request.operation();
+                // Only a release sends release notifications (`MemoryStore::release`).
+                let notifies = matches!(request, Request::Release(_));
                 let refuse = match self.fail_next.get_mut(op) {
                     Some(n) if *n > 0 => {
                         *n -= 1;
@@ -1908,7 +1910,9 @@ impl Sim {
                 } else {
                     self.execute(request)
                 };
-                self.releases();
+                if notifies {
+                    self.releases();
+                }
                 let deadline = sent + self.store_timeout.as_micros() as i64;
                 let back = self.now
                     + self
