@@ -18,8 +18,6 @@ fn fails(cfg: &SimConfig) -> Option<String> {
 
 #[test]
 fn a_planted_bug_shrinks_to_a_smaller_run_that_still_fails() {
-    // Violations are panics; their messages are checked below, not printed.
-    std::panic::set_hook(Box::new(|_| {}));
     let template = SimConfig {
         planted: Some(Planted::NoSelfFencing),
         ..SimConfig::new(1, 5, 0.5)
@@ -97,4 +95,25 @@ fn a_planted_bug_shrinks_to_a_smaller_run_that_still_fails() {
         "{command}"
     );
     assert_ne!(small.faults, Faults::default());
+}
+
+/// The shrinker cuts the horizon just past a violation: a run's first hours must not depend
+/// on how many follow (the seed's `at` jobs fall in its first hour whatever the horizon).
+#[test]
+fn a_horizon_cut_past_a_violation_keeps_it_as_it_was() {
+    let long = SimConfig {
+        planted: Some(Planted::NoSelfFencing),
+        ..SimConfig::new(2, 5, 0.5)
+    };
+    let first = |m: String| m.lines().next().unwrap_or_default().to_owned();
+    let whole = first(fails(&long).expect("seed 2 breaks with the planted bug"));
+    let at: f64 = anarchon_sim::Failure::parse(&whole)
+        .at_secs
+        .expect("a violation's time");
+    let cut = SimConfig {
+        hours: (at.ceil() + 1.0) / 3_600.0,
+        ..long.clone()
+    };
+    assert!(cut.hours < long.hours, "{at}");
+    assert_eq!(first(fails(&cut).expect("the cut run breaks")), whole);
 }
