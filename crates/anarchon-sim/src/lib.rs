@@ -184,6 +184,14 @@ pub fn run_many(
 /// Runs seeds `first..first + count` as [`run_many`] does, on `threads` threads (each seed is
 /// a pure function of its configuration, so the figures are the same on any number); `each`
 /// sees every seed's outcome as it ends, from the thread that ran it.
+///
+/// ```no_run
+/// use anarchon_sim::{SimConfig, run_parallel};
+///
+/// // Seeds 1..=20, an hour each on 3 instances, on 2 threads.
+/// let summary = run_parallel(&SimConfig::new(1, 3, 1.0), 1, 20, 2, |_, _| {});
+/// assert!(summary.violations.is_empty(), "{}", summary.render());
+/// ```
 pub fn run_parallel(
     template: &SimConfig,
     first: u64,
@@ -344,7 +352,8 @@ impl Shrunk {
             body.push_str(&format!("    cfg.planted = Some(Planted::{p:?});\n"));
         }
         format!(
-            "/// {}\n#[test]\nfn seed_{}_shrunk() {{\n{body}    run(&cfg);\n}}\n",
+            "// use anarchon_sim::{{Faults, Planted, SimConfig, run}};\n\
+             /// {}\n#[test]\nfn seed_{}_shrunk() {{\n{body}    run(&cfg);\n}}\n",
             self.failure.invariant, c.seed
         )
     }
@@ -434,6 +443,15 @@ impl Step {
 /// The horizon is cut to the second after the violation whenever it shrinks: a run's first
 /// hours do not depend on how many follow, so the same violation comes at the same time in
 /// the shorter run.
+///
+/// ```no_run
+/// use anarchon_sim::{SimConfig, shrink};
+///
+/// // Seed 42 on 5 instances for an hour, every fault on: if it fails, how small can it get?
+/// if let Some(s) = shrink(&SimConfig::new(42, 5, 1.0), 300) {
+///     println!("{}\n{}\n{}", s.failure.message, s.command(), s.as_test());
+/// }
+/// ```
 pub fn shrink(cfg: &SimConfig, max_tries: u32) -> Option<Shrunk> {
     let mut failure = failure_of(cfg)?;
     let mut best = cfg.clone();

@@ -117,3 +117,15 @@ fn a_horizon_cut_past_a_violation_keeps_it_as_it_was() {
     assert!(cut.hours < long.hours, "{at}");
     assert_eq!(first(fails(&cut).expect("the cut run breaks")), whole);
 }
+
+/// The test the shrinker printed for the planted bug above, pasted as it was: it compiles and
+/// breaks the same invariant.
+#[test]
+#[should_panic(expected = "two handlers of one slot at once")]
+fn seed_2_shrunk() {
+    let mut cfg = SimConfig::new(2, 2, 0.1);
+    cfg.faults = Faults::only(["outage", "skew-beyond"]).unwrap();
+    cfg.jobs = Some(vec![0, 1]);
+    cfg.planted = Some(Planted::NoSelfFencing);
+    run(&cfg);
+}
