@@ -1,7 +1,8 @@
 //! `cargo xtask simulate`: the deterministic simulator (`crates/anarchon-sim`), built in
 //! release, with the arguments passed through (`--seed S` replays one seed exactly;
-//! `--seeds N`, `--first F`, `--hours H`, `--nodes N`, `--no-faults`, `--verbose`,
-//! `--full-timeline`). Exits as the simulator does: 1 on any violation.
+//! `--seeds N`, `--first F`, `--hours H`, `--nodes N`, `--no-faults`, `--faults LIST`,
+//! `--jobs LIST`, `--shrink`, `--plant-bug no-self-fencing`, `--verbose`, `--full-timeline`;
+//! the simulator parses them). Exits as the simulator does: 1 on any violation.
 
 use std::process::ExitCode;
 

@@ -68,7 +68,9 @@ mod scheduler;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod sim {
-    pub use crate::scheduler::sim::{Faults, Report, SimConfig, run, timeline_of};
+    pub use crate::scheduler::sim::{
+        Faults, Planted, Report, SimConfig, jobs_drawn, run, timeline_of,
+    };
 }
 pub mod slot;
 mod status;

@@ -67,6 +67,25 @@ struct State {
     jobs: BTreeSet<JobName>,
     /// Claim-only: the run keys claimed.
     claimed: BTreeSet<RunKey>,
+    /// Per job, how many rows of `history` each distinct run `(slot, manual)` has: `prune`
+    /// finds the oldest run retention keeps here instead of sorting every row at every write.
+    keys: HashMap<JobName, BTreeMap<(EpochMs, bool), u32>>,
+    /// The keys of `runs` whose status is `running` (what a claim, `prune` and
+    /// `unfinished_runs` look for, without walking every run kept). [`State::track`] keeps it
+    /// in step after each change of a run.
+    running: BTreeSet<RunKey>,
+}
+
+/// One more (`up`) or one fewer row of the run `key` in `keys`.
+fn count_row(keys: &mut BTreeMap<(EpochMs, bool), u32>, key: (EpochMs, bool), up: bool) {
+    if up {
+        *keys.entry(key).or_default() += 1;
+    } else if let Some(n) = keys.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            keys.remove(&key);
+        }
+    }
 }
 
 /// A clock set by hand, for tests on virtual time: a [`MemoryStore::with_clock`] store reads
@@ -207,6 +226,21 @@ impl MemoryStore {
 }
 
 impl State {
+    /// Keeps `running` in step with the status of the run `key` (after it changed).
+    fn track(&mut self, key: &RunKey) {
+        if self
+            .runs
+            .get(key)
+            .is_some_and(|r| r.status == RunStatus::Running)
+        {
+            if !self.running.contains(key) {
+                self.running.insert(key.clone());
+            }
+        } else {
+            self.running.remove(key);
+        }
+    }
+
     fn next_fence(&mut self, job: &JobName) -> u64 {
         let f = self.fences.entry(job.clone()).or_insert(0);
         *f += 1;
@@ -237,34 +271,70 @@ impl State {
         }
     }
 
+    /// Appends a row to `job`'s history.
+    fn push_row(&mut self, record: RunRecord) {
+        let keys = self.keys.entry(record.job.clone()).or_default();
+        count_row(keys, (record.slot, record.manual), true);
+        self.history
+            .entry(record.job.clone())
+            .or_default()
+            .push(record);
+    }
+
+    /// Replaces the row of `job` that `matches` with `record`, or appends it.
+    fn upsert_row(&mut self, record: &RunRecord, matches: impl Fn(&RunRecord) -> bool) {
+        let rows = self.history.entry(record.job.clone()).or_default();
+        match rows.iter_mut().find(|r| matches(r)) {
+            Some(row) => {
+                let keys = self.keys.entry(record.job.clone()).or_default();
+                count_row(keys, (row.slot, row.manual), false);
+                count_row(keys, (record.slot, record.manual), true);
+                *row = record.clone();
+            }
+            None => self.push_row(record.clone()),
+        }
+    }
+
     fn prune(&mut self, job: &JobName, retention: Retention, now: EpochMs) {
-        let running: BTreeSet<EpochMs> = self
-            .runs
-            .range(RunKey::new(job.clone(), EpochMs::MIN)..=RunKey::new(job.clone(), EpochMs::MAX))
-            .filter(|(_, r)| r.status == RunStatus::Running)
-            .map(|(k, _)| k.slot)
-            .collect();
-        let Some(rows) = self.history.get_mut(job) else {
-            return;
+        // Distinct runs, newest slot first; a manual run counts as a run of its own. The
+        // `size` newest are kept: every run from the `size`-th newest on.
+        let size = retention.size.max(1) as usize;
+        let oldest_kept = match self.keys.get(job) {
+            Some(keys) if keys.len() > size => keys.keys().nth(keys.len() - size).copied(),
+            _ => None,
         };
-        // Distinct runs, newest slot first; a manual run counts as a run of its own.
-        let mut slots: Vec<(EpochMs, bool)> = rows.iter().map(|r| (r.slot, r.manual)).collect();
-        slots.sort_unstable_by(|a, b| b.cmp(a));
-        slots.dedup();
-        let keep: BTreeSet<(EpochMs, bool)> = slots
-            .iter()
-            .take(retention.size.max(1) as usize)
-            .copied()
-            .collect();
         let ttl_cut = retention.ttl_ms.map(|t| now - t as EpochMs);
+        if oldest_kept.is_none() && ttl_cut.is_none() {
+            // Every run fits and none expires.
+            return;
+        }
         let expired =
             |r: &RunRecord| ttl_cut.is_some_and(|cut| r.finished_at.is_some_and(|f| f < cut));
+        let kept = |r: &RunRecord| {
+            oldest_kept.is_none_or(|oldest| (r.slot, r.manual) >= oldest) && !expired(r)
+        };
+        let Some(rows) = self.history.get(job) else {
+            return;
+        };
+        if rows.iter().all(kept) {
+            return;
+        }
+        let running: BTreeSet<EpochMs> = self
+            .running
+            .range(RunKey::new(job.clone(), EpochMs::MIN)..=RunKey::new(job.clone(), EpochMs::MAX))
+            .map(|k| k.slot)
+            .collect();
+        let (Some(rows), Some(keys)) = (self.history.get_mut(job), self.keys.get_mut(job)) else {
+            return;
+        };
         let mut dropped = BTreeSet::new();
         rows.retain(|r| {
-            let keep_it = running.contains(&r.slot) && !r.manual
-                || keep.contains(&(r.slot, r.manual)) && !expired(r);
-            if !keep_it && !r.manual {
-                dropped.insert(r.slot);
+            let keep_it = running.contains(&r.slot) && !r.manual || kept(r);
+            if !keep_it {
+                count_row(keys, (r.slot, r.manual), false);
+                if !r.manual {
+                    dropped.insert(r.slot);
+                }
             }
             keep_it
         });
@@ -272,6 +342,7 @@ impl State {
             let key = RunKey::new(job.clone(), slot);
             if rows.iter().all(|r| r.manual || r.slot != slot) {
                 self.runs.remove(&key);
+                self.running.remove(&key);
                 self.claimed.remove(&key);
             }
         }
@@ -318,14 +389,9 @@ impl HistoryStore for MemoryStore {
         let now = self.clock_ms();
         let mut st = self.lock();
         st.jobs.insert(record.job.clone());
-        let rows = st.history.entry(record.job.clone()).or_default();
-        match rows
-            .iter_mut()
-            .find(|r| r.manual && r.slot == record.slot && r.instance_id == record.instance_id)
-        {
-            Some(row) => *row = record.clone(),
-            None => rows.push(record.clone()),
-        }
+        st.upsert_row(record, |r| {
+            r.manual && r.slot == record.slot && r.instance_id == record.instance_id
+        });
         st.prune(&record.job, retention, now);
         Ok(())
     }
@@ -442,9 +508,11 @@ impl LeaseStore for MemoryStore {
         let now = self.clock_ms();
         let st = self.lock();
         Ok(st
-            .runs
+            .running
             .iter()
-            .filter(|(k, r)| r.status == RunStatus::Running && jobs.contains(&k.job))
+            .filter(|k| jobs.contains(&k.job))
+            .filter_map(|k| Some((k, st.runs.get(k)?)))
+            .filter(|(_, r)| r.status == RunStatus::Running)
             .map(|(k, r)| view(k, r, now))
             .collect())
     }
@@ -456,17 +524,15 @@ impl LeaseStore for MemoryStore {
 
 /// One claim, judged at `now` under the lock (see the trait's contract).
 fn claim_one(st: &mut State, claim: &LeaseClaim, now: EpochMs) -> ClaimOutcome {
-    if now > claim.not_after {
-        return ClaimOutcome::Late { store_now: now };
-    }
     let job = &claim.run.job;
     st.jobs.insert(job.clone());
     // [B-15] Earlier runs whose lease ended unfinished are replaced by this slot.
     // Runs are ordered by job, then slot: the job's earlier runs are one range.
     let earlier = RunKey::new(job.clone(), EpochMs::MIN)..claim.run.clone();
     let ended: Vec<(RunKey, u32)> = st
-        .runs
+        .running
         .range(earlier.clone())
+        .filter_map(|k| Some((k, st.runs.get(k)?)))
         .filter(|(_, r)| {
             r.status == RunStatus::Running && (r.owner.is_none() || r.expires_at <= now)
         })
@@ -477,6 +543,7 @@ fn claim_one(st: &mut State, claim: &LeaseClaim, now: EpochMs) -> ClaimOutcome {
             run.status = RunStatus::Interrupted;
             run.owner = None;
         }
+        st.track(&key);
         st.set_row(
             &key,
             attempt,
@@ -489,9 +556,13 @@ fn claim_one(st: &mut State, claim: &LeaseClaim, now: EpochMs) -> ClaimOutcome {
         return ClaimOutcome::Taken;
     }
     if claim.overlap == Overlap::Skip
-        && let Some((k, _)) = st.runs.range(earlier).find(|(_, r)| {
-            r.status == RunStatus::Running && r.owner.is_some() && r.expires_at > now
-        })
+        && let Some((k, _)) = st
+            .running
+            .range(earlier)
+            .filter_map(|k| Some((k, st.runs.get(k)?)))
+            .find(|(_, r)| {
+                r.status == RunStatus::Running && r.owner.is_some() && r.expires_at > now
+            })
     {
         return ClaimOutcome::Overlap {
             running_slot: k.slot,
@@ -509,7 +580,8 @@ fn claim_one(st: &mut State, claim: &LeaseClaim, now: EpochMs) -> ClaimOutcome {
             expires_at,
         },
     );
-    st.history.entry(job.clone()).or_default().push(RunRecord {
+    st.track(&claim.run);
+    st.push_row(RunRecord {
         job: job.clone(),
         slot: claim.run.slot,
         scheduled_at: claim.scheduled_at,
@@ -549,6 +621,7 @@ fn finish_one(st: &mut State, lease: &Lease, finish: &Finish, now: EpochMs) -> O
         }
         _ => return OwnerWrite::Lost,
     }
+    st.track(&lease.run);
     if let Some(row) = st.history_row(&lease.run, lease.attempt) {
         row.status = finish.status;
         row.finished_at = Some(now);
@@ -560,9 +633,6 @@ fn finish_one(st: &mut State, lease: &Lease, finish: &Finish, now: EpochMs) -> O
 
 /// One takeover, judged at `now` under the lock.
 fn take_over_one(st: &mut State, t: &Takeover, now: EpochMs) -> TakeoverOutcome {
-    if now > t.not_after {
-        return TakeoverOutcome::Late;
-    }
     let Some(run) = st.runs.get(&t.run).cloned() else {
         return TakeoverOutcome::Finished(RunStatus::Interrupted);
     };
@@ -584,6 +654,7 @@ fn take_over_one(st: &mut State, t: &Takeover, now: EpochMs) -> TakeoverOutcome 
         if let Some(r) = st.runs.get_mut(&t.run) {
             r.status = RunStatus::Interrupted;
         }
+        st.track(&t.run);
         return TakeoverOutcome::Interrupted;
     }
     let counted = if released {
@@ -595,6 +666,7 @@ fn take_over_one(st: &mut State, t: &Takeover, now: EpochMs) -> TakeoverOutcome 
         if let Some(r) = st.runs.get_mut(&t.run) {
             r.status = RunStatus::Failed;
         }
+        st.track(&t.run);
         return TakeoverOutcome::Exhausted;
     }
     let fence = st.next_fence(&t.run.job);
@@ -613,23 +685,21 @@ fn take_over_one(st: &mut State, t: &Takeover, now: EpochMs) -> TakeoverOutcome 
             expires_at,
         };
     }
-    st.history
-        .entry(t.run.job.clone())
-        .or_default()
-        .push(RunRecord {
-            job: t.run.job.clone(),
-            slot: t.run.slot,
-            scheduled_at: first,
-            instance_id: t.instance_id.clone(),
-            manual: false,
-            attempt,
-            reason: Reason::Takeover,
-            status: RunStatus::Running,
-            fence,
-            started_at: now,
-            finished_at: None,
-            error: None,
-        });
+    st.track(&t.run);
+    st.push_row(RunRecord {
+        job: t.run.job.clone(),
+        slot: t.run.slot,
+        scheduled_at: first,
+        instance_id: t.instance_id.clone(),
+        manual: false,
+        attempt,
+        reason: Reason::Takeover,
+        status: RunStatus::Running,
+        fence,
+        started_at: now,
+        finished_at: None,
+        error: None,
+    });
     TakeoverOutcome::Won(Lease {
         run: t.run.clone(),
         attempt,
@@ -673,16 +743,12 @@ impl ClaimStore for MemoryStore {
         self.gate().await?;
         let now = self.clock_ms();
         let mut st = self.lock();
-        let rows = st.history.entry(record.job.clone()).or_default();
-        match rows.iter_mut().find(|r| {
+        st.upsert_row(record, |r| {
             r.slot == record.slot
                 && r.attempt == record.attempt
                 && r.instance_id == record.instance_id
                 && r.manual == record.manual
-        }) {
-            Some(row) => *row = record.clone(),
-            None => rows.push(record.clone()),
-        }
+        });
         st.prune(
             &record.job,
             Retention {

@@ -106,6 +106,75 @@ mod world {
     }
 
     impl Faults {
+        /// The name of each fault (as `--faults` takes them), in field order.
+        pub const NAMES: [&'static str; 15] = [
+            "slow-call",
+            "lost-request",
+            "lost-answer",
+            "outage",
+            "release-lost",
+            "release-late",
+            "crash",
+            "freeze",
+            "stop",
+            "new-id",
+            "skew-within",
+            "skew-beyond",
+            "handler-error",
+            "handler-ignores-cancel",
+            "handler-long",
+        ];
+
+        /// The rate of the fault `name` (one of [`Faults::NAMES`]).
+        pub fn rate_mut(&mut self, name: &str) -> Option<&mut f64> {
+            Some(match name {
+                "slow-call" => &mut self.slow_call,
+                "lost-request" => &mut self.lost_request,
+                "lost-answer" => &mut self.lost_answer,
+                "outage" => &mut self.outages_per_hour,
+                "release-lost" => &mut self.release_lost,
+                "release-late" => &mut self.release_late,
+                "crash" => &mut self.crashes_per_node_hour,
+                "freeze" => &mut self.freezes_per_node_hour,
+                "stop" => &mut self.stops_per_node_hour,
+                "new-id" => &mut self.new_id,
+                "skew-within" => &mut self.skew_within,
+                "skew-beyond" => &mut self.skew_beyond,
+                "handler-error" => &mut self.handler_error,
+                "handler-ignores-cancel" => &mut self.handler_ignores_cancel,
+                "handler-long" => &mut self.handler_long,
+                _ => return None,
+            })
+        }
+
+        /// The faults `names` at their default rates, every other off; an unknown name is
+        /// an error that lists the known ones.
+        pub fn only<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+            let mut faults = Faults::none();
+            let mut defaults = Faults::default();
+            for name in names {
+                match (defaults.rate_mut(name), faults.rate_mut(name)) {
+                    (Some(rate), Some(to)) => *to = *rate,
+                    _ => {
+                        return Err(format!(
+                            "unknown fault `{name}` (expected one of {})",
+                            Faults::NAMES.join(", ")
+                        ));
+                    }
+                }
+            }
+            Ok(faults)
+        }
+
+        /// The names of the faults on (rate above 0), in [`Faults::NAMES`] order.
+        pub fn on(&self) -> Vec<&'static str> {
+            let mut me = self.clone();
+            Faults::NAMES
+                .into_iter()
+                .filter(|n| me.rate_mut(n).is_some_and(|r| *r > 0.0))
+                .collect()
+        }
+
         /// Every fault off.
         pub fn none() -> Self {
             Faults {
@@ -145,6 +214,22 @@ mod world {
         /// A violation prints the whole timeline kept (the last 200,000 lines), not only the
         /// lines of the slot concerned.
         pub full_timeline: bool,
+        /// Which of the seed's jobs run (indexes into the jobs it draws); `None`: all. The
+        /// jobs are drawn the same either way, so dropping one keeps the others as they were.
+        pub jobs: Option<Vec<usize>>,
+        /// A bug planted in the harness on purpose (to see the checks and the shrinker catch
+        /// it); `None` in every real run.
+        pub planted: Option<Planted>,
+    }
+
+    /// A bug planted in the harness on purpose: the simulator must catch it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Planted {
+        /// An instance that cannot renew its leases never tells its handlers: cancellations
+        /// for a lease not renewed (or a local lease deadline passed) are dropped and the
+        /// shell keeps no local lease deadline. A backup that takes the run over then starts
+        /// a second handler beside one that was never told.
+        NoSelfFencing,
     }
 
     impl SimConfig {
@@ -157,6 +242,8 @@ mod world {
                 faults: Faults::default(),
                 full_timeline: false,
                 detail: false,
+                jobs: None,
+                planted: None,
             }
         }
     }
@@ -245,9 +332,12 @@ mod world {
             (self.next() >> 11) as f64 / (1u64 << 53) as f64
         }
 
-        /// `true` with probability `p`.
+        /// `true` with probability `p`. It draws even when `p` is 0, so that a fault turned
+        /// off leaves every later draw as it was (until the fault would have struck): the
+        /// shrinker's runs without one fault start as the run with it did.
         pub(crate) fn chance(&mut self, p: f64) -> bool {
-            p > 0.0 && self.unit() < p
+            let u = self.unit();
+            p > 0.0 && u < p
         }
 
         /// In `lo..hi` (µs or any unit), `lo` when empty.
@@ -258,12 +348,13 @@ mod world {
             lo + (self.next() % (hi - lo) as u64) as i64
         }
 
-        /// An exponential gap with `per_hour` events per hour, µs; `None` when off.
+        /// An exponential gap with `per_hour` events per hour, µs; `None` when off (after a
+        /// draw all the same, as [`Rng::chance`]).
         pub(crate) fn gap(&mut self, per_hour: f64) -> Option<i64> {
+            let u = 1.0 - self.unit();
             if per_hour <= 0.0 {
                 return None;
             }
-            let u = 1.0 - self.unit();
             Some((-u.ln() * 3_600.0 / per_hour * 1e6) as i64 + 1)
         }
     }
@@ -420,7 +511,7 @@ mod world {
 
     /// The jobs of a seed: a mix of `every` (1–10 s and 30–300 s), cron and `at`, overlap skip
     /// and allow, each catch-up policy, `max_attempts` 1–4, some with a timeout.
-    fn jobs(rng: &mut Rng, hours: f64) -> (Vec<Arc<JobDef>>, HashMap<JobName, i64>) {
+    fn jobs(rng: &mut Rng) -> (Vec<Arc<JobDef>>, HashMap<JobName, i64>) {
         let n = rng.range(3, 7);
         let mut jobs = Vec::new();
         let mut intervals = HashMap::new();
@@ -440,7 +531,9 @@ mod world {
                     every * S,
                 )
             } else {
-                let at = T0_MS + rng.range(1_000, ((hours * 3_600_000.0) as i64).max(2_000));
+                // Within the first hour whatever the horizon: a shorter `hours` cuts a run
+                // without changing what came before the cut (the shrinker relies on it).
+                let at = T0_MS + rng.range(1_000, 3_600_000);
                 (Ok(Schedule::at_ms(at)), 60 * S)
             };
             let Ok(schedule) = schedule else {
@@ -475,11 +568,23 @@ mod world {
         (jobs, intervals)
     }
 
+    /// How many jobs `seed` draws (what [`SimConfig::jobs`] indexes).
+    pub fn jobs_drawn(seed: u64) -> usize {
+        jobs(&mut Rng::new(seed)).0.len()
+    }
+
     /// Runs one seed: the hours with faults, then the quiet and idle checks. Panics on a
     /// violation, with the seed, the invariant and the timeline of the slot concerned.
     pub fn run(cfg: &SimConfig) -> Report {
         let mut rng = Rng::new(cfg.seed);
-        let (jobs, intervals) = jobs(&mut rng, cfg.hours);
+        let (mut jobs, intervals) = jobs(&mut rng);
+        if let Some(keep) = &cfg.jobs {
+            let mut i = 0;
+            jobs.retain(|_| {
+                i += 1;
+                keep.contains(&(i - 1))
+            });
+        }
         let timing = match rng.range(0, 3) {
             0 => LeaseTiming {
                 lease: Duration::from_secs(4),
@@ -501,6 +606,7 @@ mod world {
         sim.latency = 1_000;
         sim.keep = false;
         sim.detail = cfg.detail;
+        sim.planted = cfg.planted;
         sim.timeline_cap = 200_000;
         sim.world = Some(World {
             seed: cfg.seed,
@@ -947,7 +1053,7 @@ mod world {
 }
 
 #[cfg_attr(not(feature = "sim"), allow(unused_imports))]
-pub use world::{Faults, Report, SimConfig, run, timeline_of};
+pub use world::{Faults, Planted, Report, SimConfig, jobs_drawn, run, timeline_of};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -1126,6 +1232,8 @@ pub(crate) struct Sim {
     pub(crate) check: Checker,
     /// The random world: faults and their rates (`None` in the tests).
     pub(crate) world: Option<world::World>,
+    /// A bug planted on purpose (`world::Planted`).
+    pub(crate) planted: Option<world::Planted>,
 }
 
 impl Drop for Sim {
@@ -1245,6 +1353,7 @@ impl Sim {
             fail_next: HashMap::new(),
             check: Checker::default(),
             world: None,
+            planted: None,
         };
         for i in 0..nodes {
             sim.nodes.push(Node {
@@ -1494,11 +1603,18 @@ impl Sim {
                     Some(&key),
                     format!(
                         "attempt {attempt} starts on n{node} while attempt {} (started at \
-                         {:.4}s) runs on n{} untold (frozen until {:.4}s)",
+                         {:.4}s) runs on n{} untold ({})",
                         l.attempt,
                         (l.started - self.start) as f64 / 1e6,
                         l.node,
-                        (n.frozen_until - self.start) as f64 / 1e6,
+                        if n.frozen_until > self.start {
+                            format!(
+                                "last frozen until {:.4}s",
+                                (n.frozen_until - self.start) as f64 / 1e6
+                            )
+                        } else {
+                            "never frozen".to_owned()
+                        },
                     ),
                 );
             }
@@ -1579,7 +1695,10 @@ impl Sim {
                         }
                     }
                 }
-                Effect::StartHandler(start) => {
+                Effect::StartHandler(mut start) => {
+                    if self.planted == Some(world::Planted::NoSelfFencing) {
+                        start.lease_deadline = None;
+                    }
                     if !start.info.manual {
                         self.check_start(node, &start);
                         let reason = start.info.reason.as_str();
@@ -1603,6 +1722,12 @@ impl Sim {
                         },
                     );
                 }
+                Effect::Cancel { cause, .. }
+                    if self.planted == Some(world::Planted::NoSelfFencing)
+                        && matches!(
+                            cause,
+                            CancelCause::LeaseNotRenewed | CancelCause::LeaseDeadlinePassed
+                        ) => {}
                 Effect::Cancel { run, cause } => {
                     self.nodes[node].cancelled.entry(run).or_insert(cause);
                     let info = self.nodes[node]
@@ -1629,6 +1754,8 @@ impl Sim {
                     self.nodes[node].returned.insert(run);
                     self.handler_gone(node, run);
                 }
+                Effect::ExtendDeadline { .. }
+                    if self.planted == Some(world::Planted::NoSelfFencing) => {}
                 Effect::ExtendDeadline { run, at } => {
                     let n = &mut self.nodes[node];
                     if !n.cancelled.contains_key(&run) && n.deadlines.contains_key(&run) {
@@ -1769,6 +1896,8 @@ impl Sim {
             } => {
                 let shape = request.shape();
                 let op = request.operation();
+                // Only a release sends release notifications (`MemoryStore::release`).
+                let notifies = matches!(request, Request::Release(_));
                 let refuse = match self.fail_next.get_mut(op) {
                     Some(n) if *n > 0 => {
                         *n -= 1;
@@ -1781,7 +1910,9 @@ impl Sim {
                 } else {
                     self.execute(request)
                 };
-                self.releases();
+                if notifies {
+                    self.releases();
+                }
                 let deadline = sent + self.store_timeout.as_micros() as i64;
                 let back = self.now
                     + self
