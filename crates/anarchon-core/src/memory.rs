@@ -524,6 +524,9 @@ impl LeaseStore for MemoryStore {
 
 /// One claim, judged at `now` under the lock (see the trait's contract).
 fn claim_one(st: &mut State, claim: &LeaseClaim, now: EpochMs) -> ClaimOutcome {
+    if now > claim.not_after {
+        return ClaimOutcome::Late { store_now: now };
+    }
     let job = &claim.run.job;
     st.jobs.insert(job.clone());
     // [B-15] Earlier runs whose lease ended unfinished are replaced by this slot.
@@ -633,6 +636,9 @@ fn finish_one(st: &mut State, lease: &Lease, finish: &Finish, now: EpochMs) -> O
 
 /// One takeover, judged at `now` under the lock.
 fn take_over_one(st: &mut State, t: &Takeover, now: EpochMs) -> TakeoverOutcome {
+    if now > t.not_after {
+        return TakeoverOutcome::Late;
+    }
     let Some(run) = st.runs.get(&t.run).cloned() else {
         return TakeoverOutcome::Finished(RunStatus::Interrupted);
     };
