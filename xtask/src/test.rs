@@ -247,7 +247,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         );
     }
     eprintln!(
-        "test: {} in {} (exit code {})",
+        "test: {} in {} (runner's exit code {})",
         if status.success() && !fail_for_skips {
             "passed"
         } else {
@@ -286,11 +286,16 @@ fn run_nextest(
     counts: &mut Counts,
     effective: &mut Vec<(String, String)>,
 ) -> Result<ExitStatus> {
-    let left_out: Vec<String> = gates
-        .iter()
-        .filter(|gate| !gate.run)
-        .map(|gate| format!("not ({})", gate.filterset()))
-        .collect();
+    // A filterset given after `--` is joined with the gates' by `&` (nextest would join two
+    // `-E` by `|`, and let the gated tests in again).
+    let (mut filters, extra) = user_filtersets(extra);
+    filters.extend(
+        gates
+            .iter()
+            .filter(|gate| !gate.run)
+            .map(|gate| format!("not ({})", gate.filterset())),
+    );
+    let extra = &extra[..];
     let common = |command: &mut Command| {
         if !picks_packages(extra) {
             command.arg("--workspace");
@@ -304,8 +309,8 @@ fn run_nextest(
             // The slow suite's tests are #[ignore]d; the gates' filter leaves out the rest.
             command.args(["--run-ignored", "all"]);
         }
-        if !left_out.is_empty() {
-            command.args(["-E", &left_out.join(" & ")]);
+        if !filters.is_empty() {
+            command.args(["-E", &filters.join(" & ")]);
         }
         command.args(extra);
     };
@@ -358,12 +363,13 @@ fn classify(listing: &Value, gates: &[Gate], counts: &mut Counts) {
             if case["filter-match"]["status"] == "matches" {
                 continue;
             }
+            let known = gates.iter().any(|gate| gate.matches(binary_id, name));
             match gates
                 .iter()
                 .find(|gate| !gate.run && gate.matches(binary_id, name))
             {
                 Some(gate) => counts.skip(&gate.reason, 1, gate.unobtainable),
-                None if case["ignored"] == true => counts.skip(
+                None if !known && case["filter-match"]["reason"] == "ignored" => counts.skip(
                     &format!("#[ignore]d, in no xtask gate: {binary_id} {name}"),
                     1,
                     false,
@@ -418,6 +424,29 @@ fn run_cargo_test(
         !slow,
     );
     Ok(status)
+}
+
+/// Takes the `-E X` / `--filterset X` (`--filter-expr X`) arguments out of `extra`, each as
+/// `(X)`.
+fn user_filtersets(extra: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut filters = Vec::new();
+    let mut rest = Vec::new();
+    let mut args = extra.iter();
+    while let Some(arg) = args.next() {
+        let value = match arg.as_str() {
+            "-E" | "--filterset" | "--filter-expr" => args.next().cloned(),
+            other => ["--filterset=", "--filter-expr=", "-E"]
+                .iter()
+                .find_map(|flag| other.strip_prefix(flag))
+                .filter(|value| !value.is_empty())
+                .map(str::to_owned),
+        };
+        match value {
+            Some(value) => filters.push(format!("({value})")),
+            None => rest.push(arg.clone()),
+        }
+    }
+    (filters, rest)
 }
 
 fn picks_packages(extra: &[String]) -> bool {
@@ -623,5 +652,15 @@ mod tests {
         assert!(gates[2].matches("anarchon-redis::conformance", "redis86_idmp::claim_b10_x"));
         assert!(!gates[2].matches("anarchon-redis::conformance", "lease::b10_x"));
         assert!(gates[0].matches("anarchon::cluster", "child_node"));
+        let given: Vec<String> = ["-E", "package(a)", "--filterset=test(b)", "x"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            user_filtersets(&given),
+            (
+                vec!["(package(a))".to_owned(), "(test(b))".to_owned()],
+                vec!["x".to_owned()]
+            )
+        );
     }
 }
