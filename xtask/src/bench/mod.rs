@@ -17,53 +17,59 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-/// The usage of every bench, printed by `cargo xtask bench --help`.
-const HELP: &str = "\
-Benches (not tests: nothing in them is asserted).
-
-Usage:
-  cargo xtask bench <store> [--json]
-      The claim bench of crates/anarchon-<store> (cargo bench --bench claim).
-  cargo xtask bench scale --store redis|postgres|sqlite|libsql [--jobs N] [--instances K]
-                          [--seconds S] [--ceiling-seconds C] [--json] [--keep]
-      K scheduler processes (examples/bench-node.rs, release) with N `every 1s` jobs each on
-      a fresh namespace of the store for S seconds, beside the store's own ceiling for
-      batches of 256 writes measured in the same run (defaults 1000, 3, 60).
-  cargo xtask bench precision [--store sqlite,redis,postgres,libsql] [--seconds S]
-                              [--instances K] [--json] [--keep]
-      Start lag of one `every 1s` job on K instances (3) per store for S seconds (30),
-      beside the p99 of the store's bare one-row operation.
-  cargo xtask bench handover [--store sqlite,redis,postgres] [--rounds N] [--every-ms MS]
-                             [--hold-ms MS] [--keep]
-      3 scheduler processes share one long job; each round sends SIGTERM to attempt 1's
-      owner and times signal -> attempt 2 started on another process (20 rounds).
-  cargo xtask bench driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H]
-      The scheduler alone: one process, N `every 1s` jobs (10,000) on the in-memory store.
-
-docs/performance.md explains what each prints.
-";
-
-/// `cargo xtask bench`: its arguments are read by the bench named first (each checks its
-/// own options and names the one it does not know); `--help` prints every bench's usage.
+/// `cargo xtask bench <store> [--json]`, or one of the process benches.
 #[derive(clap::Args, Debug)]
-#[command(disable_help_flag = true)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct Args {
-    /// `<store> [--json]`, or `scale|precision|handover|driver [options]`; --help for all.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    #[command(subcommand)]
+    kind: Option<Kind>,
+    /// The claim bench of crates/anarchon-<STORE> (cargo bench --bench claim): sqlite,
+    /// libsql, postgres, redis, amqp, nats.
+    #[arg(required = true)]
+    store: Option<String>,
+    /// The claim bench's JSON object only, on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
-pub(crate) fn run(Args { args }: Args) -> Result<ExitCode> {
-    if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{HELP}");
-        return Ok(ExitCode::SUCCESS);
+#[derive(clap::Subcommand, Debug)]
+enum Kind {
+    /// K scheduler processes (examples/bench-node.rs, release) with N `every 1s` jobs each on
+    /// a fresh namespace of the store for S seconds, beside the store's own ceiling.
+    Scale(scale::Opts),
+    /// Start lag of one `every 1s` job on K instances per store, beside the p99 of the
+    /// store's bare one-row operation.
+    Precision(precision::Opts),
+    /// SIGTERM to attempt 1's owner, timed until attempt 2 runs on another process.
+    Handover(handover::Opts),
+    /// The scheduler alone: one process, N `every 1s` jobs on the in-memory store.
+    Driver(driver::Opts),
+}
+
+pub(crate) fn run(args: Args) -> Result<ExitCode> {
+    match (args.kind, args.store) {
+        (Some(Kind::Scale(opts)), _) => scale::run(opts),
+        (Some(Kind::Precision(opts)), _) => precision::run(opts),
+        (Some(Kind::Handover(opts)), _) => handover::run(opts),
+        (Some(Kind::Driver(opts)), _) => driver::run(opts),
+        (None, Some(store)) => claim::run(&store, args.json),
+        (None, None) => anyhow::bail!(
+            "bench: which store? `cargo xtask bench <store>`, e.g. `cargo xtask bench redis`"
+        ),
     }
-    let args = &args[..];
-    match args.first().map(String::as_str) {
-        Some("driver") => driver::run(&args[1..]),
-        Some("scale") => scale::run(&args[1..]),
-        Some("precision") => precision::run(&args[1..]),
-        Some("handover") => handover::run(&args[1..]),
-        _ => claim::run(args),
+}
+
+/// Parses one bench's arguments (without `cargo xtask bench <name>`), for the unit tests.
+#[cfg(test)]
+fn parse_with<T: clap::Args>(args: &[String]) -> Result<T> {
+    use clap::Parser;
+    #[derive(Parser)]
+    #[command(name = "bench", no_binary_name = true)]
+    struct One<T: clap::Args> {
+        #[command(flatten)]
+        opts: T,
     }
+    One::<T>::try_parse_from(args)
+        .map(|one| one.opts)
+        .map_err(|e| anyhow::anyhow!("{}", e.render()))
 }
