@@ -48,7 +48,9 @@ pub(crate) fn build_example(name: &str, extra: &[&str]) -> PathBuf {
         .expect("the test binary lies in <target>/<profile>/deps");
     let target_dir = profile_dir.parent().expect("a target directory");
     let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_owned(),
+        // `cargo test` and nextest build the examples with the `test` profile (into `debug`):
+        // asking for the same profile finds them built.
+        Some("debug") => "test".to_owned(),
         Some(other) => other.to_owned(),
         None => panic!("no profile folder in {}", exe.display()),
     };

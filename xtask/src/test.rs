@@ -136,9 +136,9 @@ fn gates(slow: bool, set: &dyn Fn(&str) -> bool) -> Vec<Gate> {
         Gate {
             binaries: &["anarchon-libsql::conformance"],
             name: Name::Exact("runtime::b16_frozen_owner_is_fenced_then_learns_it_lost"),
-            reason: "fails on the Hrana test double (after a freeze, the owner's calls time out \
-                     at 300 ms instead of learning it lost); runs on a real sqld \
-                     (ANARCHON_LIBSQL_URL is unset; no package carries sqld)"
+            reason: "fails on the Hrana test double here (after a freeze, the owner's calls \
+                     time out at the test's 300 ms call timeout instead of learning it lost); \
+                     runs on a real sqld (ANARCHON_LIBSQL_URL is unset; no package carries sqld)"
                 .into(),
             run: set("ANARCHON_LIBSQL_URL"),
             unobtainable: true,
