@@ -71,6 +71,8 @@ struct Gate {
     /// Allowed to skip under `ANARCHON_REQUIRE_SERVERS=1`: not a test, not asked for, or
     /// needing what no package installs.
     unobtainable: bool,
+    /// Not a test at all (counted neither as run nor as skipped).
+    not_a_test: bool,
 }
 
 impl Gate {
@@ -116,6 +118,7 @@ fn gates(slow: bool, set: &dyn Fn(&str) -> bool) -> Vec<Gate> {
                 .into(),
             run: false,
             unobtainable: true,
+            not_a_test: true,
         },
         Gate {
             binaries: SLOW_BINARIES,
@@ -123,6 +126,7 @@ fn gates(slow: bool, set: &dyn Fn(&str) -> bool) -> Vec<Gate> {
             reason: "slow suite (real processes and clocks): ANARCHON_SLOW=1 or --slow".into(),
             run: slow,
             unobtainable: true,
+            not_a_test: false,
         },
         Gate {
             binaries: &["anarchon-redis::conformance"],
@@ -132,16 +136,19 @@ fn gates(slow: bool, set: &dyn Fn(&str) -> bool) -> Vec<Gate> {
                 .into(),
             run: set("ANARCHON_REDIS86_URL"),
             unobtainable: true,
+            not_a_test: false,
         },
         Gate {
             binaries: &["anarchon-libsql::conformance"],
             name: Name::Exact("runtime::b16_frozen_owner_is_fenced_then_learns_it_lost"),
-            reason: "fails on the Hrana test double here (after a freeze, the owner's calls \
-                     time out at the test's 300 ms call timeout instead of learning it lost); \
-                     runs on a real sqld (ANARCHON_LIBSQL_URL is unset; no package carries sqld)"
+            reason: "unreliable on the Hrana test double (passed 1 of 7 runs on the loaded \
+                     2-core machine: after a freeze the owner's calls time out at the test's \
+                     300 ms call timeout instead of learning it lost); runs on a real sqld \
+                     (ANARCHON_LIBSQL_URL is unset; no package carries sqld)"
                 .into(),
             run: set("ANARCHON_LIBSQL_URL"),
             unobtainable: true,
+            not_a_test: false,
         },
     ]
 }
@@ -153,6 +160,8 @@ struct Counts {
     failed: u64,
     /// Reason -> (count, unobtainable).
     skipped: BTreeMap<String, (u64, bool)>,
+    /// Entry points that are `#[test]` functions but not tests (`child_node`), left out.
+    not_tests: u64,
 }
 
 impl Counts {
@@ -226,6 +235,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
     servers_summary(&effective, slow);
     let mut fail_for_skips = false;
     eprintln!();
+    if counts.not_tests > 0 {
+        eprintln!(
+            "not tests, left out and not counted: {} `child_node` entry points (the node \
+             processes of the real-process harness, run by name with --ignored --exact)",
+            counts.not_tests
+        );
+    }
     if counts.skipped.is_empty() {
         eprintln!("skipped: none");
     } else {
@@ -368,6 +384,7 @@ fn classify(listing: &Value, gates: &[Gate], counts: &mut Counts) {
                 .iter()
                 .find(|gate| !gate.run && gate.matches(binary_id, name))
             {
+                Some(gate) if gate.not_a_test => counts.not_tests += 1,
                 Some(gate) => counts.skip(&gate.reason, 1, gate.unobtainable),
                 None if !known && case["filter-match"]["reason"] == "ignored" => counts.skip(
                     &format!("#[ignore]d, in no xtask gate: {binary_id} {name}"),
