@@ -357,6 +357,21 @@ fn run_nextest(
     common(&mut main);
     let (status, lines) = run_teed(&mut main)?;
     let (passed, failed, skipped) = nextest_counts(&lines);
+    let flaky = lines
+        .iter()
+        .rev()
+        .find(|line| line.trim_start().starts_with("Summary") && line.contains(" run: "))
+        .map_or(0, |line| {
+            line.split(['(', ')', ','])
+                .map(|part| number_before(part, "flaky"))
+                .sum::<u64>()
+        });
+    if flaky > 0 {
+        eprintln!(
+            "test: {flaky} test(s) passed only on a retry (FLAKY above; .config/nextest.toml \
+             says which tests may retry)"
+        );
+    }
     counts.passed += passed;
     counts.failed += failed;
     if listing.is_err() {

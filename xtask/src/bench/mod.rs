@@ -23,7 +23,7 @@ use anyhow::Result;
 pub(crate) struct Args {
     #[command(subcommand)]
     kind: Option<Kind>,
-    /// The claim bench of crates/anarchon-<STORE> (cargo bench --bench claim): sqlite,
+    /// The claim bench of `crates/anarchon-<STORE>` (`cargo bench --bench claim`): sqlite,
     /// libsql, postgres, redis, amqp, nats.
     #[arg(required = true)]
     store: Option<String>,
