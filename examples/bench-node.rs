@@ -98,33 +98,20 @@ impl Spec {
     }
 
     async fn builder(&self) -> Result<SchedulerBuilder<Leased>> {
-        Ok(match self.kind.as_str() {
-            "sqlite" => {
-                Scheduler::leased(anarchon::sqlite::SqliteStore::connect(&self.target).await?)
-            }
-            "redis" => Scheduler::leased(
-                anarchon::redis::RedisStore::connect_with(
-                    &self.target,
-                    anarchon::redis::RedisOptions::default().prefix(&self.namespace),
-                )
-                .await?,
-            ),
-            "postgres" => Scheduler::leased(
-                anarchon::postgres::PostgresStore::connect_with(
-                    &self.target,
-                    anarchon::postgres::PostgresOptions::default().schema(&self.namespace),
-                )
-                .await?,
-            ),
-            "libsql" => Scheduler::leased(
-                anarchon::libsql::LibsqlStore::connect_with(
-                    &self.target,
-                    anarchon::libsql::LibsqlOptions::default().table(&self.namespace),
-                )
-                .await?,
-            ),
+        use anarchon::any::{self, AnyOptions};
+        let options = match self.kind.as_str() {
+            "sqlite" => AnyOptions::default(),
+            "redis" => AnyOptions::default().prefix(&self.namespace),
+            "postgres" => AnyOptions::default().schema(&self.namespace),
+            "libsql" => AnyOptions::default().table(&self.namespace),
             other => bail!("store kind {other:?} has no scheduler here"),
-        })
+        };
+        let url = match self.kind.as_str() {
+            "sqlite" => format!("sqlite:{}", self.target),
+            _ => self.target.clone(),
+        };
+        let store = any::open_with(&url, options).await?.into_lease()?;
+        Ok(Scheduler::leased_shared(store))
     }
 }
 
@@ -205,7 +192,8 @@ impl Counts {
                 operation, message, ..
             } => {
                 let mut errors = self.errors.lock().expect("counts");
-                match errors.iter_mut().find(|(op, _, _)| op == operation) {
+                let operation = operation.as_str();
+                match errors.iter_mut().find(|(op, _, _)| *op == operation) {
                     Some(entry) => entry.1 += 1,
                     None => errors.push((operation, 1, message.clone())),
                 }

@@ -136,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
             Dashboard::new(api_store)
                 .scheduler(worker.clone())
                 .allow_run_now(true)
-                .store_timeout(Duration::from_secs(3))
+                .store_timeout(Duration::from_secs(3))?
                 .router(),
         )
         .layer(middleware::from_fn(require_token));

@@ -47,6 +47,8 @@
 
 pub use anarchon_core::*;
 
+pub mod any;
+
 /// Turns the methods of an `impl` block marked `#[every("10s")]`, `#[cron("0 9 * * *")]` or
 /// `#[at("2027-01-01T00:00:00Z")]` into jobs; register an object with
 /// [`Scheduler::register`] (see [`registration`] and the `anarchon-macros` crate for the

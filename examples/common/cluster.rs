@@ -125,7 +125,7 @@ fn print_event(id: &str, event: &Event) {
             run.slot_ms(),
             run.attempt,
             run.reason,
-            error.replace(' ', "_")
+            error.to_string().replace(' ', "_")
         ),
         Event::Interrupted { run, cause } => format!(
             "slot={} attempt={} reason={} cause={}",

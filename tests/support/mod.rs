@@ -435,7 +435,9 @@ fn event_line(id: &str, event: &Event) -> String {
     let rest = match event {
         Event::Start(r) | Event::Lost(r) | Event::Fenced(r) => run(r),
         Event::Success { run: r, .. } => run(r),
-        Event::Failure { run: r, error } => format!("{} cause={}", run(r), error.replace(' ', "_")),
+        Event::Failure { run: r, error } => {
+            format!("{} cause={}", run(r), error.to_string().replace(' ', "_"))
+        }
         Event::Interrupted { run: r, cause } => {
             format!("{} cause={}", run(r), cause.as_str().replace(' ', "_"))
         }

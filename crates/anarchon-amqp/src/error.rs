@@ -47,6 +47,22 @@ pub enum AmqpError {
         /// What went wrong and what to do (never the credentials).
         reason: String,
     },
+    /// A read-only open ([`AmqpStore::open_read_only`](crate::AmqpStore::open_read_only))
+    /// found no store under the prefix: its queue of known jobs does not exist. Nothing was
+    /// declared.
+    #[error(
+        "nothing is recorded under the prefix {prefix:?} on RabbitMQ at {target}: the queue \
+         {queue:?} does not exist; check the prefix and the virtual host (an anarchon \
+         application declares it when it starts). Nothing was created"
+    )]
+    NotAStore {
+        /// The URL, with any password redacted.
+        target: String,
+        /// The prefix looked under.
+        prefix: String,
+        /// The queue that is missing.
+        queue: String,
+    },
 }
 
 impl From<AmqpError> for Error {
@@ -63,6 +79,7 @@ impl From<AmqpError> for Error {
                 value,
                 allowed,
             },
+            AmqpError::NotAStore { .. } => Error::invalid_option("prefix", e.to_string()),
             AmqpError::Connect { ref target, .. } => Error::Unavailable {
                 store: crate::STORE,
                 target: target.clone(),

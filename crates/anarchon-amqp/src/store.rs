@@ -193,6 +193,25 @@ enum Source {
     User(Connection),
 }
 
+/// How a read of a stream knows it reached the end.
+enum End {
+    /// At the marker message with this id, appended just before the read.
+    Marker(String),
+    /// When nothing came for a while (a read-only store may not append a marker); `count`
+    /// is the message count the server gave, which may lag.
+    Quiet {
+        /// The server's message count.
+        count: u32,
+    },
+}
+
+/// How long a read-only read of a stream waits for the next message before it takes the
+/// stream as read to its end.
+const QUIET: Duration = Duration::from_millis(250);
+
+/// The same while fewer messages came than the server counted.
+const QUIET_SHORT_OF_COUNT: Duration = Duration::from_secs(1);
+
 /// One history entry as written to a job's stream.
 #[derive(Serialize, Deserialize)]
 struct Entry {
@@ -235,6 +254,8 @@ pub struct AmqpStore {
     live: tokio::sync::Mutex<Option<Arc<Live>>>,
     streams: Mutex<HashSet<String>>,
     noted: Mutex<HashSet<JobName>>,
+    /// Opened by [`AmqpStore::open_read_only`]: declares nothing, publishes nothing.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for AmqpStore {
@@ -243,6 +264,7 @@ impl std::fmt::Debug for AmqpStore {
             .field("target", &self.target)
             .field("prefix", &self.opts.prefix)
             .field("slot_ttl", &self.opts.slot_ttl)
+            .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
 }
@@ -349,9 +371,79 @@ impl AmqpStore {
             live: tokio::sync::Mutex::new(None),
             streams: Mutex::default(),
             noted: Mutex::default(),
+            read_only: false,
         };
-        match store.live().await {
-            Ok(_) => Ok(store),
+        store.first_connection().await?;
+        Ok(store)
+    }
+
+    /// Opens the store under `opts`'s prefix on `url` to read it, without writing anything:
+    /// no queue is declared and no message published, not even the marker an ordinary
+    /// reader appends to find the end of a stream. This is how the `anarchon` command
+    /// reads.
+    ///
+    /// Every queue is looked up with a passive declare. The store must exist: when the
+    /// queue of known jobs (`<prefix>.jobs`) does not, the answer is
+    /// [`AmqpError::NotAStore`], with nothing created. A job with no history queue has an
+    /// empty history. A stream is read from its start until it has been quiet for a
+    /// moment (250 ms, 1 s while fewer messages came than the server counted), since a
+    /// reader that may not write cannot mark its end. Every write (`prepare`, a claim, a
+    /// record) is refused with [`Error::Store`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use anarchon_amqp::{AmqpError, AmqpOptions, AmqpStore};
+    /// use anarchon_core::store::HistoryStore;
+    ///
+    /// let opts = AmqpOptions::default().prefix("billing");
+    /// match AmqpStore::open_read_only("amqp://guest:guest@127.0.0.1:5672/%2f", opts).await {
+    ///     Ok(store) => println!("{:?}", store.known_jobs().await?),
+    ///     Err(AmqpError::NotAStore { prefix, .. }) => println!("nothing under {prefix}"),
+    ///     Err(e) => return Err(e.into()),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_read_only(
+        url: &str,
+        opts: AmqpOptions,
+    ) -> std::result::Result<Self, AmqpError> {
+        opts.validate()?;
+        let (args, pass) = parse_url(url)?;
+        let target = redact_url(url);
+        let store = AmqpStore {
+            source: Source::Url(Box::new(args), pass),
+            opts,
+            target: target.clone(),
+            live: tokio::sync::Mutex::new(None),
+            streams: Mutex::default(),
+            noted: Mutex::default(),
+            read_only: true,
+        };
+        store.first_connection().await?;
+        let queue = store.jobs_queue();
+        let found = store
+            .queue_exists("open", &queue)
+            .await
+            .map_err(|e| AmqpError::Connect {
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
+        if found.is_none() {
+            let _ = store.close().await;
+            return Err(AmqpError::NotAStore {
+                target,
+                prefix: store.opts.prefix.clone(),
+                queue,
+            });
+        }
+        Ok(store)
+    }
+
+    /// Opens the first connection, as an [`AmqpError::Connect`] when it fails.
+    async fn first_connection(&self) -> std::result::Result<(), AmqpError> {
+        let target = self.target.clone();
+        match self.live().await {
+            Ok(_) => Ok(()),
             Err(Error::Unavailable { source, .. }) => Err(AmqpError::Connect {
                 target,
                 reason: source.to_string(),
@@ -365,6 +457,68 @@ impl AmqpStore {
                 reason: e.to_string(),
             }),
         }
+    }
+
+    /// Whether the store was opened with [`AmqpStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses `operation` on a read-only store.
+    fn writable(&self, operation: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::store(
+                STORE,
+                operation,
+                "this store was opened read-only (AmqpStore::open_read_only) and writes \
+                 nothing; open it with AmqpStore::connect_with to run jobs",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `queue` exists (with the server's message count, which may lag a few
+    /// seconds), asked with a passive declare that creates nothing. It runs on a channel of
+    /// its own: the server closes the channel of a passive declare that names no queue.
+    async fn queue_exists(&self, operation: &'static str, queue: &str) -> Result<Option<u32>> {
+        let live = self.live().await?;
+        let closed = Arc::new(Mutex::new(None::<String>));
+        self.bounded(operation, async {
+            let channel = live
+                .conn
+                .open_channel(None)
+                .await
+                .map_err(|e| self.unavailable(e.to_string()))?;
+            channel
+                .register_callback(ChannelEvents {
+                    confirms: SharedConfirms::default(),
+                    closed: closed.clone(),
+                })
+                .await
+                .map_err(|e| Error::store(STORE, operation, e.to_string()))?;
+            let answer = channel
+                .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
+                .await;
+            let reason = closed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            match answer {
+                Ok(found) => {
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(Duration::from_secs(5), channel.close()).await;
+                    });
+                    Ok(Some(found.map_or(0, |(_, count, _)| count)))
+                }
+                Err(_) if reason.as_deref().is_some_and(|r| r.starts_with("404")) => Ok(None),
+                Err(e) => Err(Error::store(
+                    STORE,
+                    operation,
+                    format!(
+                        "looking up the queue {queue:?}: {}",
+                        reason.unwrap_or_else(|| e.to_string())
+                    ),
+                )),
+            }
+        })
+        .await
     }
 
     /// A store on the user's own, open connection. The store opens its channels on it and
@@ -383,6 +537,7 @@ impl AmqpStore {
             live: tokio::sync::Mutex::new(None),
             streams: Mutex::default(),
             noted: Mutex::default(),
+            read_only: false,
         })
     }
 
@@ -701,6 +856,7 @@ impl AmqpStore {
     }
 
     async fn put_record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
+        self.writable("record")?;
         self.note_jobs(std::slice::from_ref(&record.job)).await?;
         let queue = self.history_queue(&record.job);
         let body = serde_json::to_vec(&Entry {
@@ -716,18 +872,36 @@ impl AmqpStore {
     }
 
     /// Every message of a stream queue but the markers, oldest first: appends a marker of
-    /// its own, then reads from the start until it meets it.
+    /// its own, then reads from the start until it meets it. A read-only store appends
+    /// nothing: it reads a stream that exists (none: no message) until it is quiet.
     async fn read_stream(
         &self,
         operation: &'static str,
         queue: &str,
     ) -> Result<Vec<(String, Vec<u8>)>> {
+        if self.read_only {
+            return match self.queue_exists(operation, queue).await? {
+                Some(count) => self.consume(operation, queue, End::Quiet { count }).await,
+                None => Ok(Vec::new()),
+            };
+        }
         let nonce = format!("{:016x}", rand::random::<u64>());
         let marker = BasicProperties::default()
             .with_message_type("marker")
             .with_message_id(&nonce)
             .finish();
         self.append(operation, queue, marker, Vec::new()).await?;
+        self.consume(operation, queue, End::Marker(nonce)).await
+    }
+
+    /// Reads a stream queue from its start until `end`: every message but the markers,
+    /// oldest first.
+    async fn consume(
+        &self,
+        operation: &'static str,
+        queue: &str,
+        end: End,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
         let live = self.live().await?;
         let closed = Arc::new(Mutex::new(None));
         let channel = self
@@ -766,8 +940,26 @@ impl AmqpStore {
                     .map_err(|e| Error::store(STORE, operation, e.to_string()))?;
                 let mut out = Vec::new();
                 let mut unacked = 0u32;
+                let mut seen = 0u64;
                 loop {
-                    let Some(message) = rx.recv().await else {
+                    let next = match &end {
+                        End::Marker(_) => rx.recv().await,
+                        End::Quiet { count } => {
+                            // The server's count lags by a few seconds: while fewer came,
+                            // wait longer before taking a pause for the end.
+                            let quiet = if seen < u64::from(*count) {
+                                QUIET_SHORT_OF_COUNT
+                            } else {
+                                QUIET
+                            };
+                            match tokio::time::timeout(quiet, rx.recv()).await {
+                                Ok(next) => next,
+                                Err(_) => break,
+                            }
+                        }
+                    };
+                    seen += 1;
+                    let Some(message) = next else {
                         let reason = closed
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
@@ -786,7 +978,10 @@ impl AmqpStore {
                             )
                         })
                         .unwrap_or_default();
-                    if kind == "marker" && id.as_deref() == Some(nonce.as_str()) {
+                    if let End::Marker(nonce) = &end
+                        && kind == "marker"
+                        && id.as_deref() == Some(nonce.as_str())
+                    {
                         break;
                     }
                     if kind != "marker" {
@@ -821,6 +1016,7 @@ impl Store for AmqpStore {
     }
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        self.writable("prepare")?;
         self.note_jobs(&prepare.jobs).await
     }
 
@@ -894,6 +1090,7 @@ impl HistoryStore for AmqpStore {
 #[async_trait]
 impl ClaimStore for AmqpStore {
     async fn claim_slot(&self, c: &SlotClaim) -> Result<SlotOutcome> {
+        self.writable("claim")?;
         let live = self.live().await?;
         if host_now() > c.not_after {
             return Ok(SlotOutcome::Late);

@@ -71,6 +71,21 @@ pub(crate) enum CliError {
         /// What is missing or wrong, and what to do.
         reason: String,
     },
+    /// A Redis, RabbitMQ or NATS server that holds nothing under the `--prefix`.
+    #[error(
+        "{url} holds no anarchon {store} store under the prefix {prefix:?}: {reason}. The \
+         command only reads: it created nothing"
+    )]
+    NothingStored {
+        /// The URL, redacted.
+        url: String,
+        /// The store's name (`Redis`, `RabbitMQ`, `NATS`).
+        store: &'static str,
+        /// The prefix looked under.
+        prefix: String,
+        /// What is missing, and what to do (the prefixes that hold a store, where seen).
+        reason: String,
+    },
     /// A `--table` prefix no store could use.
     #[error(
         "invalid --table {table:?}: {reason}; a table prefix is 1 to 48 ASCII letters, digits \
@@ -171,6 +186,7 @@ impl CliError {
             | CliError::StoreDisabled { .. }
             | CliError::NoSqliteFile { .. }
             | CliError::NotAStore { .. }
+            | CliError::NothingStored { .. }
             | CliError::InvalidTable { .. }
             | CliError::InvalidStore { .. }
             | CliError::InvalidJob { .. }
@@ -216,12 +232,18 @@ fn pair_values(text: &str) -> Vec<String> {
     let mut values = Vec::new();
     let mut rest = text;
     while let Some(eq) = rest.find('=') {
-        let key: String = rest[..eq]
-            .trim_end()
+        let before = rest[..eq].trim_end();
+        let key_text = before
             .rsplit(|c: char| c.is_whitespace() || matches!(c, '?' | '&' | ';' | ','))
             .next()
-            .unwrap_or("")
-            .to_ascii_lowercase();
+            .unwrap_or("");
+        // What precedes the key tells the list: `&`, `;` or `,` end a value of a query
+        // string or a `Key=value;` list; a libpq value ends at whitespace only.
+        let in_list = before[..before.len() - key_text.len()]
+            .chars()
+            .next_back()
+            .is_some_and(|c| matches!(c, '?' | '&' | ';' | ','));
+        let key = key_text.to_ascii_lowercase();
         let after = rest[eq + 1..].trim_start();
         let (value, next) = match after.chars().next() {
             Some(q @ ('\'' | '"')) => {
@@ -240,10 +262,16 @@ fn pair_values(text: &str) -> Vec<String> {
                 }
                 (&body[..end], &body[(end + 1).min(body.len())..])
             }
-            _ => {
+            _ if in_list => {
                 let end = after
                     .find(|c: char| c.is_whitespace() || matches!(c, '&' | ';' | ','))
                     .unwrap_or(after.len());
+                (&after[..end], &after[end..])
+            }
+            // Unquoted in a libpq string: up to the next `key=`, as `redact_url` reads it
+            // (`password=two words user=app`: a password typed with a space).
+            _ => {
+                let end = unquoted_end(after);
                 (&after[..end], &after[end..])
             }
         };
@@ -251,10 +279,37 @@ fn pair_values(text: &str) -> Vec<String> {
             values.push(value.to_owned());
             // The raw form too (`it\'s` as typed), when the value held escapes.
             values.push(value.replace("\\", ""));
+            // And each longer word of a value with spaces, which a driver may echo alone.
+            let words: Vec<&str> = value.split_whitespace().collect();
+            if words.len() > 1 {
+                values.extend(
+                    words
+                        .iter()
+                        .filter(|w| w.len() >= 4)
+                        .map(|w| (*w).to_owned()),
+                );
+            }
         }
         rest = next;
     }
     values
+}
+
+/// Where an unquoted libpq value at the start of `text` ends: at the first whitespace that a
+/// `key=` follows or that ends the text, else at the end.
+fn unquoted_end(text: &str) -> usize {
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            let rest = text[i..].trim_start();
+            let key = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+                .unwrap_or(rest.len());
+            if rest.is_empty() || (key > 0 && rest[key..].trim_start().starts_with('=')) {
+                return i;
+            }
+        }
+    }
+    text.len()
 }
 
 /// `text` with every secret of `url` replaced by `***`.
@@ -284,10 +339,29 @@ mod tests {
     }
 
     #[test]
+    fn scrub_hides_each_word_of_an_unquoted_password_with_spaces() {
+        // libpq reads `topsecret` as a parameter name and its error repeats it alone.
+        let url = "host=db password=hunter2 topsecret user=app";
+        let text = "invalid connection option \"topsecret\" (hunter2 topsecret)";
+        let out = scrub(text, Some(url));
+        assert!(
+            !out.contains("topsecret") && !out.contains("hunter2"),
+            "{out}"
+        );
+        // In a query string `&` ends the value: the next parameter stays readable.
+        let url = "postgres://db/x?password=pw123&sslmode=require";
+        assert_eq!(
+            scrub("pw123 sslmode=require", Some(url)),
+            "*** sslmode=require"
+        );
+    }
+
+    #[test]
     fn scrub_hides_passwords_of_every_store_shape() {
         for (url, secret) in [
             ("host=db user=app password=hunter22", "hunter22"),
             ("host=db password='two words' user=x", "two words"),
+            ("host=db password=two words user=x", "two words"),
             ("host=db password = \"dq secret\"", "dq secret"),
             ("password='it\\'s here' host=db", "it\\'s here"),
             ("postgres:user:pw1234@host", "pw1234"),

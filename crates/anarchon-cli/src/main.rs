@@ -63,7 +63,8 @@ struct Cli {
     /// Bound on connecting and on each store call ("500ms", "10s", "1m"; 1ms to 1h).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_timeout)]
     timeout: Duration,
-    /// Key prefix of a Redis store (the store's default: "anarchon:").
+    /// The store's prefix: Redis keys (default "anarchon:"), RabbitMQ queues or the NATS
+    /// stream (default "anarchon").
     #[arg(long, global = true)]
     prefix: Option<String>,
     /// Table prefix of a SQLite, libSQL or PostgreSQL store (the store's default).

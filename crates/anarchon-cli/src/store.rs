@@ -18,7 +18,7 @@ pub(crate) struct StoreArgs {
     pub(crate) url: String,
     /// The bound of the connection and of each call.
     pub(crate) timeout: Duration,
-    /// Redis key prefix.
+    /// Key prefix (Redis), queue prefix (RabbitMQ) or stream name (NATS).
     pub(crate) prefix: Option<String>,
     /// Table prefix (SQLite, libSQL, PostgreSQL).
     pub(crate) table: Option<String>,
@@ -430,6 +430,11 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
                     RedisStore::connect_with(url, options),
                 )
                 .await?;
+                let prefix = args
+                    .prefix
+                    .clone()
+                    .unwrap_or_else(|| RedisOptions::default().key_prefix().to_owned());
+                check_redis_prefix(&store, &prefix, shown, timeout).await?;
                 Ok(Handle::Lease(Arc::new(store)))
             }
             #[cfg(not(feature = "redis"))]
@@ -438,15 +443,47 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
         Kind::Amqp => {
             #[cfg(feature = "amqp")]
             {
-                use anarchon_amqp::{AmqpOptions, AmqpStore};
-                let options = AmqpOptions::default().connect_timeout(timeout);
-                let store = bounded(shown, timeout, "connect", async {
-                    AmqpStore::connect_with(url, options)
-                        .await
-                        .map_err(anarchon_core::Error::from)
-                })
-                .await?;
-                Ok(Handle::Claim(Arc::new(store)))
+                use anarchon_amqp::{AmqpError, AmqpOptions, AmqpStore};
+                // The gate queues' ttl is only checked against the timeout: the command
+                // claims nothing.
+                let mut options = AmqpOptions::default()
+                    .connect_timeout(timeout)
+                    .operation_timeout(timeout)
+                    .slot_ttl(AmqpOptions::MAX_SLOT_TTL);
+                if let Some(prefix) = &args.prefix {
+                    options = options.prefix(prefix.clone());
+                }
+                let prefix = options.queue_prefix().to_owned();
+                // Read-only: looked up with passive declares; nothing is declared or
+                // published.
+                let opened = tokio::time::timeout(
+                    timeout.saturating_mul(2),
+                    AmqpStore::open_read_only(url, options),
+                )
+                .await
+                .map_err(|_| CliError::Timeout {
+                    url: shown.to_owned(),
+                    action: "connect",
+                    after: timeout,
+                })?;
+                match opened {
+                    Ok(store) => Ok(Handle::Claim(Arc::new(store))),
+                    Err(AmqpError::NotAStore { queue, .. }) => Err(CliError::NothingStored {
+                        url: shown.to_owned(),
+                        store: "RabbitMQ",
+                        prefix,
+                        reason: format!(
+                            "the queue {queue:?} of its known jobs does not exist in this \
+                             virtual host; pass the application's --prefix (default \
+                             \"anarchon\") and virtual host"
+                        ),
+                    }),
+                    Err(e) => Err(CliError::Store {
+                        url: shown.to_owned(),
+                        action: "connect",
+                        source: e.into(),
+                    }),
+                }
             }
             #[cfg(not(feature = "amqp"))]
             Err(disabled(shown, "RabbitMQ", "amqp"))
@@ -454,19 +491,171 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
         Kind::Nats => {
             #[cfg(feature = "nats")]
             {
-                use anarchon_nats::{NatsOptions, NatsStore};
-                let options = NatsOptions::default().connect_timeout(timeout);
-                let store = bounded(shown, timeout, "connect", async {
-                    NatsStore::connect_with(url, options)
-                        .await
-                        .map_err(anarchon_core::Error::from)
-                })
-                .await?;
-                Ok(Handle::Claim(Arc::new(store)))
+                use anarchon_nats::{NatsError, NatsOptions, NatsStore};
+                let mut options = NatsOptions::default()
+                    .connect_timeout(timeout)
+                    .operation_timeout(timeout);
+                if let Some(prefix) = &args.prefix {
+                    options = options.prefix(prefix.clone());
+                }
+                let prefix = options.stream_name().to_owned();
+                // Read-only: the stream is looked up, never created.
+                let opened = tokio::time::timeout(
+                    timeout.saturating_mul(3),
+                    NatsStore::open_read_only(url, options),
+                )
+                .await
+                .map_err(|_| CliError::Timeout {
+                    url: shown.to_owned(),
+                    action: "connect",
+                    after: timeout,
+                })?;
+                match opened {
+                    Ok(store) => Ok(Handle::Claim(Arc::new(store))),
+                    Err(NatsError::NotAStore { stream, .. }) => Err(CliError::NothingStored {
+                        url: shown.to_owned(),
+                        store: "NATS",
+                        prefix,
+                        reason: format!(
+                            "there is no JetStream stream {stream:?}; pass the application's \
+                             --prefix (default \"anarchon\")"
+                        ),
+                    }),
+                    Err(e) => Err(CliError::Store {
+                        url: shown.to_owned(),
+                        action: "connect",
+                        source: e.into(),
+                    }),
+                }
             }
             #[cfg(not(feature = "nats"))]
             Err(disabled(shown, "NATS", "nats"))
         }
+    }
+}
+
+/// How many keys one `SCAN` of [`check_redis_prefix`] asks for, and how many pages it reads
+/// at most: enough to name the prefixes of a server that holds a few stores, without walking
+/// a large keyspace.
+#[cfg(feature = "redis")]
+const REDIS_SCAN: (u32, usize) = (1_000, 10);
+
+/// Refuses a Redis prefix under which no anarchon store lives (neither `<prefix>meta`, which
+/// every store writes when it starts, nor `<prefix>jobs` exists), so a `--prefix` typo says
+/// so instead of answering "no jobs". It only reads: `EXISTS`, then a short `SCAN` for the
+/// `*meta` keys of other prefixes to name them.
+#[cfg(feature = "redis")]
+async fn check_redis_prefix(
+    store: &anarchon_redis::RedisStore,
+    prefix: &str,
+    shown: &str,
+    timeout: Duration,
+) -> Result<(), CliError> {
+    use anarchon_redis::fred::interfaces::ClientLike;
+    use anarchon_redis::fred::types::{ClusterHash, CustomCommand, Value};
+
+    let client = store.client();
+    let failed = |e: anarchon_redis::fred::error::Error| CliError::Store {
+        url: shown.to_owned(),
+        action: "check the prefix",
+        source: anarchon_core::Error::store("redis", "check the prefix", e.to_string()),
+    };
+    let check = async {
+        let mut found = 0i64;
+        // One key at a time: in a cluster the two keys may live on different nodes.
+        for key in [format!("{prefix}meta"), format!("{prefix}jobs")] {
+            let n: i64 = client
+                .custom(
+                    CustomCommand::new_static("EXISTS", ClusterHash::FirstKey, false),
+                    vec![key],
+                )
+                .await
+                .map_err(failed)?;
+            found += n;
+        }
+        if found > 0 {
+            return Ok(());
+        }
+        let mut cursor = "0".to_owned();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..REDIS_SCAN.1 {
+            let page: Vec<Value> = client
+                .custom(
+                    CustomCommand::new_static("SCAN", ClusterHash::Random, false),
+                    vec![
+                        cursor.clone(),
+                        "MATCH".into(),
+                        "*meta".into(),
+                        "COUNT".into(),
+                        REDIS_SCAN.0.to_string(),
+                    ],
+                )
+                .await
+                .map_err(failed)?;
+            let mut page = page.into_iter();
+            cursor = page
+                .next()
+                .and_then(|v| v.into_string())
+                .unwrap_or_else(|| "0".into());
+            let keys: Vec<String> = match page.next() {
+                Some(Value::Array(keys)) => {
+                    keys.into_iter().filter_map(|k| k.into_string()).collect()
+                }
+                _ => Vec::new(),
+            };
+            for key in keys {
+                if let Some(other) = key.strip_suffix("meta")
+                    && !other.is_empty()
+                    && other.len() <= 64
+                {
+                    seen.insert(other.to_owned());
+                }
+            }
+            if cursor == "0" || seen.len() >= 10 {
+                break;
+            }
+        }
+        // Only the keys that are an anarchon store's meta hash (it holds `format`).
+        let mut stores = Vec::new();
+        for other in seen.into_iter().take(10) {
+            let is_ours: i64 = client
+                .custom(
+                    CustomCommand::new_static("HEXISTS", ClusterHash::FirstKey, false),
+                    vec![format!("{other}meta"), "format".to_owned()],
+                )
+                .await
+                .unwrap_or(0);
+            if is_ours == 1 {
+                stores.push(format!("{:?}", crate::output::escape(&other)));
+            }
+        }
+        let reason = if stores.is_empty() {
+            "neither its meta nor its jobs key exists, and no other anarchon prefix was seen \
+             on this server (database); check the URL's database number and the \
+             application's key prefix"
+                .to_owned()
+        } else {
+            format!(
+                "neither its meta nor its jobs key exists; this server holds anarchon stores \
+                 under {}: pass --prefix {}",
+                stores.join(", "),
+                stores[0]
+            )
+        };
+        Err(CliError::NothingStored {
+            url: shown.to_owned(),
+            store: "Redis",
+            prefix: prefix.to_owned(),
+            reason,
+        })
+    };
+    match tokio::time::timeout(timeout, check).await {
+        Ok(result) => result,
+        Err(_) => Err(CliError::Timeout {
+            url: shown.to_owned(),
+            action: "check the prefix",
+            after: timeout,
+        }),
     }
 }
 

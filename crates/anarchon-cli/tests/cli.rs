@@ -643,13 +643,33 @@ async fn a_claim_only_store_says_it_has_no_leases() {
     let Some(url) = server_url("ANARCHON_AMQP_URL") else {
         return;
     };
-    let out = ok(&["--store", &url, "runs"]).await;
+    // The command reads only a store that exists: an application's, here one of the test.
+    use anarchon_core::store::Store;
+    let prefix = format!("anarchon-cli-{:08x}", rand::random::<u32>());
+    let store = anarchon_amqp::AmqpStore::connect_with(
+        &url,
+        anarchon_amqp::AmqpOptions::default().prefix(prefix.clone()),
+    )
+    .await
+    .unwrap();
+    store
+        .prepare(&anarchon_core::store::Prepare {
+            jobs: vec![],
+            instance_id: "t".into(),
+            call_timeout: Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    let out = ok(&["--store", &url, "--prefix", &prefix, "runs"]).await;
     assert!(
         out.stdout.contains("claim-only") && out.stdout.contains("no leases"),
         "{}",
         out.stdout
     );
-    let json = ok(&["--store", &url, "runs", "--json"]).await.json();
+    let json = ok(&["--store", &url, "--prefix", &prefix, "runs", "--json"])
+        .await
+        .json();
     assert_eq!(json["leases"], false);
     assert_eq!(json["runs"], Value::Array(vec![]));
+    store.close().await.unwrap();
 }

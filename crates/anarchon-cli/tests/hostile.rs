@@ -370,3 +370,216 @@ async fn cli_bounds_the_timeout_instead_of_panicking_in_a_driver() {
     let out = cli(&["--store", db.to_str().unwrap(), "--timeout", "1h", "jobs"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+/// Asserts the command refused a prefix that holds no store: exit 2, and a message that
+/// names the store, the prefix and that nothing was created.
+fn refused_prefix(out: &Output, store: &str, prefix: &str) {
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("holds no anarchon {store} store under the prefix"))
+            && out.stderr.contains(prefix)
+            && out.stderr.contains("it created nothing")
+            && out.stderr.contains("--prefix"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// RabbitMQ: reading a prefix with no store declares no queue (asked with a passive
+/// declare, which creates nothing) and says so; reading a real store declares nothing
+/// either, not even a missing job's history queue.
+#[tokio::test]
+async fn cli_never_declares_a_rabbitmq_queue_and_names_a_missing_prefix() {
+    use anarchon_amqp::amqprs::channel::{QueueDeclareArguments, QueueDeleteArguments};
+    use anarchon_amqp::amqprs::connection::{Connection, OpenConnectionArguments};
+    use anarchon_core::store::Store;
+    let Some(url) = anarchon_core::testkit::server_url("ANARCHON_AMQP_URL") else {
+        return;
+    };
+    let prefix = format!("anarchon-cli-ro-{:08x}", rand::random::<u32>());
+    for args in [
+        vec!["jobs"],
+        vec!["history", "sync"],
+        vec!["runs"],
+        vec!["inspect", "sync", "1000"],
+    ] {
+        let mut all = vec!["--store", url.as_str(), "--prefix", prefix.as_str()];
+        all.extend(args);
+        refused_prefix(&cli(&all), "RabbitMQ", &prefix);
+    }
+    // The test servers use RabbitMQ's default user on loopback.
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.split('/').next()?.parse().ok())
+        .unwrap_or(5672);
+    let conn = Connection::open(&OpenConnectionArguments::new(
+        "127.0.0.1",
+        port,
+        "guest",
+        "guest",
+    ))
+    .await
+    .unwrap();
+    let exists = async |queue: &str| {
+        let ch = conn.open_channel(None).await.unwrap();
+        ch.queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
+            .await
+            .is_ok()
+    };
+    for queue in [format!("{prefix}.jobs"), format!("{prefix}.history.sync")] {
+        assert!(!exists(&queue).await, "the command declared {queue}");
+    }
+
+    // A real store: read, and still nothing declared.
+    let job = JobName::new("sync").unwrap();
+    let store = anarchon_amqp::AmqpStore::connect_with(
+        &url,
+        anarchon_amqp::AmqpOptions::default().prefix(prefix.clone()),
+    )
+    .await
+    .unwrap();
+    store
+        .prepare(&anarchon_core::store::Prepare {
+            jobs: vec![job.clone()],
+            instance_id: "t".into(),
+            call_timeout: std::time::Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let jobs = cli(&["--store", &url, "--prefix", &prefix, "jobs"]);
+    assert_eq!(jobs.code, 0, "{}", jobs.stderr);
+    assert!(jobs.stdout.contains("sync"), "{}", jobs.stdout);
+    let history = cli(&["--store", &url, "--prefix", &prefix, "history", "sync"]);
+    assert_eq!(history.code, 0, "{}", history.stderr);
+    assert!(exists(&format!("{prefix}.jobs")).await);
+    assert!(
+        !exists(&format!("{prefix}.history.sync")).await,
+        "reading the history of a job that never ran declared its queue"
+    );
+    let ch = conn.open_channel(None).await.unwrap();
+    let _ = ch
+        .queue_delete(QueueDeleteArguments::new(&format!("{prefix}.jobs")))
+        .await;
+    let _ = conn.close().await;
+}
+
+/// NATS: reading a prefix with no stream creates none (asked with a stream info request)
+/// and says so.
+#[tokio::test]
+async fn cli_never_creates_a_nats_stream_and_names_a_missing_prefix() {
+    let Some(url) = anarchon_core::testkit::server_url("ANARCHON_NATS_URL") else {
+        return;
+    };
+    let prefix = format!("anarchon-cli-ro-{:08x}", rand::random::<u32>());
+    for args in [vec!["jobs"], vec!["history", "sync"], vec!["runs"]] {
+        let mut all = vec!["--store", url.as_str(), "--prefix", prefix.as_str()];
+        all.extend(args);
+        refused_prefix(&cli(&all), "NATS", &prefix);
+    }
+    let client = anarchon_nats::async_nats::connect(&url).await.unwrap();
+    let js = anarchon_nats::async_nats::jetstream::new(client);
+    assert!(
+        js.get_stream(&prefix).await.is_err(),
+        "the command created the stream {prefix}"
+    );
+    // A stream of that name is read (and not changed).
+    let store = anarchon_nats::NatsStore::connect_with(
+        &url,
+        anarchon_nats::NatsOptions::default()
+            .prefix(prefix.clone())
+            .storage(anarchon_nats::Storage::Memory),
+    )
+    .await
+    .unwrap();
+    use anarchon_core::store::Store;
+    store
+        .prepare(&anarchon_core::store::Prepare {
+            jobs: vec![JobName::new("sync").unwrap()],
+            instance_id: "t".into(),
+            call_timeout: std::time::Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    let messages = |js: anarchon_nats::async_nats::jetstream::Context, prefix: String| async move {
+        let mut stream = js.get_stream(&prefix).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    };
+    let before = messages(js.clone(), prefix.clone()).await;
+    let jobs = cli(&["--store", &url, "--prefix", &prefix, "jobs"]);
+    assert_eq!(jobs.code, 0, "{}", jobs.stderr);
+    assert!(jobs.stdout.contains("sync"), "{}", jobs.stdout);
+    assert_eq!(messages(js.clone(), prefix.clone()).await, before);
+    let _ = js.delete_stream(&prefix).await;
+    store.close().await.unwrap();
+}
+
+/// Redis: a `--prefix` typo is refused (exit 2) instead of answering "no jobs", naming the
+/// prefix the server does hold, and the command writes no key under either.
+#[tokio::test]
+async fn cli_names_a_redis_prefix_typo_and_the_prefixes_it_sees() {
+    use anarchon_core::store::Store;
+    use anarchon_redis::fred::interfaces::ClientLike;
+    use anarchon_redis::fred::types::{ClusterHash, CustomCommand, Value};
+    let Some(url) = anarchon_core::testkit::server_url("ANARCHON_REDIS_URL") else {
+        return;
+    };
+    let prefix = format!("anarchon-cli-ro-{:08x}:", rand::random::<u32>());
+    let typo = format!("{}x:", prefix.trim_end_matches(':'));
+    let store = anarchon_redis::RedisStore::connect_with(
+        &url,
+        anarchon_redis::RedisOptions::default().prefix(prefix.clone()),
+    )
+    .await
+    .unwrap();
+    store
+        .prepare(&anarchon_core::store::Prepare {
+            jobs: vec![JobName::new("sync").unwrap()],
+            instance_id: "t".into(),
+            call_timeout: std::time::Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    let keys = async |pattern: String| -> Vec<String> {
+        let found: Vec<Value> = store
+            .client()
+            .custom(
+                CustomCommand::new_static("KEYS", ClusterHash::Random, false),
+                vec![pattern],
+            )
+            .await
+            .unwrap();
+        let mut found: Vec<String> = found.into_iter().filter_map(|k| k.into_string()).collect();
+        found.sort();
+        found
+    };
+    let ours = keys(format!("{prefix}*")).await;
+    assert!(ours.contains(&format!("{prefix}meta")), "{ours:?}");
+    for args in [vec!["jobs"], vec!["history", "sync"], vec!["runs"]] {
+        let mut all = vec!["--store", url.as_str(), "--prefix", typo.as_str()];
+        all.extend(args);
+        let out = cli(&all);
+        refused_prefix(&out, "Redis", &typo);
+        assert!(
+            out.stderr.contains(&format!("pass --prefix \"{prefix}\"")),
+            "the prefix the server holds is not named: {}",
+            out.stderr
+        );
+    }
+    assert!(keys(format!("{typo}*")).await.is_empty());
+    assert_eq!(keys(format!("{prefix}*")).await, ours);
+    // The right prefix reads.
+    let out = cli(&["--store", &url, "--prefix", &prefix, "jobs"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("sync"), "{}", out.stdout);
+    let _: i64 = store
+        .client()
+        .custom(
+            CustomCommand::new_static("DEL", ClusterHash::FirstKey, false),
+            ours,
+        )
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+}

@@ -4,6 +4,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
@@ -175,6 +176,8 @@ pub(crate) struct RunControl {
     /// Last confirmed renewal + lease - margin, on the monotonic clock; `None` for runs
     /// without a lease (manual runs, claim-only stores).
     deadline: Mutex<Option<tokio::time::Instant>>,
+    /// A fenced transaction recorded the attempt's success.
+    finished_in_transaction: AtomicBool,
 }
 
 impl RunControl {
@@ -183,6 +186,7 @@ impl RunControl {
             token: CancellationToken::new(),
             cause: OnceLock::new(),
             deadline: Mutex::new(deadline),
+            finished_in_transaction: AtomicBool::new(false),
         }
     }
 
@@ -206,6 +210,14 @@ impl RunControl {
 
     pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn mark_finished_in_transaction(&self) {
+        self.finished_in_transaction.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_finished_in_transaction(&self) -> bool {
+        self.finished_in_transaction.load(Ordering::SeqCst)
     }
 
     /// Trips the signal when the lease deadline has passed, and says whether the signal is

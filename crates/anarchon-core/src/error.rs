@@ -7,6 +7,29 @@ use crate::cancel::CancelCause;
 /// A boxed error from a handler, a data function or a driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// What kind of failure an [`Error`] is, for code that reacts to it (retry, alert, give
+/// up) without reading its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input: an option, a schedule, a name, a URL.
+    Input,
+    /// The scheduler's state does not allow the call.
+    State,
+    /// The store cannot be reached.
+    Unavailable,
+    /// A store call did not answer in time.
+    Timeout,
+    /// The store's server or schema is not one anarchon can use.
+    Incompatible,
+    /// The store refused or failed a call.
+    Store,
+    /// A run's signal was cancelled, or its fenced transaction lost the run.
+    Cancelled,
+    /// A data function failed.
+    Data,
+}
+
 /// The result type of anarchon.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -203,6 +226,40 @@ pub enum Error {
         /// Why; `None` when the signal was cancelled from outside the scheduler.
         cause: Option<CancelCause>,
     },
+    /// A store URL no store takes, or one whose store's feature is off
+    /// (`anarchon::any::open`).
+    #[error("cannot open a store from {url:?}: {reason}")]
+    StoreUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// A fenced transaction found that this attempt no longer owns its run; nothing of the
+    /// transaction was kept. Another attempt does (or did) the work: return the error.
+    #[error(
+        "job {job:?} slot {slot} attempt {attempt}: this attempt no longer owns the run ({loss}); nothing of the fenced transaction was kept"
+    )]
+    Fenced {
+        /// The job.
+        job: String,
+        /// The slot, epoch ms.
+        slot: crate::ids::EpochMs,
+        /// The attempt that lost.
+        attempt: u32,
+        /// What the store found instead.
+        loss: crate::fenced::FenceLoss,
+    },
+    /// A fenced transaction was asked for a run that holds no lease to check.
+    #[error(
+        "job {job:?}: a fenced transaction needs a run on a lease store ({why}); use a plain transaction"
+    )]
+    NotFenceable {
+        /// The job.
+        job: String,
+        /// Why there is no lease.
+        why: &'static str,
+    },
     /// A data function failed. [B-31]
     #[error("data function failed for job {job:?}: {source}")]
     Data {
@@ -236,6 +293,41 @@ impl Error {
         }
     }
 
+    /// What kind of failure this is.
+    ///
+    /// ```
+    /// use anarchon_core::error::{Error, ErrorKind};
+    /// let e = Error::Timeout { store: "redis", operation: "claim", after: std::time::Duration::from_secs(2) };
+    /// assert_eq!(e.kind(), ErrorKind::Timeout);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidInterval { .. }
+            | Error::InvalidCron { .. }
+            | Error::UnknownTimezone { .. }
+            | Error::InvalidAt { .. }
+            | Error::InvalidJobName { .. }
+            | Error::DuplicateJob { .. }
+            | Error::UnknownJob { .. }
+            | Error::UnknownScheduler { .. }
+            | Error::DuplicateScheduler { .. }
+            | Error::InvalidOption { .. }
+            | Error::OutOfRange { .. }
+            | Error::AtInThePast { .. }
+            | Error::StoreUrl { .. }
+            | Error::NotFenceable { .. } => ErrorKind::Input,
+            Error::State { .. } => ErrorKind::State,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::ServerTooOld { .. } | Error::SchemaTooNew { .. } | Error::Corrupt { .. } => {
+                ErrorKind::Incompatible
+            }
+            Error::Store { .. } => ErrorKind::Store,
+            Error::Cancelled { .. } | Error::Fenced { .. } => ErrorKind::Cancelled,
+            Error::Data { .. } => ErrorKind::Data,
+        }
+    }
+
     /// True for errors that may pass when the call is tried again (unavailable, timeout).
     pub fn is_transient(&self) -> bool {
         matches!(
@@ -261,6 +353,8 @@ const HIDDEN: &str = "***";
 ///   `nats://token@host`, libSQL, HTTP).
 /// - **PostgreSQL `key=value` strings** (`host=db password='two words' user=app`), with
 ///   libpq's quoting: values in single quotes with `\'` and `\\` escapes, spaces around `=`.
+///   An unquoted secret value runs to the next `key=` (or the end): libpq would end it at the
+///   first space, but `password=two words` is what a user types for a password with a space.
 ///   Any other text gets the same treatment for `key=value` pairs at word, `?`, `&`, `;`
 ///   or `,` boundaries.
 /// - **`user:password@host`** without a scheme.
@@ -276,6 +370,8 @@ const HIDDEN: &str = "***";
 ///            "postgres://app@db/x?password=***&sslmode=require");
 /// assert_eq!(redact_url("redis://:secret@cache:6379"), "redis://:***@cache:6379");
 /// assert_eq!(redact_url("host=db password='hunter2 topsecret' user=app"),
+///            "host=db password=*** user=app");
+/// assert_eq!(redact_url("host=db password=hunter2 topsecret user=app"),
 ///            "host=db password=*** user=app");
 /// // A `/` in the password makes the URL ambiguous: all of it is hidden.
 /// assert_eq!(redact_url("postgres://app:pa/ss@db"), "postgres://***");
@@ -449,7 +545,14 @@ fn redact_pairs(text: &str) -> String {
         while j < bytes.len() && matches!(bytes[j], b' ' | b'\t') {
             j += 1;
         }
-        let end = value_end(text, j);
+        // The separator before the key tells the list: `&` ends a value of a query
+        // string, `;` one of a `Key=value;` list; a libpq value ends at whitespace only.
+        let separator = match key_start.checked_sub(1).map(|at| bytes[at]) {
+            Some(b'?' | b'&') => Some('&'),
+            Some(b';') => Some(';'),
+            _ => None,
+        };
+        let end = value_end(text, j, separator);
         out.push_str(&text[copied..j]);
         out.push_str(HIDDEN);
         copied = end;
@@ -461,8 +564,14 @@ fn redact_pairs(text: &str) -> String {
 
 /// Where the value starting at `start` ends: after its closing quote (`'` or `"`, with `\`
 /// escaping the next character; the end of the text if the quote is never closed), else at
-/// the first whitespace, `&` or `;`.
-fn value_end(text: &str, start: usize) -> usize {
+/// the list's `separator` (`&` in a query string, `;` in a `Key=value;` list), or at the
+/// first whitespace that a `key=` follows (or that ends the text).
+///
+/// libpq ends an unquoted value at whitespace, so `password=two words` is no valid
+/// connection string; but it is what a user types for a password with a space, and the
+/// words after the first are as secret as it. Up to the next `key=` the text is taken as
+/// the value's: a message then loses a few words, never a piece of a password.
+fn value_end(text: &str, start: usize, separator: Option<char>) -> usize {
     let mut chars = text[start..].char_indices().peekable();
     let quote = match chars.peek() {
         Some((_, q @ ('\'' | '"'))) => {
@@ -478,11 +587,25 @@ fn value_end(text: &str, start: usize) -> usize {
                 chars.next();
             }
             (c, Some(q)) if c == q => return start + offset + c.len_utf8(),
-            (c, None) if c.is_whitespace() || c == '&' || c == ';' => return start + offset,
+            (c, None) if Some(c) == separator => return start + offset,
+            (c, None) if c.is_whitespace() && next_is_pair(&text[start + offset..]) => {
+                return start + offset;
+            }
             _ => {}
         }
     }
     text.len()
+}
+
+/// Whether `rest`, which starts with whitespace, goes on with a `key=` pair (spaces around
+/// the `=` allowed, as libpq allows them) or ends with the whitespace.
+fn next_is_pair(rest: &str) -> bool {
+    let rest = rest.trim_start();
+    let key_len = rest
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        .count();
+    rest.is_empty() || (key_len > 0 && rest[key_len..].trim_start().starts_with('='))
 }
 
 /// The error a job handler returns: any error type converts into it with `?`, so a handler

@@ -71,6 +71,84 @@ impl fmt::Display for InterruptCause {
     }
 }
 
+/// Why a run failed ([`Event::Failure`]); `Display` gives the text the history's `error`
+/// field keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureCause {
+    /// The handler returned this error (a panic reads "handler panicked: ...", a failed data
+    /// function "data function failed ...").
+    Handler(String),
+    /// The job's timeout passed: recorded failed at once, the handler cancelled. [B-21]
+    TimedOut,
+    /// Seen by a backup: the run was started `max_attempts` times without finishing. [B-14]
+    Exhausted {
+        /// The job's `max_attempts`.
+        max_attempts: u32,
+    },
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailureCause::Handler(message) => f.write_str(message),
+            FailureCause::TimedOut => f.write_str("timed out"),
+            FailureCause::Exhausted { max_attempts } => write!(
+                f,
+                "exhausted: started {max_attempts} times without finishing"
+            ),
+        }
+    }
+}
+
+/// The store call an [`Event::Error`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreOperation {
+    /// Claiming slots (`claim_many`, `claim_slot`).
+    Claim,
+    /// Renewing leases.
+    Heartbeat,
+    /// A backup reading the runs it watches.
+    Runs,
+    /// A backup taking runs over.
+    TakeOver,
+    /// Writing a run's result.
+    Finish,
+    /// Handing a run over.
+    Release,
+    /// Writing a history record (manual runs, claim-only stores).
+    Record,
+    /// Reading the unfinished runs on start.
+    UnfinishedRuns,
+    /// An answer that did not fit its call (a bug in the scheduler's shell).
+    Answer,
+}
+
+impl StoreOperation {
+    /// The store trait method's name (`"claim"`, `"take_over"` ...), as logs and the
+    /// `operation` metric label show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOperation::Claim => "claim",
+            StoreOperation::Heartbeat => "heartbeat",
+            StoreOperation::Runs => "runs",
+            StoreOperation::TakeOver => "take_over",
+            StoreOperation::Finish => "finish",
+            StoreOperation::Release => "release",
+            StoreOperation::Record => "record",
+            StoreOperation::UnfinishedRuns => "unfinished_runs",
+            StoreOperation::Answer => "answer",
+        }
+    }
+}
+
+impl fmt::Display for StoreOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a slot was not started here. [B-11, B-10, B-12, B-29]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
@@ -134,8 +212,8 @@ pub enum Event {
     Failure {
         /// The run.
         run: RunInfo,
-        /// The cause.
-        error: String,
+        /// The cause; `Display` gives the recorded error text.
+        error: FailureCause,
     },
     /// A run ended without a result: handed over on stop, abandoned at the stop timeout, or
     /// (seen by a backup) replaced by the next slot.
@@ -162,10 +240,10 @@ pub enum Event {
     Fenced(RunInfo),
     /// A store problem.
     Error {
-        /// The store operation (`"claim"`, `"heartbeat"`, `"finish"` ...): the name of the
-        /// store trait method that failed, kept as text so a new store call needs no new
-        /// variant.
-        operation: &'static str,
+        /// The store call that failed.
+        operation: StoreOperation,
+        /// What kind of failure (timeout, unreachable store ...).
+        kind: crate::error::ErrorKind,
         /// The job, when there is one.
         job: Option<JobName>,
         /// The error's message.
@@ -256,6 +334,7 @@ impl fmt::Display for Event {
                 operation,
                 job,
                 message,
+                ..
             } => match job {
                 Some(job) => write!(f, "{name}: {operation} for job {job}: {message}"),
                 None => write!(f, "{name}: {operation}: {message}"),

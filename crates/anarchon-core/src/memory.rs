@@ -29,9 +29,9 @@ use tokio::sync::broadcast;
 use crate::error::{Error, Result};
 use crate::history::{Reason, Retention, RunRecord, RunStatus};
 use crate::store::{
-    ClaimOutcome, ClaimStore, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
-    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, RunKey, RunView, SlotClaim, SlotOutcome,
-    Store, Takeover, TakeoverOutcome,
+    BatchLimits, ClaimOutcome, ClaimStore, EpochMs, Finish, HistoryStore, JobName, Lease,
+    LeaseClaim, LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, RunKey, RunView, SlotClaim,
+    SlotOutcome, Store, Takeover, TakeoverOutcome,
 };
 
 const HEALTHY: u8 = 0;
@@ -338,105 +338,19 @@ impl HistoryStore for MemoryStore {
 
 #[async_trait]
 impl LeaseStore for MemoryStore {
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
+    /// One call and one lock for the whole batch (a store's one round trip), each claim
+    /// judged as the contract says after the ones before it.
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         self.gate().await?;
         let now = self.clock_ms();
-        if now > claim.not_after {
-            return Ok(ClaimOutcome::Late { store_now: now });
-        }
         let mut st = self.lock();
-        let job = &claim.run.job;
-        st.jobs.insert(job.clone());
-        // [B-15] Earlier runs whose lease ended unfinished are replaced by this slot.
-        // Runs are ordered by job, then slot: the job's earlier runs are one range.
-        let earlier = RunKey::new(job.clone(), EpochMs::MIN)..claim.run.clone();
-        let ended: Vec<(RunKey, u32)> = st
-            .runs
-            .range(earlier.clone())
-            .filter(|(_, r)| {
-                r.status == RunStatus::Running && (r.owner.is_none() || r.expires_at <= now)
-            })
-            .map(|(k, r)| (k.clone(), r.attempt))
-            .collect();
-        for (key, attempt) in ended {
-            if let Some(run) = st.runs.get_mut(&key) {
-                run.status = RunStatus::Interrupted;
-                run.owner = None;
-            }
-            st.set_row(
-                &key,
-                attempt,
-                RunStatus::Interrupted,
-                now,
-                Some("replaced by the next slot"),
-            );
-        }
-        if st.runs.contains_key(&claim.run) {
-            return Ok(ClaimOutcome::Taken);
-        }
-        if claim.overlap == Overlap::Skip
-            && let Some((k, _)) = st.runs.range(earlier).find(|(_, r)| {
-                r.status == RunStatus::Running && r.owner.is_some() && r.expires_at > now
-            })
-        {
-            return Ok(ClaimOutcome::Overlap {
-                running_slot: k.slot,
-            });
-        }
-        let fence = st.next_fence(job);
-        let expires_at = now + claim.lease_ms as EpochMs;
-        st.runs.insert(
-            claim.run.clone(),
-            Run {
-                status: RunStatus::Running,
-                attempt: 1,
-                counted_starts: 1,
-                owner: Some(claim.instance_id.clone()),
-                expires_at,
-            },
-        );
-        st.history.entry(job.clone()).or_default().push(RunRecord {
-            job: job.clone(),
-            slot: claim.run.slot,
-            scheduled_at: claim.scheduled_at,
-            instance_id: claim.instance_id.clone(),
-            manual: false,
-            attempt: 1,
-            reason: claim.reason,
-            status: RunStatus::Running,
-            fence,
-            started_at: now,
-            finished_at: None,
-            error: None,
-        });
-        st.prune(job, claim.retention, now);
-        Ok(ClaimOutcome::Won(Lease {
-            run: claim.run.clone(),
-            attempt: 1,
-            fence,
-            instance_id: claim.instance_id.clone(),
-            reason: claim.reason,
-            scheduled_at: claim.scheduled_at,
-            started_at: now,
-            expires_at,
-        }))
+        Ok(claims.iter().map(|c| claim_one(&mut st, c, now)).collect())
     }
 
-    /// The reference store takes batches (answered one claim after the other, under one
-    /// lock each), so the scheduler's batching is exercised by the kit on it.
-    fn claim_batch_limit(&self) -> usize {
-        64
-    }
-
-    /// Batches like a store with a batch call would, so the kit drives the driver's
-    /// batched path (each result is written as `finish` writes it).
-    fn finish_batch_limit(&self) -> usize {
-        64
-    }
-
-    /// Batches too (the default loop), so the kit drives the driver's batched takeovers.
-    fn take_over_batch_limit(&self) -> usize {
-        64
+    /// The reference store takes batches (one lock each), so the kit drives the
+    /// scheduler's batched paths on it.
+    fn limits(&self) -> BatchLimits {
+        BatchLimits::all(64)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
@@ -461,28 +375,15 @@ impl LeaseStore for MemoryStore {
             .collect())
     }
 
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+    /// One call and one lock for the whole batch, like `claim_many`.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         self.gate().await?;
         let now = self.clock_ms();
         let mut st = self.lock();
-        match st.runs.get_mut(&lease.run) {
-            Some(run)
-                if run.status == RunStatus::Running
-                    && run.attempt == lease.attempt
-                    && run.owner.as_deref() == Some(&lease.instance_id) =>
-            {
-                run.status = finish.status;
-                run.owner = None;
-            }
-            _ => return Ok(OwnerWrite::Lost),
-        }
-        if let Some(row) = st.history_row(&lease.run, lease.attempt) {
-            row.status = finish.status;
-            row.finished_at = Some(now);
-            row.error = finish.error.clone();
-        }
-        st.prune(&lease.run.job, finish.retention, now);
-        Ok(OwnerWrite::Done)
+        Ok(writes
+            .iter()
+            .map(|(lease, finish)| finish_one(&mut st, lease, finish, now))
+            .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -515,90 +416,15 @@ impl LeaseStore for MemoryStore {
         Ok(OwnerWrite::Done)
     }
 
-    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
+    /// One call and one lock for the whole batch, like `claim_many`.
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
         self.gate().await?;
         let now = self.clock_ms();
-        if now > t.not_after {
-            return Ok(TakeoverOutcome::Late);
-        }
         let mut st = self.lock();
-        let Some(run) = st.runs.get(&t.run).cloned() else {
-            return Ok(TakeoverOutcome::Finished(RunStatus::Interrupted));
-        };
-        if run.status.is_final() {
-            return Ok(TakeoverOutcome::Finished(run.status));
-        }
-        let released = run.owner.is_none();
-        if run.attempt != t.seen_attempt || (!released && run.expires_at > now) {
-            return Ok(TakeoverOutcome::Live);
-        }
-        st.set_row(
-            &t.run,
-            run.attempt,
-            RunStatus::Interrupted,
-            now,
-            Some("lease expired"),
-        );
-        if t.superseded {
-            if let Some(r) = st.runs.get_mut(&t.run) {
-                r.status = RunStatus::Interrupted;
-            }
-            return Ok(TakeoverOutcome::Interrupted);
-        }
-        let counted = if released {
-            run.counted_starts
-        } else {
-            run.counted_starts + 1
-        };
-        if counted > t.max_attempts {
-            if let Some(r) = st.runs.get_mut(&t.run) {
-                r.status = RunStatus::Failed;
-            }
-            return Ok(TakeoverOutcome::Exhausted);
-        }
-        let fence = st.next_fence(&t.run.job);
-        let expires_at = now + t.lease_ms as EpochMs;
-        let attempt = run.attempt + 1;
-        let first = st
-            .history_row(&t.run, 1)
-            .map(|r| r.scheduled_at)
-            .unwrap_or(t.run.slot);
-        if let Some(r) = st.runs.get_mut(&t.run) {
-            *r = Run {
-                status: RunStatus::Running,
-                attempt,
-                counted_starts: counted,
-                owner: Some(t.instance_id.clone()),
-                expires_at,
-            };
-        }
-        st.history
-            .entry(t.run.job.clone())
-            .or_default()
-            .push(RunRecord {
-                job: t.run.job.clone(),
-                slot: t.run.slot,
-                scheduled_at: first,
-                instance_id: t.instance_id.clone(),
-                manual: false,
-                attempt,
-                reason: Reason::Takeover,
-                status: RunStatus::Running,
-                fence,
-                started_at: now,
-                finished_at: None,
-                error: None,
-            });
-        Ok(TakeoverOutcome::Won(Lease {
-            run: t.run.clone(),
-            attempt,
-            fence,
-            instance_id: t.instance_id.clone(),
-            reason: Reason::Takeover,
-            scheduled_at: first,
-            started_at: now,
-            expires_at,
-        }))
+        Ok(takeovers
+            .iter()
+            .map(|t| take_over_one(&mut st, t, now))
+            .collect())
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
@@ -626,6 +452,194 @@ impl LeaseStore for MemoryStore {
     fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
         self.fast_handover.then(|| self.releases.subscribe())
     }
+}
+
+/// One claim, judged at `now` under the lock (see the trait's contract).
+fn claim_one(st: &mut State, claim: &LeaseClaim, now: EpochMs) -> ClaimOutcome {
+    if now > claim.not_after {
+        return ClaimOutcome::Late { store_now: now };
+    }
+    let job = &claim.run.job;
+    st.jobs.insert(job.clone());
+    // [B-15] Earlier runs whose lease ended unfinished are replaced by this slot.
+    // Runs are ordered by job, then slot: the job's earlier runs are one range.
+    let earlier = RunKey::new(job.clone(), EpochMs::MIN)..claim.run.clone();
+    let ended: Vec<(RunKey, u32)> = st
+        .runs
+        .range(earlier.clone())
+        .filter(|(_, r)| {
+            r.status == RunStatus::Running && (r.owner.is_none() || r.expires_at <= now)
+        })
+        .map(|(k, r)| (k.clone(), r.attempt))
+        .collect();
+    for (key, attempt) in ended {
+        if let Some(run) = st.runs.get_mut(&key) {
+            run.status = RunStatus::Interrupted;
+            run.owner = None;
+        }
+        st.set_row(
+            &key,
+            attempt,
+            RunStatus::Interrupted,
+            now,
+            Some("replaced by the next slot"),
+        );
+    }
+    if st.runs.contains_key(&claim.run) {
+        return ClaimOutcome::Taken;
+    }
+    if claim.overlap == Overlap::Skip
+        && let Some((k, _)) = st.runs.range(earlier).find(|(_, r)| {
+            r.status == RunStatus::Running && r.owner.is_some() && r.expires_at > now
+        })
+    {
+        return ClaimOutcome::Overlap {
+            running_slot: k.slot,
+        };
+    }
+    let fence = st.next_fence(job);
+    let expires_at = now + claim.lease_ms as EpochMs;
+    st.runs.insert(
+        claim.run.clone(),
+        Run {
+            status: RunStatus::Running,
+            attempt: 1,
+            counted_starts: 1,
+            owner: Some(claim.instance_id.clone()),
+            expires_at,
+        },
+    );
+    st.history.entry(job.clone()).or_default().push(RunRecord {
+        job: job.clone(),
+        slot: claim.run.slot,
+        scheduled_at: claim.scheduled_at,
+        instance_id: claim.instance_id.clone(),
+        manual: false,
+        attempt: 1,
+        reason: claim.reason,
+        status: RunStatus::Running,
+        fence,
+        started_at: now,
+        finished_at: None,
+        error: None,
+    });
+    st.prune(job, claim.retention, now);
+    ClaimOutcome::Won(Lease {
+        run: claim.run.clone(),
+        attempt: 1,
+        fence,
+        instance_id: claim.instance_id.clone(),
+        reason: claim.reason,
+        scheduled_at: claim.scheduled_at,
+        started_at: now,
+        expires_at,
+    })
+}
+
+/// One result, written at `now` under the lock.
+fn finish_one(st: &mut State, lease: &Lease, finish: &Finish, now: EpochMs) -> OwnerWrite {
+    match st.runs.get_mut(&lease.run) {
+        Some(run)
+            if run.status == RunStatus::Running
+                && run.attempt == lease.attempt
+                && run.owner.as_deref() == Some(&lease.instance_id) =>
+        {
+            run.status = finish.status;
+            run.owner = None;
+        }
+        _ => return OwnerWrite::Lost,
+    }
+    if let Some(row) = st.history_row(&lease.run, lease.attempt) {
+        row.status = finish.status;
+        row.finished_at = Some(now);
+        row.error = finish.error.clone();
+    }
+    st.prune(&lease.run.job, finish.retention, now);
+    OwnerWrite::Done
+}
+
+/// One takeover, judged at `now` under the lock.
+fn take_over_one(st: &mut State, t: &Takeover, now: EpochMs) -> TakeoverOutcome {
+    if now > t.not_after {
+        return TakeoverOutcome::Late;
+    }
+    let Some(run) = st.runs.get(&t.run).cloned() else {
+        return TakeoverOutcome::Finished(RunStatus::Interrupted);
+    };
+    if run.status.is_final() {
+        return TakeoverOutcome::Finished(run.status);
+    }
+    let released = run.owner.is_none();
+    if run.attempt != t.seen_attempt || (!released && run.expires_at > now) {
+        return TakeoverOutcome::Live;
+    }
+    st.set_row(
+        &t.run,
+        run.attempt,
+        RunStatus::Interrupted,
+        now,
+        Some("lease expired"),
+    );
+    if t.superseded {
+        if let Some(r) = st.runs.get_mut(&t.run) {
+            r.status = RunStatus::Interrupted;
+        }
+        return TakeoverOutcome::Interrupted;
+    }
+    let counted = if released {
+        run.counted_starts
+    } else {
+        run.counted_starts + 1
+    };
+    if counted > t.max_attempts {
+        if let Some(r) = st.runs.get_mut(&t.run) {
+            r.status = RunStatus::Failed;
+        }
+        return TakeoverOutcome::Exhausted;
+    }
+    let fence = st.next_fence(&t.run.job);
+    let expires_at = now + t.lease_ms as EpochMs;
+    let attempt = run.attempt + 1;
+    let first = st
+        .history_row(&t.run, 1)
+        .map(|r| r.scheduled_at)
+        .unwrap_or(t.run.slot);
+    if let Some(r) = st.runs.get_mut(&t.run) {
+        *r = Run {
+            status: RunStatus::Running,
+            attempt,
+            counted_starts: counted,
+            owner: Some(t.instance_id.clone()),
+            expires_at,
+        };
+    }
+    st.history
+        .entry(t.run.job.clone())
+        .or_default()
+        .push(RunRecord {
+            job: t.run.job.clone(),
+            slot: t.run.slot,
+            scheduled_at: first,
+            instance_id: t.instance_id.clone(),
+            manual: false,
+            attempt,
+            reason: Reason::Takeover,
+            status: RunStatus::Running,
+            fence,
+            started_at: now,
+            finished_at: None,
+            error: None,
+        });
+    TakeoverOutcome::Won(Lease {
+        run: t.run.clone(),
+        attempt,
+        fence,
+        instance_id: t.instance_id.clone(),
+        reason: Reason::Takeover,
+        scheduled_at: first,
+        started_at: now,
+        expires_at,
+    })
 }
 
 fn view(key: &RunKey, run: &Run, now: EpochMs) -> RunView {

@@ -32,9 +32,10 @@ pub const MAX_ATTEMPTS: u32 = 1_000;
 /// The most slots one catch-up may run (`CatchUp::All { max }`).
 pub const MAX_CATCH_UP_RUNS: usize = 1_000;
 
-/// The latest instant an `at` job may name, 9999-12-31T23:59:59.999Z (the last one RFC 3339
-/// can write); the earliest is the epoch.
-pub const MAX_AT_MS: EpochMs = 253_402_300_799_999;
+/// The latest instant an `at` job may name, 5000-01-01T00:00:00Z: the last instant a cron
+/// schedule yields ([`CRON_LAST_MS`](crate::slot::CRON_LAST_MS)), so that every schedule
+/// ends at the same instant. The earliest is the epoch.
+pub const MAX_AT_MS: EpochMs = crate::slot::CRON_LAST_MS;
 
 /// Refuses a duration above `limit`, naming both.
 fn at_most(option: &'static str, value: Duration, limit: Duration) -> Result<()> {

@@ -658,9 +658,10 @@ fn check_cron_fields(fields: &[&str]) -> std::result::Result<(), String> {
 }
 
 /// The last instant a cron schedule yields, 5000-01-01T00:00:00Z: croner, the cron library,
-/// searches no further, so [`CronSchedule::next_after`] answers `None` from there on. (An
-/// `at` job may name an instant up to the year 9999; the two bounds differ because cron
-/// is searched field by field and `at` is one number.)
+/// searches no further, so [`CronSchedule::next_after`] answers `None` from there on. It is
+/// also the latest instant an `at` job may name
+/// ([`MAX_AT_MS`](crate::options::MAX_AT_MS)), so the two kinds of calendar schedule end
+/// together: a later `at` is refused with `OutOfRange` naming this bound.
 pub const CRON_LAST_MS: EpochMs = 95_617_584_000_000;
 
 /// The names a month or day-of-week field may use.

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::{BoxError, Error, Result, redact_url};
+pub use crate::fenced::{AttemptKey, FenceLoss};
 pub use crate::history::{Reason, Retention, RunRecord, RunStatus};
 pub use crate::ids::{EpochMs, JobName, RunKey};
 
@@ -262,13 +263,105 @@ impl RunView {
     }
 }
 
+/// How many items of each batch call a store takes in one round trip or transaction. The
+/// scheduler sends at most this many per call; a store still answers a longer batch whole
+/// (splitting it as it needs). The default, 1 each, means "no batching": the scheduler sends
+/// batches of one.
+///
+/// ```
+/// use anarchon_core::store::BatchLimits;
+///
+/// assert_eq!(BatchLimits::default(), BatchLimits { claims: 1, finishes: 1, takeovers: 1 });
+/// assert_eq!(BatchLimits::all(256).takeovers, 256);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Claims per [`LeaseStore::claim_many`] round trip.
+    pub claims: usize,
+    /// Results per [`LeaseStore::finish_many`] round trip.
+    pub finishes: usize,
+    /// Takeovers per [`LeaseStore::take_over_many`] round trip.
+    pub takeovers: usize,
+}
+
+impl BatchLimits {
+    /// The same limit for every batch call (0 counts as 1).
+    pub const fn all(n: usize) -> Self {
+        let n = if n == 0 { 1 } else { n };
+        BatchLimits {
+            claims: n,
+            finishes: n,
+            takeovers: n,
+        }
+    }
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits::all(1)
+    }
+}
+
+/// Answers a batch one item after the other, stopping at the first error: the batch call of
+/// a store that has no batch path of its own (its [`BatchLimits`] stay at 1 for that call).
+/// Every such store uses this one loop rather than writing its own.
+///
+/// ```
+/// # async fn demo() -> anarchon_core::Result<()> {
+/// use anarchon_core::store::one_by_one;
+///
+/// let doubled = one_by_one(&[1, 2, 3], |n| async move { Ok(n * 2) }).await?;
+/// assert_eq!(doubled, vec![2, 4, 6]);
+/// # Ok(()) }
+/// ```
+pub async fn one_by_one<'a, I, T, F, Fut>(items: &'a [I], mut call: F) -> Result<Vec<T>>
+where
+    F: FnMut(&'a I) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        out.push(call(item).await?);
+    }
+    Ok(out)
+}
+
+/// The one answer of a batch of one; a store that answered with another count broke the
+/// contract, which is reported as its error.
+fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Result<T> {
+    match (out.pop(), out.is_empty()) {
+        (Some(one), true) => Ok(one),
+        (first, _) => Err(Error::store(
+            store,
+            operation,
+            format!(
+                "a batch of one was answered with {} outcomes (a bug in the store)",
+                out.len() + usize::from(first.is_some())
+            ),
+        )),
+    }
+}
+
 /// A store that claims slots under a lease and lets backups take over. [B-11..B-21]
 ///
 /// # Contract
 /// Every operation is atomic with respect to every other instance. All times are on the
 /// store's clock ([`Store::now`]).
 ///
-/// - [`LeaseStore::claim`]: if the store's now is past `not_after` → `Late`, nothing written.
+/// The calls that come in numbers are batches, and only batches: a store implements
+/// [`LeaseStore::claim_many`], [`LeaseStore::finish_many`], [`LeaseStore::take_over_many`]
+/// and [`LeaseStore::heartbeat`], each answering in the order given, each item judged
+/// exactly as the rules below say, after the items before it in the batch. A batch stops
+/// at the first error (items before it may have been written; the caller treats every item
+/// as unknown). [`LeaseStore::limits`] says how many items of each the store takes in one
+/// round trip or transaction; it answers longer batches too, splitting them. The single
+/// calls [`LeaseStore::claim`], [`LeaseStore::finish`] and [`LeaseStore::take_over`] are
+/// batches of one, provided by the trait: a store does not implement them. A store with no
+/// batch path for a call implements it with [`one_by_one`] over its single operation and
+/// keeps that limit at 1.
+///
+/// - claim (each [`LeaseClaim`] of [`LeaseStore::claim_many`]): if the store's now is past
+///   `not_after` → `Late`, nothing written.
 ///   Else, every earlier run of the job that is `running` with an ended lease is marked
 ///   `interrupted` (its running history row too) [B-15]. Then if a run row for the slot
 ///   exists → `Taken`. Else if `overlap` is `Skip` and an earlier run of the job is `running`
@@ -276,19 +369,21 @@ impl RunView {
 ///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
 ///   (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning
 ///   (to `finish`, or to every n-th claim) as long as a job's runs stay bounded. One round
-///   trip where the store allows.
+///   trip per batch where the store allows.
 /// - [`LeaseStore::heartbeat`]: for each lease, if the run is `running` and its (attempt,
 ///   owner) match, set the deadline to `now + lease_ms` → `Renewed`; else `Lost`. One round
 ///   trip for the whole batch; answers in the order given.
-/// - [`LeaseStore::finish`]: conditional on (job, slot, attempt, owner) and status
-///   `running`: set the run and its attempt's history row to the status, `finished_at = now`,
-///   error; prune to retention → `Done`; else `Lost` and nothing written.
-/// - [`LeaseStore::release`] (graceful handover) [B-17]: conditional like `finish`: the run
+/// - finish (each item of [`LeaseStore::finish_many`]): conditional on (job, slot, attempt,
+///   owner) and status `running`: set the run and its attempt's history row to the status,
+///   `finished_at = now`, error; prune to retention → `Done`; else `Lost` and nothing
+///   written.
+/// - [`LeaseStore::release`] (graceful handover) [B-17]: conditional like finish: the run
 ///   stays `running` with no owner and an ended lease, marked as handed over; the attempt's
 ///   history row becomes `interrupted` ("handed over"). Notifies subscribers of
 ///   [`LeaseStore::subscribe_releases`] where the store can.
-/// - [`LeaseStore::take_over`]: if the store's now is past `not_after` → `Late`, nothing
-///   written. Else if the run is missing or final → `Finished`. If its attempt
+/// - takeover (each [`Takeover`] of [`LeaseStore::take_over_many`]): if the store's now is
+///   past `not_after` → `Late`, nothing written. Else if the run is missing or final →
+///   `Finished`. If its attempt
 ///   is not `seen_attempt` or its lease is live (owner set and deadline in the future) →
 ///   `Live`. Else its current history row becomes `interrupted` (unless already final, as
 ///   after a release). Then: if `superseded` → run `interrupted`, `Interrupted`. Else if the
@@ -298,76 +393,62 @@ impl RunView {
 ///   `running` with reason `takeover` → `Won`.
 /// - [`LeaseStore::runs`] reads the given runs (missing ones are left out);
 ///   [`LeaseStore::unfinished_runs`] lists every `running` run of the given jobs.
+///
+/// ```
+/// # async fn demo() -> anarchon_core::Result<()> {
+/// use anarchon_core::memory::MemoryStore;
+/// use anarchon_core::store::LeaseStore;
+///
+/// let store = MemoryStore::new();
+/// assert!(store.claim_many(&[]).await?.is_empty());
+/// assert!(store.take_over_many(&[]).await?.is_empty());
+/// assert!(store.limits().claims >= 1);
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait LeaseStore: HistoryStore {
-    /// Claims a slot. See the trait's contract.
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome>;
-    /// Claims several slots in one call, answers in the order given; each claim behaves
-    /// exactly as [`LeaseStore::claim`] would, in the order given. A store that can do it in
-    /// one round trip or transaction overrides this and [`LeaseStore::claim_batch_limit`];
-    /// the default claims one after the other and stops at the first error.
-    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
-        let mut out = Vec::with_capacity(claims.len());
-        for c in claims {
-            out.push(self.claim(c).await?);
-        }
-        Ok(out)
-    }
-    /// The most claims [`LeaseStore::claim_many`] takes in one round trip (1: no batching).
-    fn claim_batch_limit(&self) -> usize {
-        1
-    }
+    /// Claims several slots, answers in the order given. See the trait's contract.
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>>;
     /// Renews every given lease in one call; answers in the order given.
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>>;
-    /// Records the end of an attempt.
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite>;
-    /// Records the ends of several attempts in one call, answers in the order given; each
-    /// behaves exactly as [`LeaseStore::finish`] would. A store that can do it in one round
-    /// trip or transaction overrides this and [`LeaseStore::finish_batch_limit`]; the default
-    /// finishes one after the other and stops at the first error. The driver sends the
-    /// results of runs that end in the same turn of its loop together.
-    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
-        let mut out = Vec::with_capacity(writes.len());
-        for (lease, finish) in writes {
-            out.push(self.finish(lease, finish).await?);
-        }
-        Ok(out)
-    }
-    /// The most results [`LeaseStore::finish_many`] takes in one round trip (1: no batching).
-    fn finish_batch_limit(&self) -> usize {
-        1
-    }
+    /// Records the ends of several attempts, answers in the order given. The driver sends
+    /// the results of runs that end in the same turn of its loop together.
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>>;
     /// Hands a run over at once (graceful stop).
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite>;
-    /// Takes over an unfinished run whose lease ended.
-    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome>;
-    /// Takes over several runs in one call, answers in the order given; each takeover
-    /// behaves exactly as [`LeaseStore::take_over`] would, in the order given. A store that
-    /// can do it in one round trip or transaction overrides this and
-    /// [`LeaseStore::take_over_batch_limit`]; the default takes over one run after the other
-    /// and stops at the first error.
-    ///
-    /// ```
-    /// # async fn demo() -> anarchon_core::Result<()> {
-    /// use anarchon_core::memory::MemoryStore;
-    /// use anarchon_core::store::LeaseStore;
-    ///
-    /// let store = MemoryStore::new();
-    /// assert!(store.take_over_many(&[]).await?.is_empty());
-    /// assert!(store.take_over_batch_limit() >= 1);
-    /// # Ok(()) }
-    /// ```
-    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
-        let mut out = Vec::with_capacity(takeovers.len());
-        for t in takeovers {
-            out.push(self.take_over(t).await?);
-        }
-        Ok(out)
+    /// Takes over several unfinished runs whose lease ended, answers in the order given.
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>>;
+    /// How many items of each batch call the store takes in one round trip (default: 1
+    /// each, no batching).
+    fn limits(&self) -> BatchLimits {
+        BatchLimits::default()
     }
-    /// The most takeovers [`LeaseStore::take_over_many`] takes in one round trip (1: no
-    /// batching).
-    fn take_over_batch_limit(&self) -> usize {
-        1
+    /// Claims one slot: [`LeaseStore::claim_many`] with one claim. Not for stores to
+    /// implement.
+    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
+        only(
+            self.kind(),
+            "claim",
+            self.claim_many(std::slice::from_ref(claim)).await?,
+        )
+    }
+    /// Records the end of one attempt: [`LeaseStore::finish_many`] with one result. Not for
+    /// stores to implement.
+    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        only(
+            self.kind(),
+            "finish",
+            self.finish_many(&[(lease.clone(), finish.clone())]).await?,
+        )
+    }
+    /// Takes over one run: [`LeaseStore::take_over_many`] with one takeover. Not for stores
+    /// to implement.
+    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
+        only(
+            self.kind(),
+            "take_over",
+            self.take_over_many(std::slice::from_ref(takeover)).await?,
+        )
     }
     /// Reads runs (backup watch); missing runs are left out.
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>>;

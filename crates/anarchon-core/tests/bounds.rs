@@ -215,7 +215,7 @@ fn b03_an_at_time_in_the_past_is_refused_unless_allowed() {
         ),
         "{err}"
     );
-    // Outside 1970 ..= 9999 even `allow_past` does not help.
+    // Outside 1970 ..= 5000 (`MAX_AT_MS`) even `allow_past` does not help.
     for at in [i64::MIN, -1, MAX_AT_MS + 1, i64::MAX] {
         let err = s
             .at("far", at)
@@ -642,7 +642,7 @@ proptest! {
     }
 
     /// Options that pass validation keep the slot arithmetic far from overflow: a slot
-    /// anywhere in 1970..=9999 plus any accepted jitter, late limit, catch-up window or
+    /// anywhere in 1970..=5000 plus any accepted jitter, late limit, catch-up window or
     /// timeout still fits in i64 ms.
     #[test]
     fn b39_accepted_options_stay_within_their_limits(

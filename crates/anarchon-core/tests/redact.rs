@@ -183,6 +183,39 @@ const CASES: &[Case] = &[
         &["unquoted", "with", "space"],
         Some("host=db password=*** user=a"),
     ),
+    // libpq ends an unquoted value at a space, but a password typed with one is secret
+    // up to the next `key=`.
+    case(
+        "host=db password=hunter2 topsecret user=a",
+        &["hunter2", "topsecret"],
+        Some("host=db password=*** user=a"),
+    ),
+    case(
+        "host=db password=two words and more",
+        &["two", "words", "more"],
+        Some("host=db password=***"),
+    ),
+    case(
+        "password=a b c dbname = x",
+        &["a b", " c "],
+        Some("password=*** dbname = x"),
+    ),
+    case(
+        "host=db password=hunter2 \tsecond\tthird\nuser=a",
+        &["hunter2", "second", "third"],
+        Some("host=db password=***\nuser=a"),
+    ),
+    // In a libpq string `&` and `;` are a password's characters, not separators.
+    case(
+        "host=db password=&pw;with spaces user=a",
+        &["&pw", "with", "spaces"],
+        Some("host=db password=*** user=a"),
+    ),
+    case(
+        "host=db password=trailing ",
+        &["trailing"],
+        Some("host=db password=***"),
+    ),
     case(
         "host=db password='never closed secret",
         &["never", "closed", "secret"],
@@ -254,11 +287,13 @@ proptest! {
     fn any_password_is_hidden(password in "[ -~]{8,24}") {
         let url = format!("postgres://app:{password}@db.internal:5432/x");
         let kv = format!("host=db.internal password={} user=app", libpq_quoted(&password));
+        // Unquoted, as a user types it: a space inside is not libpq's, but still secret.
+        let unquoted = format!("host=db.internal password={password} user=app");
         let query = format!(
             "postgres://db.internal/x?password={}&sslmode=require",
             url::form_urlencoded::byte_serialize(password.as_bytes()).collect::<String>()
         );
-        for input in [url, kv, query] {
+        for input in [url, kv, query, unquoted] {
             let template = input.replace(&password, "");
             // A password that is a piece of the surrounding text proves nothing.
             prop_assume!(!template.contains(password.trim()));

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anarchon_core::memory::{Health, MemoryStore};
 use anarchon_core::testkit::runtime::{Instance, node, record_events, wait_for};
 use anarchon_core::{
-    ClaimOnly, Clock, Error, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler, SkipReason,
+    ClaimOnly, Clock, Error, ErrorKind, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler,
+    SkipReason, StoreOperation,
 };
 
 fn sched() -> Scheduler {
@@ -275,7 +276,8 @@ async fn s11_hung_store_calls_time_out_and_are_reported() {
         .iter()
         .filter_map(|e| {
             if let Event::Error {
-                operation: "claim",
+                operation: StoreOperation::Claim,
+                kind: ErrorKind::Timeout,
                 message,
                 ..
             } = e
@@ -363,7 +365,7 @@ async fn s11_a_result_whose_write_timed_out_is_written_once_more() {
         events.iter().any(|e| matches!(
             e,
             Event::Error {
-                operation: "finish",
+                operation: StoreOperation::Finish,
                 ..
             }
         )),
@@ -571,10 +573,7 @@ fn kinds_and_causes_are_enums() {
 async fn b14_runs_of_a_dead_instance_are_taken_over_in_batches() {
     let clock = Clock::tokio();
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
-    assert!(
-        store.take_over_batch_limit() > 1,
-        "the memory store batches"
-    );
+    assert!(store.limits().takeovers > 1, "the memory store batches");
     let (ia, ib) = (Instance::new(store.clone()), Instance::new(store));
     let long = |_ctx: anarchon_core::JobContext| async move {
         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -613,5 +612,82 @@ async fn b14_runs_of_a_dead_instance_are_taken_over_in_batches() {
         "{} takeovers went out in {} calls",
         ib.takeovers(),
         ib.takeover_batches()
+    );
+}
+
+/// [B-45] A run whose handler's fenced transaction recorded the success gets no second
+/// write from the scheduler, whatever the handler returns; the success is reported. (The
+/// in-memory store holds no fenced transaction: the handler only marks the context, so the
+/// store shows that nothing was written after the claim.)
+#[tokio::test]
+async fn b45_a_run_finished_in_its_own_transaction_is_not_written_again() {
+    let store = MemoryStore::new();
+    let s = quick_timeouts(&store);
+    let events = collect_events(&s);
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    s.every("j", "1s")
+        .handler(move |ctx| {
+            let key = ctx.attempt_key().ok();
+            seen.lock().unwrap().push((ctx.slot_ms(), ctx.fence, key));
+            ctx.mark_finished_in_transaction();
+            assert!(ctx.is_finished_in_transaction());
+            futures::future::ready(Err(anarchon_core::HandlerError::msg(
+                "returned after the commit: ignored",
+            )))
+        })
+        .unwrap();
+    s.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let keys = keys.lock().unwrap().clone();
+    let (slot, fence, key) = keys.first().cloned().expect("the job ran");
+    let key = key.expect("a leased run has an attempt key");
+    assert_eq!((key.run.slot, key.attempt, key.fence), (slot, 1, fence));
+    assert_eq!(key.instance_id, s.instance_id().to_string());
+    let events = events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Success { run, .. } if run.slot_ms() == slot)),
+        "the success was not reported: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Failure { .. })),
+        "the handler's error after its commit was recorded: {events:?}"
+    );
+    let history = s.history("j", 20).await.unwrap();
+    let record = history
+        .iter()
+        .find(|r| r.slot_ms() == slot)
+        .expect("the claim's record");
+    assert_eq!(
+        record.status,
+        RunStatus::Running,
+        "the scheduler wrote a result over the transaction's: {record:?}"
+    );
+}
+
+#[tokio::test]
+async fn b45_a_manual_run_has_no_attempt_to_fence() {
+    let s = sched();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    s.every("j", "1h")
+        .handler(move |ctx| {
+            seen.lock()
+                .unwrap()
+                .push(ctx.attempt_key().unwrap_err().to_string());
+            futures::future::ready(Ok(()))
+        })
+        .unwrap();
+    s.start().await.unwrap();
+    s.run_now("j", None).await.unwrap();
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("manual run") && errors[0].contains("plain transaction"),
+        "{errors:?}"
     );
 }

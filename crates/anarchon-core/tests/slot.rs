@@ -1237,6 +1237,38 @@ fn cron_stops_at_year_5000_as_documented() {
     assert_eq!(every_minute.next_after(CRON_LAST_MS), None);
 }
 
+/// `at` and cron end at one instant: an `at` job may name the last instant a cron schedule
+/// yields and no later one (the bound was the year 9999, where cron had stopped long
+/// before), and the refusal names the bound.
+#[test]
+fn at_and_cron_end_at_the_same_instant() {
+    use anarchon_core::options::{JobOptions, MAX_AT_MS};
+    use anarchon_core::slot::CRON_LAST_MS;
+    assert_eq!(MAX_AT_MS, CRON_LAST_MS);
+    let now = utc(2026, 1, 1, 0, 0, 0);
+    let opts = JobOptions::default();
+    let last = Schedule::at_str("5000-01-01T00:00:00Z").unwrap();
+    assert!(opts.check_schedule(&last, now, true).is_ok());
+    assert_eq!(last.next_after(now), Some(CRON_LAST_MS));
+    for beyond in [
+        "5000-01-01T00:00:00.001Z",
+        "5000-06-01T00:00:00Z",
+        "9999-12-31T23:59:59.999Z",
+    ] {
+        let at = Schedule::at_str(beyond).unwrap();
+        let err = opts.check_schedule(&at, now, true).unwrap_err();
+        assert!(
+            matches!(&err, Error::OutOfRange { option: "at", .. }),
+            "{beyond}: {err}"
+        );
+        assert!(err.to_string().contains("5000-01-01T00:00:00"), "{err}");
+    }
+    // The yearly cron job fires at that same instant and never after.
+    let yearly = cron("0 0 1 1 *", "UTC");
+    assert_eq!(yearly.next_after(CRON_LAST_MS - 1), Some(CRON_LAST_MS));
+    assert_eq!(yearly.next_after(CRON_LAST_MS), None);
+}
+
 /// The reason of a refused cron expression.
 fn cron_refusal(expression: &str) -> String {
     match Schedule::cron(expression, None) {

@@ -49,9 +49,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
-    TakeoverOutcome, redact_url,
+    BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store,
+    Takeover, TakeoverOutcome, redact_url,
 };
 use anarchon_sqlite::releases;
 use anarchon_sqlite::sql::{self, Exec, Row, Sql, Tables, Value, ops, schema};
@@ -778,18 +778,6 @@ fn check_auth_token(token: &str) -> std::result::Result<(), LibsqlError> {
     Ok(())
 }
 
-/// The only outcome of a batch of one.
-fn one<T>(mut out: Vec<T>) -> Result<T> {
-    match (out.pop(), out.is_empty()) {
-        (Some(v), true) => Ok(v),
-        _ => Err(Error::store(
-            KIND,
-            "batch",
-            std::io::Error::other("a batch of one answered with another number of outcomes"),
-        )),
-    }
-}
-
 /// Maps a libSQL client error to the core error the contract names for it.
 fn map_err(location: &str, operation: &'static str, e: libsql::Error) -> Error {
     let text = e.to_string();
@@ -1033,12 +1021,6 @@ impl HistoryStore for LibsqlStore {
 
 #[async_trait]
 impl LeaseStore for LibsqlStore {
-    /// A batch of one (see [`LeaseStore::claim_many`]): one HTTP request for the claim and
-    /// one statement (three requests) to read its outcome.
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        one(self.claim_many(std::slice::from_ref(claim)).await?)
-    }
-
     /// Up to [`BATCH_CLAIMS`] claims in one Hrana batch (one HTTP request, one
     /// `BEGIN IMMEDIATE ... COMMIT` on the server), each judged by statements that apply the
     /// single claim's rules in SQL on the server's clock, in the order given; then one
@@ -1057,8 +1039,14 @@ impl LeaseStore for LibsqlStore {
         .await
     }
 
-    fn claim_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
+    /// One Hrana batch each: [`BATCH_CLAIMS`] claims or takeovers, [`BATCH_FINISHES`]
+    /// results.
+    fn limits(&self) -> BatchLimits {
+        BatchLimits {
+            claims: BATCH_CLAIMS,
+            finishes: BATCH_FINISHES,
+            takeovers: BATCH_CLAIMS,
+        }
     }
 
     /// Up to [`BATCH_CLAIMS`] takeovers in one Hrana batch and one read, like `claim_many`.
@@ -1073,10 +1061,6 @@ impl LeaseStore for LibsqlStore {
         .await
     }
 
-    fn take_over_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
-    }
-
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
         if leases.is_empty() {
             return Ok(Vec::new());
@@ -1085,11 +1069,6 @@ impl LeaseStore for LibsqlStore {
             ops::heartbeat(&mut e, sql, leases, lease_ms).await
         })
         .await
-    }
-
-    /// A batch of one (see [`LeaseStore::finish_many`]).
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        one(self.finish_many(&[(lease.clone(), finish.clone())]).await?)
     }
 
     /// Up to [`BATCH_FINISHES`] results in one Hrana batch and one read, like `claim_many`:
@@ -1105,10 +1084,6 @@ impl LeaseStore for LibsqlStore {
         .await
     }
 
-    fn finish_batch_limit(&self) -> usize {
-        BATCH_FINISHES
-    }
-
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
         let r = self
             .run("release", |mut e, sql| async move {
@@ -1119,11 +1094,6 @@ impl LeaseStore for LibsqlStore {
             let _ = self.inner.releases.send(lease.run.clone());
         }
         Ok(r)
-    }
-
-    /// A batch of one (see [`LeaseStore::take_over_many`]).
-    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
-        one(self.take_over_many(std::slice::from_ref(takeover)).await?)
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

@@ -484,7 +484,8 @@ fn job_spec(
             if !(0..=MAX_AT_MS).contains(&at_ms) {
                 return Err(syn::Error::new_spanned(
                     schedule,
-                    "an `at` time lies between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z",
+                    "an `at` time lies between 1970-01-01T00:00:00Z and 5000-01-01T00:00:00Z \
+                     (the last instant a cron schedule yields)",
                 ));
             }
             quote!(#krate::registration::Trigger::At(#krate::registration::__private::at(#at_ms)))

@@ -46,6 +46,20 @@ pub enum NatsError {
         /// What went wrong and what to do (never the credentials).
         reason: String,
     },
+    /// A read-only open ([`NatsStore::open_read_only`](crate::NatsStore::open_read_only))
+    /// found no stream of the prefix's name: nothing is recorded under it. Nothing was
+    /// created.
+    #[error(
+        "nothing is recorded under the prefix {stream:?} on NATS at {target}: there is no \
+         JetStream stream {stream:?}; check the prefix and the account (an anarchon \
+         application creates the stream when it starts). Nothing was created"
+    )]
+    NotAStore {
+        /// The URL, with any password or token redacted.
+        target: String,
+        /// The stream (the prefix) looked for.
+        stream: String,
+    },
 }
 
 impl From<NatsError> for Error {
@@ -62,6 +76,7 @@ impl From<NatsError> for Error {
                 value,
                 allowed,
             },
+            NatsError::NotAStore { .. } => Error::invalid_option("prefix", e.to_string()),
             NatsError::Connect { ref target, .. } => Error::Unavailable {
                 store: crate::STORE,
                 target: target.clone(),

@@ -59,6 +59,9 @@ pub struct NatsStore {
     /// The stream once created or checked; cleared when the server says it is gone.
     stream: RwLock<Option<Stream>>,
     noted: Mutex<HashSet<JobName>>,
+    /// Opened by [`NatsStore::open_read_only`]: finds the stream, never creates it, and
+    /// publishes nothing.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for NatsStore {
@@ -67,6 +70,7 @@ impl std::fmt::Debug for NatsStore {
             .field("target", &self.target)
             .field("stream", &self.opts.prefix)
             .field("duplicate_window", &self.opts.duplicate_window)
+            .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
 }
@@ -116,6 +120,82 @@ impl NatsStore {
         opts: NatsOptions,
     ) -> std::result::Result<Self, NatsError> {
         opts.validate()?;
+        let (client, target) = Self::connect_client(url, &opts).await?;
+        Ok(Self::build(client, opts, true, target))
+    }
+
+    /// Opens the store under `opts`'s prefix on `url` to read it, without writing anything:
+    /// the stream is looked up, never created, and nothing is published or purged. This is
+    /// how the `anarchon` command reads.
+    ///
+    /// The stream must exist: when it does not, the answer is [`NatsError::NotAStore`], with
+    /// nothing created. It must take the store's subjects (`<prefix>.>`); its other settings
+    /// (the duplicate window, the storage) are not checked, since a reader does not depend
+    /// on them. Every write (`prepare`, a claim, a record) is refused with [`Error::Store`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use anarchon_core::store::HistoryStore;
+    /// use anarchon_nats::{NatsError, NatsOptions, NatsStore};
+    ///
+    /// let opts = NatsOptions::default().prefix("billing");
+    /// match NatsStore::open_read_only("nats://127.0.0.1:4222", opts).await {
+    ///     Ok(store) => println!("{:?}", store.known_jobs().await?),
+    ///     Err(NatsError::NotAStore { stream, .. }) => println!("no stream {stream}"),
+    ///     Err(e) => return Err(e.into()),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_read_only(
+        url: &str,
+        opts: NatsOptions,
+    ) -> std::result::Result<Self, NatsError> {
+        opts.validate()?;
+        let (client, target) = Self::connect_client(url, &opts).await?;
+        let mut store = Self::build(client, opts, true, target);
+        store.read_only = true;
+        match store.ensure().await {
+            Ok(_) => Ok(store),
+            Err(e) => {
+                let _ = store.close().await;
+                let stream = store.opts.prefix.clone();
+                let target = store.target.clone();
+                Err(match e {
+                    Error::InvalidOption {
+                        option: "prefix", ..
+                    } => NatsError::NotAStore { target, stream },
+                    other => NatsError::Connect {
+                        target,
+                        reason: other.to_string(),
+                    },
+                })
+            }
+        }
+    }
+
+    /// Whether the store was opened with [`NatsStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses `operation` on a read-only store.
+    fn writable(&self, operation: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::store(
+                STORE,
+                operation,
+                "this store was opened read-only (NatsStore::open_read_only) and writes \
+                 nothing; open it with NatsStore::connect_with to run jobs",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The client connected to `url`, and the URL redacted.
+    async fn connect_client(
+        url: &str,
+        opts: &NatsOptions,
+    ) -> std::result::Result<(async_nats::Client, String), NatsError> {
         let parsed = crate::url::parse(url)?;
         let target = redact_url(url);
         // The client is given the servers without their user info, and the credentials
@@ -161,7 +241,7 @@ impl NatsStore {
                 });
             }
         };
-        Ok(Self::build(client, opts, true, target))
+        Ok((client, target))
     }
 
     /// A store on the user's own client ([`Store::close`] leaves it open).
@@ -186,6 +266,7 @@ impl NatsStore {
             target,
             stream: RwLock::new(None),
             noted: Mutex::default(),
+            read_only: false,
         }
     }
 
@@ -291,6 +372,18 @@ impl NatsStore {
             }
             Err(e) => match e.kind() {
                 GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND && self.read_only =>
+                {
+                    return Err(Error::invalid_option(
+                        "prefix",
+                        format!(
+                            "there is no stream {name:?} on {}: nothing is recorded under this \
+                             prefix (a read-only store creates nothing)",
+                            self.target
+                        ),
+                    ));
+                }
+                GetStreamErrorKind::JetStream(js)
                     if js.error_code() == ErrorCode::STREAM_NOT_FOUND => {}
                 GetStreamErrorKind::JetStream(js)
                     if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
@@ -333,14 +426,15 @@ impl NatsStore {
                 config.subjects, want.subjects
             ));
         }
-        if config.duplicate_window != want.duplicate_window {
+        // A reader depends on the subjects only.
+        if !self.read_only && config.duplicate_window != want.duplicate_window {
             problems.push(format!(
                 "its duplicate_window is {:?}, this store is configured with {:?} (set the \
                  store's duplicate_window to match, or use another prefix)",
                 config.duplicate_window, want.duplicate_window
             ));
         }
-        if config.max_messages_per_subject != 1 {
+        if !self.read_only && config.max_messages_per_subject != 1 {
             problems.push(format!(
                 "it keeps {} messages per subject, anarchon needs 1",
                 config.max_messages_per_subject
@@ -476,6 +570,7 @@ impl NatsStore {
     }
 
     async fn put_record(&self, record: &RunRecord, retention: Retention) -> Result<()> {
+        self.writable("record")?;
         let stream = self.ensure().await?;
         self.note_jobs(std::slice::from_ref(&record.job)).await?;
         let subject = format!(
@@ -572,6 +667,7 @@ impl Store for NatsStore {
     }
 
     async fn prepare(&self, prepare: &Prepare) -> Result<()> {
+        self.writable("prepare")?;
         self.ensure().await?;
         self.note_jobs(&prepare.jobs).await
     }
@@ -654,6 +750,7 @@ impl HistoryStore for NatsStore {
 #[async_trait]
 impl ClaimStore for NatsStore {
     async fn claim_slot(&self, c: &SlotClaim) -> Result<SlotOutcome> {
+        self.writable("claim")?;
         self.ensure().await?;
         if host_now() > c.not_after {
             return Ok(SlotOutcome::Late);

@@ -56,11 +56,19 @@
 //! # let _ = store; Ok(()) }
 //! ```
 //!
+//! # Fenced transactions
+//!
+//! A handler whose side effects are rows in this same database can write them in a
+//! [`FencedTransaction`] ([`PostgresStore::fenced_transaction`]): it commits only while the
+//! handler's attempt still owns its run, and can record the run's success in the same
+//! commit, so those rows are written once per slot even across crashes and takeovers.
+//!
 //! # MSRV
 //!
 //! The workspace's `rust-version`; raising it is not a breaking change before 1.0.
 
 mod error;
+mod fenced;
 mod listen;
 mod schema;
 mod sql;
@@ -82,6 +90,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use deadpool_postgres;
 pub use error::{PostgresError, redact};
+pub use fenced::FencedTransaction;
 pub use tokio_postgres;
 
 use error::{KIND, is_connection_lost, is_retryable, map_pg, map_pool};
@@ -137,6 +146,11 @@ pub struct PostgresOptions {
     /// `synchronous_commit` on the connections the store opens (default on). Read
     /// [`PostgresOptions::synchronous_commit`] before turning it off.
     pub synchronous_commit: bool,
+    /// How long a fenced transaction may sit idle between statements before the server
+    /// ends its session (`idle_in_transaction_session_timeout`, set for that transaction
+    /// only; default 30 s, the default lease; from [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`]).
+    /// Read [`PostgresOptions::fenced_idle_timeout`].
+    pub fenced_idle_timeout: Duration,
 }
 
 impl std::fmt::Debug for PostgresOptions {
@@ -150,6 +164,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("fast_handover", &self.fast_handover)
             .field("listen_url", &self.listen_url.as_deref().map(error::shown))
             .field("synchronous_commit", &self.synchronous_commit)
+            .field("fenced_idle_timeout", &self.fenced_idle_timeout)
             .finish()
     }
 }
@@ -165,6 +180,7 @@ impl Default for PostgresOptions {
             fast_handover: true,
             listen_url: None,
             synchronous_commit: true,
+            fenced_idle_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -231,6 +247,22 @@ impl PostgresOptions {
         self.synchronous_commit = on;
         self
     }
+
+    /// Sets how long a fenced transaction ([`PostgresStore::fenced_transaction`]) may sit
+    /// idle between two statements before the server ends its session and rolls it back
+    /// (from [`MIN_TIMEOUT`] to [`MAX_TIMEOUT`]; default 30 s).
+    ///
+    /// An open fenced transaction holds off every takeover of its run, so that a backup
+    /// never starts the next attempt while this one may still commit. This bound is what
+    /// frees the run when the owner freezes (a stopped process, a partitioned host) with
+    /// its transaction open: the takeover then waits at most this long after the
+    /// transaction's last statement, on top of the lease. Keep it near the lease, and do
+    /// no slow work that is not a statement (an HTTP call, a sleep) inside the
+    /// transaction, or the server ends it.
+    pub fn fenced_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.fenced_idle_timeout = timeout;
+        self
+    }
 }
 
 /// PostgreSQL 9.5 brought `INSERT ... ON CONFLICT`, which every claim uses.
@@ -269,6 +301,12 @@ fn check_options(
     url_connect: Option<Duration>,
 ) -> std::result::Result<(), PostgresError> {
     duration_in("timeout", options.timeout, MIN_TIMEOUT, MAX_TIMEOUT)?;
+    duration_in(
+        "fenced_idle_timeout",
+        options.fenced_idle_timeout,
+        MIN_TIMEOUT,
+        MAX_TIMEOUT,
+    )?;
     duration_in(
         "connect_timeout",
         options.connect_timeout,
@@ -327,6 +365,8 @@ pub(crate) struct Inner {
     names: Names,
     sql: Sql,
     timeout: Duration,
+    /// `idle_in_transaction_session_timeout` of fenced transactions.
+    fenced_idle_timeout: Duration,
     /// The configuration of the dedicated LISTEN connection and its TLS connector, if any.
     listen: Option<(tokio_postgres::Config, tls::Connector)>,
     connect_timeout: Duration,
@@ -603,6 +643,7 @@ impl PostgresStore {
                 names,
                 sql,
                 timeout: options.timeout,
+                fenced_idle_timeout: options.fenced_idle_timeout,
                 listen,
                 connect_timeout,
                 releases: broadcast::channel(1024).0,

@@ -35,8 +35,9 @@ pub(crate) const SCHEMA_VERSION: i64 = 2;
 /// jobs whose won claim carries the flag.
 ///
 /// `finish` still prunes exactly every time, so after a finish the job holds at most `size`
-/// runs, as before. Between finishes, and for runs that never finish (taken over until
-/// exhausted, interrupted by the next slot), a job holds about `size + PRUNE_EVERY` runs at
+/// runs, as before. Between finishes, for runs that never finish (taken over until
+/// exhausted, interrupted by the next slot) and for runs a fenced transaction finished
+/// (which does not prune, see [`fenced_finish_sql`]), a job holds about `size + PRUNE_EVERY` runs at
 /// most (plus any older run still running, which pruning always keeps); with several
 /// instances the due claim may be a few claims late, since an instance learns the count from
 /// its own claims (won or taken).
@@ -91,6 +92,21 @@ impl Names {
     /// The advisory lock key that serialises schema creation and migration.
     pub(crate) fn lock_key(&self) -> i64 {
         fnv1a(format!("anarchon-postgres:{}.{}", self.schema, self.table).as_bytes()) as i64
+    }
+
+    /// The transaction-scoped advisory lock key of one run (job, slot) of this store's
+    /// tables: a fenced transaction holds it from its check to its end, and a takeover tries
+    /// it without waiting (see [`crate::fenced`]). Two runs whose keys collide (a 64-bit
+    /// hash) only make a takeover of one wait while a fenced transaction of the other is
+    /// open.
+    pub(crate) fn run_lock_key(&self, job: &str, slot: i64) -> i64 {
+        let text = format!(
+            "anarchon-postgres-run:{}.{}:{}:{job}:{slot}",
+            self.schema,
+            self.table,
+            job.len()
+        );
+        fnv1a(text.as_bytes()) as i64
     }
 
     /// The four table names (unquoted), runs first.
@@ -192,6 +208,14 @@ pub(crate) struct Sql {
     pub(crate) finish_set: String,
     pub(crate) release: String,
     pub(crate) take_over: String,
+    /// The check a fenced transaction runs once it holds its run's lock (see
+    /// [`fenced_check_sql`]).
+    pub(crate) fenced_check: String,
+    /// The check a fenced transaction runs before its `COMMIT` (see [`fenced_check_sql`]).
+    pub(crate) fenced_recheck: String,
+    /// Records the run and its attempt `succeeded` in a fenced transaction (see
+    /// [`fenced_finish_sql`]).
+    pub(crate) fenced_finish: String,
     pub(crate) runs: String,
     pub(crate) unfinished: String,
 }
@@ -460,6 +484,96 @@ SELECT EXISTS (SELECT 1 FROM chk) AS done,
             "$7",
             ttl.then_some("$8"),
         ),
+    )
+}
+
+/// The prefix of the text a fenced transaction's failing check casts to `int8`: the
+/// error message (SQLSTATE 22P02) carries `anarchon fenced: <loss>` (see
+/// [`crate::fenced`]).
+pub(crate) const FENCED_LOSS: &str = "anarchon fenced: ";
+
+/// The ownership check of a fenced transaction: what the run row and its attempt's history
+/// row say about attempt `$3` of owner `$4` with fence `$5`, as a loss (`NULL`: this
+/// attempt owns the run): `missing`, `finished:<status>`, `superseded` (another attempt,
+/// owner or fence), `released` (handed over), `lease ended` (only when `$6`).
+///
+/// `commit` false: the check at the start, run once the transaction holds the run's
+/// advisory lock (in its own statement, so its snapshot is taken after the lock was
+/// granted and sees every takeover that committed before). It also restores the
+/// `lock_timeout` the start lowered, and answers the loss as a column.
+///
+/// `commit` true: the check before `COMMIT`. It locks the run row (`FOR NO KEY UPDATE`;
+/// READ COMMITTED re-reads the newest version of a row it locks), so no claim, release or
+/// finish can change the run between the check and the commit, and it fails with the loss
+/// in the message of a cast error, so that the `COMMIT` pipelined after it rolls back.
+fn fenced_check_sql(names: &Names, commit: bool) -> String {
+    let Names { runs, attempts, .. } = names;
+    let now = NOW_MS;
+    // $1 job, $2 slot, $3 attempt, $4 owner, $5 fence, $6 check the lease.
+    let lock = if commit { " FOR NO KEY UPDATE" } else { "" };
+    let loss = "CASE
+        WHEN r.job IS NULL THEN 'missing'
+        WHEN r.status <> 'running' THEN 'finished:' || r.status
+        WHEN r.attempt <> $3 OR (r.owner IS NOT NULL AND r.owner <> $4)
+             OR a.fence IS DISTINCT FROM $5 THEN 'superseded'
+        WHEN r.owner IS NULL THEN 'released'
+        WHEN $6 AND r.expires_at <= n.ms THEN 'lease ended'
+    END";
+    let answer = if commit {
+        format!("CASE WHEN x.loss IS NOT NULL THEN CAST('{FENCED_LOSS}' || x.loss AS int8) END")
+    } else {
+        "set_config('lock_timeout', current_setting('anarchon.saved_lock_timeout'), true), \
+         x.loss"
+            .to_owned()
+    };
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+r AS (
+    SELECT r.job, r.status, r.attempt, r.owner, r.expires_at FROM {runs} r
+    WHERE r.job = $1 AND r.slot = $2{lock}
+)
+SELECT {answer}
+FROM (
+    SELECT {loss} AS loss
+    FROM n LEFT JOIN r ON true
+    LEFT JOIN LATERAL (
+        SELECT a.fence FROM {attempts} a
+        WHERE a.job = $1 AND a.slot = $2 AND a.attempt = $3 AND NOT a.manual
+        LIMIT 1
+    ) a ON true
+) x"
+    )
+}
+
+/// Records attempt `$3` of owner `$4` `succeeded` in a fenced transaction, after
+/// [`fenced_check_sql`]'s check before `COMMIT` locked the run: the run row and the
+/// attempt's history row as `LeaseStore::finish` writes them (status, no owner,
+/// `finished_at` on the database clock, no error). It does not prune: the next claims of
+/// the job do (see [`PRUNE_EVERY`]). Fails (a cast error) when the run row was not
+/// written, so the pipelined `COMMIT` rolls back. (The failing cast reads the clock: a
+/// constant one would be folded by the planner into an error of every call.)
+fn fenced_finish_sql(names: &Names) -> String {
+    let Names { runs, attempts, .. } = names;
+    let now = NOW_MS;
+    // $1 job, $2 slot, $3 attempt, $4 owner.
+    format!(
+        "WITH n AS (SELECT {now} AS ms),
+f AS (
+    UPDATE {runs} r SET status = 'succeeded', owner = NULL
+    WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
+      AND r.status = 'running'
+    RETURNING r.slot
+),
+h AS (
+    UPDATE {attempts} a SET status = 'succeeded', finished_at = n.ms, error = NULL
+    FROM n, f
+    WHERE a.job = $1 AND a.slot = f.slot AND a.attempt = $3 AND NOT a.manual
+    RETURNING a.slot
+)
+SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM f)
+            THEN CAST('{FENCED_LOSS}superseded' || substr(n.ms::text, 1, 0) AS int8) END,
+       (SELECT count(*) FROM h)
+FROM n"
     )
 }
 
@@ -930,7 +1044,8 @@ SELECT EXISTS (SELECT 1 FROM u) AS done, (SELECT count(*) FROM note) AS notified
         );
 
         // $1 job, $2 slot, $3 seen attempt, $4 instance, $5 max attempts, $6 superseded,
-        // $7 lease ms, $8 not after (the caller's deadline: past it nothing is written).
+        // $7 lease ms, $8 not after (the caller's deadline: past it nothing is written),
+        // $9 the run's lock key (`Names::run_lock_key`).
         let take_over = format!(
             "WITH n AS (SELECT {now} AS ms),
 d AS (
@@ -941,6 +1056,10 @@ d AS (
                WHEN n.ms > $8 THEN 'late'
                WHEN r.status <> 'running' THEN 'finished'
                WHEN r.attempt <> $3 OR (r.owner IS NOT NULL AND r.expires_at > n.ms) THEN 'live'
+               -- A fenced transaction of the run is open (it holds the run's lock until it
+               -- ends): the run is not taken while it may still commit. Tried, never
+               -- waited for, so one open transaction holds up no other takeover.
+               WHEN NOT pg_try_advisory_xact_lock($9) THEN 'live'
                WHEN $6 THEN 'interrupted'
                WHEN (CASE WHEN r.owner IS NULL THEN r.counted_starts
                           ELSE r.counted_starts + 1 END) > $5 THEN 'exhausted'
@@ -1027,6 +1146,9 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             finish_set: finish_set_sql(names),
             release,
             take_over,
+            fenced_check: fenced_check_sql(names, false),
+            fenced_recheck: fenced_check_sql(names, true),
+            fenced_finish: fenced_finish_sql(names),
             runs: runs_sql,
             unfinished,
         }

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    Overlap, OwnerWrite, Prepare, Reason, Renewal, Result, Retention, RunKey, RunRecord, RunStatus,
-    RunView, Store, Takeover, TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, Overlap, OwnerWrite, Prepare, Reason, Renewal, Result, Retention, RunKey,
+    RunRecord, RunStatus, RunView, Store, Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
 use tokio::sync::broadcast;
@@ -40,7 +40,7 @@ pub(crate) fn storable(text: &str) -> Cow<'_, str> {
 /// Refuses an instance id PostgreSQL cannot store (one with a NUL byte) with a typed error
 /// naming it, instead of a driver error on every claim. (The scheduler refuses such an id
 /// when it is built; this guards direct use of the store.)
-fn check_instance(id: &str) -> Result<()> {
+pub(crate) fn check_instance(id: &str) -> Result<()> {
     if id.contains('\0') {
         return Err(crate::PostgresError::UnstorableText {
             input: "instance id",
@@ -87,13 +87,13 @@ fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX / 4)
 }
 
-/// The most claims one batch carries (`LeaseStore::claim_batch_limit`).
+/// The most claims one batch carries (`BatchLimits::claims`).
 pub(crate) const BATCH_CLAIMS: usize = 256;
 
-/// The most results one batch carries (`LeaseStore::finish_batch_limit`).
+/// The most results one batch carries (`BatchLimits::finishes`).
 pub(crate) const BATCH_FINISHES: usize = 256;
 
-/// The most takeovers one batch carries (`LeaseStore::take_over_batch_limit`).
+/// The most takeovers one batch carries (`BatchLimits::takeovers`).
 pub(crate) const BATCH_TAKEOVERS: usize = 256;
 
 /// The parameter types of the claim statements.
@@ -236,13 +236,14 @@ const FINISH_SET_TYPES: [Type; 8] = [
 ];
 
 /// The parameter types of the takeover statement.
-const TAKEOVER_TYPES: [Type; 8] = [
+const TAKEOVER_TYPES: [Type; 9] = [
     Type::TEXT,
     Type::INT8,
     Type::INT4,
     Type::TEXT,
     Type::INT4,
     Type::BOOL,
+    Type::INT8,
     Type::INT8,
     Type::INT8,
 ];
@@ -387,10 +388,12 @@ struct TakeoverParams<'t> {
     superseded: bool,
     lease_ms: i64,
     not_after: i64,
+    /// The run's advisory lock key, which a fenced transaction holds while open.
+    lock_key: i64,
 }
 
 impl<'t> TakeoverParams<'t> {
-    fn new(t: &'t Takeover) -> Self {
+    fn new(t: &'t Takeover, lock_key: i64) -> Self {
         TakeoverParams {
             job: t.run.job.as_str(),
             slot: t.run.slot,
@@ -400,6 +403,7 @@ impl<'t> TakeoverParams<'t> {
             superseded: t.superseded,
             lease_ms: ms(t.lease_ms),
             not_after: t.not_after,
+            lock_key,
         }
     }
 
@@ -413,6 +417,7 @@ impl<'t> TakeoverParams<'t> {
             &self.superseded,
             &self.lease_ms,
             &self.not_after,
+            &self.lock_key,
         ]
     }
 }
@@ -784,7 +789,13 @@ impl Inner {
         if takeovers.is_empty() {
             return Ok(Vec::new());
         }
-        let params: Vec<TakeoverParams<'_>> = takeovers.iter().map(TakeoverParams::new).collect();
+        let params: Vec<TakeoverParams<'_>> = takeovers
+            .iter()
+            .map(|t| {
+                let key = self.names.run_lock_key(t.run.job.as_str(), t.run.slot);
+                TakeoverParams::new(t, key)
+            })
+            .collect();
         let steps: Vec<Step<'_>> = params
             .iter()
             .map(|p| Step {
@@ -1038,15 +1049,6 @@ impl HistoryStore for PostgresStore {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
-    /// A batch of one (see [`LeaseStore::claim_many`]): `BEGIN`, the lock of the job's
-    /// row, the claim statement, the deadline guard and `COMMIT`, pipelined in one round
-    /// trip, so single claims lock in the same order as batches.
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        let mut out = self.inner.claim_batch(std::slice::from_ref(claim)).await?;
-        out.pop()
-            .ok_or_else(|| Error::store(KIND, "claim", "no result row"))
-    }
-
     /// One round trip and one transaction per 256 claims: `BEGIN`, a statement that locks
     /// the `_jobs` rows of the batch's jobs in job order, one set-based claim statement
     /// (arrays bound as parameters, `unnest ... WITH ORDINALITY`, data-modifying CTEs) for
@@ -1062,10 +1064,6 @@ impl LeaseStore for PostgresStore {
             out.extend(self.inner.claim_batch(chunk).await?);
         }
         Ok(out)
-    }
-
-    fn claim_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
@@ -1106,14 +1104,6 @@ impl LeaseStore for PostgresStore {
         Ok(out)
     }
 
-    /// A batch of one (see [`LeaseStore::finish_many`]), so single results lock in the
-    /// same order as batches.
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let writes = [(lease.clone(), finish.clone())];
-        let out = self.inner.finish_batch(&writes).await?;
-        Ok(out.first().copied().unwrap_or(OwnerWrite::Lost))
-    }
-
     /// One round trip and one transaction per 256 results: `BEGIN`, the lock of the batch's
     /// jobs (as for claims), one set-based finish statement per round (each job once per
     /// round, so several results of one job are written in the order given) and `COMMIT`,
@@ -1126,10 +1116,6 @@ impl LeaseStore for PostgresStore {
             out.extend(self.inner.finish_batch(chunk).await?);
         }
         Ok(out)
-    }
-
-    fn finish_batch_limit(&self) -> usize {
-        BATCH_FINISHES
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -1166,17 +1152,13 @@ impl LeaseStore for PostgresStore {
         })
     }
 
-    /// A batch of one (see [`LeaseStore::take_over_many`]).
-    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
-        let mut out = self.inner.take_over_batch(std::slice::from_ref(t)).await?;
-        out.pop()
-            .ok_or_else(|| Error::store(KIND, "take_over", "no result row"))
-    }
-
     /// One round trip and one transaction per 256 takeovers: `BEGIN`, the lock of their
     /// jobs (as for claims, so a takeover never waits for a job's row while holding a run
     /// that a claim of the job waits for), the single takeover's statement for each in the
-    /// order given, a deadline guard and `COMMIT`, pipelined on one connection.
+    /// order given, a deadline guard and `COMMIT`, pipelined on one connection. A run whose
+    /// fenced transaction is open ([`PostgresStore::fenced_transaction`]) is `Live`: the
+    /// statement tries the run's advisory lock, which that transaction holds, and does not
+    /// wait for it.
     async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
         let mut out = Vec::with_capacity(takeovers.len());
         for chunk in takeovers.chunks(BATCH_TAKEOVERS) {
@@ -1185,8 +1167,13 @@ impl LeaseStore for PostgresStore {
         Ok(out)
     }
 
-    fn take_over_batch_limit(&self) -> usize {
-        BATCH_TAKEOVERS
+    /// 256 of each per round trip and transaction.
+    fn limits(&self) -> BatchLimits {
+        BatchLimits {
+            claims: BATCH_CLAIMS,
+            finishes: BATCH_FINISHES,
+            takeovers: BATCH_TAKEOVERS,
+        }
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunStatus,
-    RunView, Store, Takeover, TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord,
+    RunStatus, RunView, Store, Takeover, TakeoverOutcome, one_by_one,
 };
 use async_trait::async_trait;
 use fred::prelude::{Client, Value};
@@ -198,10 +198,10 @@ impl RedisStore {
     }
 }
 
-/// The most claims one pipeline carries (`LeaseStore::claim_batch_limit`).
+/// The most claims one pipeline carries (`BatchLimits::claims`).
 const BATCH_CLAIMS: usize = 256;
 
-/// The most results one pipeline carries (`LeaseStore::finish_batch_limit`).
+/// The most results one pipeline carries (`BatchLimits::finishes`).
 const BATCH_FINISHES: usize = 256;
 
 /// The most runs one `runs` script call reads. A backup may watch tens of thousands of runs
@@ -360,17 +360,6 @@ impl HistoryStore for RedisStore {
 
 #[async_trait]
 impl LeaseStore for RedisStore {
-    async fn claim(&self, c: &LeaseClaim) -> Result<ClaimOutcome> {
-        let conn = self.conn();
-        let (keys, args) = self.claim_call(c)?;
-        conn.note_jobs(std::slice::from_ref(&c.run.job)).await?;
-        let v = conn
-            .eval("claim", &scripts::CLAIM, keys, args)
-            .await?
-            .into_array();
-        self.claim_reply(c, &v)
-    }
-
     /// One `claim_many` script call per batch of up to 256 claims on a single node (per
     /// hash slot on a cluster, those calls in one pipeline): one round trip per batch.
     /// The script runs the single claim's code once per claim in the order given, so each
@@ -380,7 +369,7 @@ impl LeaseStore for RedisStore {
             [] => return Ok(Vec::new()),
             // One claim (one job falling due alone, the common case at a few jobs) takes the
             // single claim's path: no batch to build, the start lag of one round trip.
-            [one] => return Ok(vec![self.claim(one).await?]),
+            [one] => return Ok(vec![self.claim_one(one).await?]),
             _ => {}
         }
         let conn = self.conn();
@@ -406,8 +395,14 @@ impl LeaseStore for RedisStore {
         Ok(out)
     }
 
-    fn claim_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
+    /// Claims and results go out 256 per pipeline (`BATCH_CLAIMS`, `BATCH_FINISHES`);
+    /// takeovers one script call each (no batch script).
+    fn limits(&self) -> BatchLimits {
+        BatchLimits {
+            claims: BATCH_CLAIMS,
+            finishes: BATCH_FINISHES,
+            takeovers: 1,
+        }
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
@@ -445,16 +440,6 @@ impl LeaseStore for RedisStore {
         Ok(out)
     }
 
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let (keys, args) = self.finish_call(lease, finish);
-        let v = self
-            .conn()
-            .eval("finish", &scripts::FINISH, keys, args)
-            .await?
-            .into_array();
-        owner_write(self, "finish", &v)
-    }
-
     /// One `finish_many` script call per batch of up to 256 results on a single node (per
     /// hash slot on a cluster, those calls in one pipeline): one round trip per batch. The
     /// script runs the single finish's code once per result in the order given, so each is
@@ -462,7 +447,7 @@ impl LeaseStore for RedisStore {
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         match writes {
             [] => return Ok(Vec::new()),
-            [(lease, finish)] => return Ok(vec![self.finish(lease, finish).await?]),
+            [(lease, finish)] => return Ok(vec![self.finish_one(lease, finish).await?]),
             _ => {}
         }
         let conn = self.conn();
@@ -480,10 +465,6 @@ impl LeaseStore for RedisStore {
             }
         }
         Ok(out)
-    }
-
-    fn finish_batch_limit(&self) -> usize {
-        BATCH_FINISHES
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -507,67 +488,9 @@ impl LeaseStore for RedisStore {
         owner_write(self, "release", &v)
     }
 
-    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
-        if t.instance_id.is_empty() {
-            return Err(Error::invalid_option("instance_id", "must not be empty"));
-        }
-        let conn = self.conn();
-        let (base, rk) = self.run_keys(&t.run);
-        let slot = t.run.slot;
-        let keys = vec![rk];
-        // The earlier of this connection's own deadline and the scheduler's.
-        let deadline = match conn.deadline().parse::<EpochMs>() {
-            Ok(d) if d > 0 => d.min(t.not_after),
-            _ => t.not_after,
-        };
-        let args = vec![
-            base,
-            deadline.to_string(),
-            slot.to_string(),
-            t.seen_attempt.to_string(),
-            t.instance_id.clone(),
-            t.lease_ms.to_string(),
-            t.max_attempts.to_string(),
-            if t.superseded { "1" } else { "0" }.into(),
-        ];
-        let v = conn
-            .eval("take_over", &scripts::TAKEOVER, keys, args)
-            .await?
-            .into_array();
-        match code(&v) {
-            1 => {
-                let (Some(now), Some(fence), Some(expires_at), Some(scheduled_at)) =
-                    (int(v.get(1)), int(v.get(2)), int(v.get(3)), int(v.get(4)))
-                else {
-                    return Err(bad_reply("take_over", &v));
-                };
-                conn.observe_clock(now);
-                Ok(TakeoverOutcome::Won(Lease {
-                    run: t.run.clone(),
-                    attempt: t.seen_attempt + 1,
-                    fence: fence as u64,
-                    instance_id: t.instance_id.clone(),
-                    reason: anarchon_core::Reason::Takeover,
-                    scheduled_at,
-                    started_at: now,
-                    expires_at,
-                }))
-            }
-            0 => Ok(TakeoverOutcome::Live),
-            3 => {
-                let status = v
-                    .get(1)
-                    .and_then(Value::as_string)
-                    .and_then(|s| RunStatus::parse(&s))
-                    .unwrap_or(RunStatus::Interrupted);
-                Ok(TakeoverOutcome::Finished(status))
-            }
-            4 => Ok(TakeoverOutcome::Interrupted),
-            5 => Ok(TakeoverOutcome::Exhausted),
-            // Past the deadline nothing was written.
-            -2 => Ok(TakeoverOutcome::Late),
-            _ => Err(bad_reply("take_over", &v)),
-        }
+    /// One `take_over` script call after the other (there is no batch script).
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        one_by_one(takeovers, |t| self.take_over_one(t)).await
     }
 
     /// The `runs` script over at most `RUNS_PER_CALL` runs per call, every call of the
@@ -678,6 +601,95 @@ impl LeaseStore for RedisStore {
             });
         }
         Some(rx)
+    }
+}
+
+impl RedisStore {
+    /// One claim: the `claim` script, one round trip.
+    async fn claim_one(&self, c: &LeaseClaim) -> Result<ClaimOutcome> {
+        let conn = self.conn();
+        let (keys, args) = self.claim_call(c)?;
+        conn.note_jobs(std::slice::from_ref(&c.run.job)).await?;
+        let v = conn
+            .eval("claim", &scripts::CLAIM, keys, args)
+            .await?
+            .into_array();
+        self.claim_reply(c, &v)
+    }
+
+    /// One result: the `finish` script, one round trip.
+    async fn finish_one(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
+        let (keys, args) = self.finish_call(lease, finish);
+        let v = self
+            .conn()
+            .eval("finish", &scripts::FINISH, keys, args)
+            .await?
+            .into_array();
+        owner_write(self, "finish", &v)
+    }
+
+    /// One takeover: the `take_over` script, one round trip.
+    async fn take_over_one(&self, t: &Takeover) -> Result<TakeoverOutcome> {
+        if t.instance_id.is_empty() {
+            return Err(Error::invalid_option("instance_id", "must not be empty"));
+        }
+        let conn = self.conn();
+        let (base, rk) = self.run_keys(&t.run);
+        let slot = t.run.slot;
+        let keys = vec![rk];
+        // The earlier of this connection's own deadline and the scheduler's.
+        let deadline = match conn.deadline().parse::<EpochMs>() {
+            Ok(d) if d > 0 => d.min(t.not_after),
+            _ => t.not_after,
+        };
+        let args = vec![
+            base,
+            deadline.to_string(),
+            slot.to_string(),
+            t.seen_attempt.to_string(),
+            t.instance_id.clone(),
+            t.lease_ms.to_string(),
+            t.max_attempts.to_string(),
+            if t.superseded { "1" } else { "0" }.into(),
+        ];
+        let v = conn
+            .eval("take_over", &scripts::TAKEOVER, keys, args)
+            .await?
+            .into_array();
+        match code(&v) {
+            1 => {
+                let (Some(now), Some(fence), Some(expires_at), Some(scheduled_at)) =
+                    (int(v.get(1)), int(v.get(2)), int(v.get(3)), int(v.get(4)))
+                else {
+                    return Err(bad_reply("take_over", &v));
+                };
+                conn.observe_clock(now);
+                Ok(TakeoverOutcome::Won(Lease {
+                    run: t.run.clone(),
+                    attempt: t.seen_attempt + 1,
+                    fence: fence as u64,
+                    instance_id: t.instance_id.clone(),
+                    reason: anarchon_core::Reason::Takeover,
+                    scheduled_at,
+                    started_at: now,
+                    expires_at,
+                }))
+            }
+            0 => Ok(TakeoverOutcome::Live),
+            3 => {
+                let status = v
+                    .get(1)
+                    .and_then(Value::as_string)
+                    .and_then(|s| RunStatus::parse(&s))
+                    .unwrap_or(RunStatus::Interrupted);
+                Ok(TakeoverOutcome::Finished(status))
+            }
+            4 => Ok(TakeoverOutcome::Interrupted),
+            5 => Ok(TakeoverOutcome::Exhausted),
+            // Past the deadline nothing was written.
+            -2 => Ok(TakeoverOutcome::Late),
+            _ => Err(bad_reply("take_over", &v)),
+        }
     }
 }
 

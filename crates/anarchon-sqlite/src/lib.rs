@@ -25,6 +25,19 @@
 //! workers. File locks must work: NFS and other network filesystems are not supported
 //! (use PostgreSQL, Redis or a libSQL server across machines).
 //!
+//! # Fenced transactions
+//! A handler whose side effects are rows in the store's own file can write them in a
+//! [`FencedTransaction`]: `BEGIN IMMEDIATE` on a connection to the file
+//! ([`SqliteStore::open_connection`]), a check that the handler's attempt still owns its
+//! run, the handler's statements, and a commit that can record the run's success in the
+//! same commit ([`FencedTransaction::commit_finished`]). The write lock is held from the
+//! check to the commit, so no takeover, claim, heartbeat or result of any process runs in
+//! between: the rows commit while the attempt owns the run, or not at all
+//! ([`anarchon_core::Error::Fenced`]). [`SqliteStore::fenced_transaction`] is the async
+//! form. The lock is the file's: a transaction open for N ms delays every writer of the
+//! file by up to N ms. Attached databases are refused (in WAL mode SQLite commits each
+//! file on its own).
+//!
 //! # Feature flags
 //! - `rusqlite` (default): the store on a local file ([`SqliteStore`]). Without it the
 //!   crate holds only [`sql`]: the schema, the statements and the row mapping, which the
@@ -41,6 +54,8 @@ pub mod sql;
 #[cfg(feature = "rusqlite")]
 mod error;
 #[cfg(feature = "rusqlite")]
+mod fenced;
+#[cfg(feature = "rusqlite")]
 mod store;
 #[cfg(feature = "rusqlite")]
 mod watcher;
@@ -48,6 +63,9 @@ mod watcher;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
 pub use error::SqliteError;
+#[cfg(feature = "rusqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
+pub use fenced::FencedTransaction;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
 pub use store::{

@@ -18,9 +18,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
-    TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store,
+    Takeover, TakeoverOutcome,
 };
 use async_trait::async_trait;
 use rusqlite::config::DbConfig;
@@ -32,7 +32,7 @@ use crate::error::SqliteError;
 use crate::releases;
 use crate::sql::{self, Exec, Row, Sql, Tables, Value, ops, schema};
 
-const KIND: &str = "sqlite";
+pub(crate) const KIND: &str = "sqlite";
 
 /// How long a statement waits for another connection's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,7 +47,7 @@ pub const MIN_CALL_TIMEOUT: Duration = Duration::from_millis(1);
 /// How long after now a call given `after` ends. The options are bounded (see
 /// [`MAX_TIMEOUT`]), so the sum always fits; the far fallback only keeps this free of
 /// panics.
-fn deadline_after(after: Duration) -> Instant {
+pub(crate) fn deadline_after(after: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(after)
         .or_else(|| now.checked_add(MAX_TIMEOUT))
@@ -261,6 +261,9 @@ impl SqliteStoreBuilder {
                 caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
                 releases,
                 watcher,
+                canonical,
+                busy_timeout: self.busy_timeout,
+                full_sync: self.full_sync,
             }),
         })
     }
@@ -295,6 +298,11 @@ struct Inner {
     caller_limit_ms: std::sync::atomic::AtomicU64,
     releases: Arc<broadcast::Sender<RunKey>>,
     watcher: crate::watcher::ReleaseWatcher,
+    /// The file as the worker's connection resolved it (fenced transactions check that a
+    /// connection is on it).
+    canonical: PathBuf,
+    busy_timeout: Duration,
+    full_sync: bool,
 }
 
 impl Inner {
@@ -403,6 +411,26 @@ impl SqliteStore {
         &self.inner.sql.tables
     }
 
+    /// The statements of this store's tables.
+    pub(crate) fn sql(&self) -> &Arc<Sql> {
+        &self.inner.sql
+    }
+
+    /// The file as the store's connection resolved it.
+    pub(crate) fn canonical_path(&self) -> &Path {
+        &self.inner.canonical
+    }
+
+    /// How long a statement waits for the write lock.
+    pub(crate) fn busy_timeout(&self) -> Duration {
+        self.inner.busy_timeout
+    }
+
+    /// Whether commits are flushed (`synchronous = FULL`).
+    pub(crate) fn full_sync(&self) -> bool {
+        self.inner.full_sync
+    }
+
     /// The schema version in the file (the current one once opened).
     pub async fn schema_version(&self) -> Result<Option<i64>> {
         self.call("schema_version", |w, deadline| {
@@ -501,7 +529,7 @@ thread_local! {
     /// Until when the busy handler of the connection on this thread retries: each call sets
     /// it (the connection's thread runs one call at a time). The handler is a plain
     /// `FnMut(i32) -> bool` installed once; a thread-local saves it a lock.
-    static BUSY_UNTIL: std::cell::Cell<Instant> = std::cell::Cell::new(Instant::now());
+    pub(crate) static BUSY_UNTIL: std::cell::Cell<Instant> = std::cell::Cell::new(Instant::now());
 }
 
 /// The waits between two tries for the write lock while another connection holds it, by
@@ -513,7 +541,7 @@ const BUSY_STEPS_US: [u64; 6] = [50, 100, 200, 300, 500, 500];
 
 /// The busy handler: sleeps the next step, bounded by [`BUSY_UNTIL`]; `false` (SQLite
 /// answers `SQLITE_BUSY`) once that has passed.
-fn busy_wait(tries: i32) -> bool {
+pub(crate) fn busy_wait(tries: i32) -> bool {
     let until = BUSY_UNTIL.get();
     let now = Instant::now();
     if now >= until {
@@ -552,7 +580,7 @@ fn worker_died(operation: &'static str) -> Error {
 }
 
 /// The host clock in epoch ms: every process that opens the file shares this host. [B-20]
-fn host_now_ms() -> EpochMs {
+pub(crate) fn host_now_ms() -> EpochMs {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| EpochMs::try_from(d.as_millis()).unwrap_or(EpochMs::MAX))
@@ -560,7 +588,7 @@ fn host_now_ms() -> EpochMs {
 }
 
 /// Polls a future that never waits (every [`Exec`] call on rusqlite completes at once).
-fn ready<F: Future>(f: F) -> F::Output {
+pub(crate) fn ready<F: Future>(f: F) -> F::Output {
     let mut f = pin!(f);
     match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(v) => v,
@@ -794,33 +822,44 @@ impl Worker {
 
     /// Maps a driver error to the core error the contract names for it.
     fn error(&self, operation: &'static str, e: rusqlite::Error) -> Error {
-        use rusqlite::ErrorCode as C;
-        let target = self.sql.location.clone();
-        match e.sqlite_error_code() {
-            Some(C::DatabaseBusy | C::DatabaseLocked) => Error::Timeout {
-                store: KIND,
-                operation,
-                after: self.busy_timeout,
-            },
-            Some(C::NotADatabase | C::DatabaseCorrupt) => Error::Corrupt {
-                store: KIND,
-                location: target,
-                reason: e.to_string(),
-            },
-            Some(
-                C::CannotOpen
-                | C::ReadOnly
-                | C::DiskFull
-                | C::SystemIoFailure
-                | C::PermissionDenied
-                | C::NoLargeFileSupport,
-            ) => Error::Unavailable {
-                store: KIND,
-                target,
-                source: Box::new(e),
-            },
-            _ => Error::store(KIND, operation, e),
-        }
+        map_error(&self.sql, self.busy_timeout, operation, e)
+    }
+}
+
+/// Maps a driver error to the core error the contract names for it; `busy_timeout` is how
+/// long the connection waited for the lock when the answer is "busy".
+pub(crate) fn map_error(
+    sql: &Sql,
+    busy_timeout: Duration,
+    operation: &'static str,
+    e: rusqlite::Error,
+) -> Error {
+    use rusqlite::ErrorCode as C;
+    let target = sql.location.clone();
+    match e.sqlite_error_code() {
+        Some(C::DatabaseBusy | C::DatabaseLocked) => Error::Timeout {
+            store: KIND,
+            operation,
+            after: busy_timeout,
+        },
+        Some(C::NotADatabase | C::DatabaseCorrupt) => Error::Corrupt {
+            store: KIND,
+            location: target,
+            reason: e.to_string(),
+        },
+        Some(
+            C::CannotOpen
+            | C::ReadOnly
+            | C::DiskFull
+            | C::SystemIoFailure
+            | C::PermissionDenied
+            | C::NoLargeFileSupport,
+        ) => Error::Unavailable {
+            store: KIND,
+            target,
+            source: Box::new(e),
+        },
+        _ => Error::store(KIND, operation, e),
     }
 }
 
@@ -843,39 +882,64 @@ impl rusqlite::ToSql for Param<'_> {
     }
 }
 
+/// Runs a statement that returns rows on `conn` (prepared once and cached by text).
+pub(crate) fn query_rows(
+    conn: &Connection,
+    sql: &Sql,
+    text: &str,
+    params: &[Value],
+    err: impl Fn(rusqlite::Error) -> Error,
+) -> Result<Vec<Row>> {
+    let mut stmt = conn.prepare_cached(text).map_err(&err)?;
+    let n = stmt.column_count();
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(params.iter().map(Param)))
+        .map_err(&err)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(&err)? {
+        let mut row = Vec::with_capacity(n);
+        for i in 0..n {
+            row.push(match r.get_ref(i).map_err(&err)? {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(v) => Value::Integer(v),
+                ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+                other => {
+                    return Err(sql.corrupt(
+                        "",
+                        format!(
+                            "column {i} of a result holds a {:?} value",
+                            other.data_type()
+                        ),
+                    ));
+                }
+            });
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// Runs a statement on `conn` and returns the number of rows it changed.
+pub(crate) fn execute_rows(
+    conn: &Connection,
+    text: &str,
+    params: &[Value],
+    err: impl Fn(rusqlite::Error) -> Error,
+) -> Result<u64> {
+    let mut stmt = conn.prepare_cached(text).map_err(&err)?;
+    let n = stmt
+        .execute(rusqlite::params_from_iter(params.iter().map(Param)))
+        .map_err(&err)?;
+    Ok(n as u64)
+}
+
 impl LocalExec<'_> {
     fn err(&self, e: rusqlite::Error) -> Error {
         self.w.error(self.operation, e)
     }
 
     fn query_now(&self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-        let mut stmt = self.w.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
-        let n = stmt.column_count();
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter().map(Param)))
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let mut row = Vec::with_capacity(n);
-            for i in 0..n {
-                row.push(match r.get_ref(i).map_err(|e| self.err(e))? {
-                    ValueRef::Null => Value::Null,
-                    ValueRef::Integer(v) => Value::Integer(v),
-                    ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
-                    other => {
-                        return Err(self.w.sql.corrupt(
-                            "",
-                            format!(
-                                "column {i} of a result holds a {:?} value",
-                                other.data_type()
-                            ),
-                        ));
-                    }
-                });
-            }
-            out.push(row);
-        }
-        Ok(out)
+        query_rows(&self.w.conn, &self.w.sql, sql, params, |e| self.err(e))
     }
 
     fn execute_now(&self, sql: &str, params: &[Value]) -> Result<u64> {
@@ -888,11 +952,7 @@ impl LocalExec<'_> {
                 after: self.w.call_timeout,
             });
         }
-        let mut stmt = self.w.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
-        let n = stmt
-            .execute(rusqlite::params_from_iter(params.iter().map(Param)))
-            .map_err(|e| self.err(e))?;
-        Ok(n as u64)
+        execute_rows(&self.w.conn, sql, params, |e| self.err(e))
     }
 }
 
@@ -992,11 +1052,6 @@ impl HistoryStore for SqliteStore {
 
 #[async_trait]
 impl LeaseStore for SqliteStore {
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        let claim = claim.clone();
-        on_worker!(self, "claim", |e, sql| ops::claim(&mut e, sql, &claim))
-    }
-
     /// One transaction for the whole batch: one write lock and one commit.
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         let claims = claims.to_vec();
@@ -1005,8 +1060,9 @@ impl LeaseStore for SqliteStore {
         ))
     }
 
-    fn claim_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
+    /// `BATCH_CLAIMS` (256) of each: one transaction takes them.
+    fn limits(&self) -> BatchLimits {
+        BatchLimits::all(BATCH_CLAIMS)
     }
 
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
@@ -1019,23 +1075,12 @@ impl LeaseStore for SqliteStore {
         ))
     }
 
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        let (lease, finish) = (lease.clone(), finish.clone());
-        on_worker!(self, "finish", |e, sql| ops::finish(
-            &mut e, sql, &lease, &finish
-        ))
-    }
-
     /// One transaction for the whole batch: one write lock and one commit.
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         let writes = writes.to_vec();
         on_worker!(self, "finish", |e, sql| ops::finish_many(
             &mut e, sql, &writes
         ))
-    }
-
-    fn finish_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
     }
 
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
@@ -1048,11 +1093,6 @@ impl LeaseStore for SqliteStore {
         Ok(r)
     }
 
-    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
-        let t = takeover.clone();
-        on_worker!(self, "take_over", |e, sql| ops::take_over(&mut e, sql, &t))
-    }
-
     /// One transaction for the whole batch, like `claim_many`.
     async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
         if takeovers.is_empty() {
@@ -1062,10 +1102,6 @@ impl LeaseStore for SqliteStore {
         on_worker!(self, "take_over", |e, sql| ops::take_over_many(
             &mut e, sql, &takeovers
         ))
-    }
-
-    fn take_over_batch_limit(&self) -> usize {
-        BATCH_CLAIMS
     }
 
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

@@ -90,6 +90,17 @@ pub enum Error {
         /// What it takes.
         reason: &'static str,
     },
+    /// A [`Dashboard`](crate::Dashboard) option outside the range it can honour (returned
+    /// by the builder, never by a request).
+    #[error("dashboard option `{option}` = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// The option.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted, and why.
+        allowed: String,
+    },
     /// A path or query string that cannot be read (not UTF-8 after percent-decoding).
     #[error("the {part} cannot be read: {reason}; check the URL")]
     Unreadable {
@@ -122,6 +133,7 @@ impl Error {
             | Error::Unreadable { .. } => StatusCode::BAD_REQUEST,
             Error::UnknownJob { .. } | Error::NotRunnable { .. } => StatusCode::NOT_FOUND,
             Error::CrossOrigin { .. } | Error::HostNotAllowed { .. } => StatusCode::FORBIDDEN,
+            Error::OutOfRange { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }

@@ -130,10 +130,11 @@ impl Source {
 /// use anarchon_core::memory::MemoryStore;
 ///
 /// let router: anarchon_web::axum::Router = anarchon_web::Dashboard::new(Arc::new(MemoryStore::new()))
-///     .store_timeout(Duration::from_secs(2))
+///     .store_timeout(Duration::from_secs(2))?
 ///     .history_window(200)
 ///     .router();
 /// # let _ = router;
+/// # Ok::<(), anarchon_web::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Dashboard {
@@ -220,11 +221,50 @@ impl Dashboard {
         self
     }
 
-    /// How long a store call may take before the request answers 504 (default 5 s).
-    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+    /// How long a store call may take before the request answers 504 (default 5 s), from
+    /// [`MIN_STORE_TIMEOUT`](Self::MIN_STORE_TIMEOUT) (50 ms, as the scheduler's own
+    /// `store_timeout`) to [`MAX_STORE_TIMEOUT`](Self::MAX_STORE_TIMEOUT) (1 h).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] naming the option, the value and the range for a timeout
+    /// outside it: a zero timeout made every request answer 504, and one of days would hold
+    /// a request (and a store connection) long after any client gave up.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use anarchon_core::memory::MemoryStore;
+    /// use anarchon_web::{Dashboard, Error};
+    ///
+    /// let dashboard = Dashboard::new(Arc::new(MemoryStore::new()));
+    /// let err = dashboard.clone().store_timeout(Duration::ZERO).unwrap_err();
+    /// assert!(matches!(err, Error::OutOfRange { option: "store_timeout", .. }));
+    /// let router = dashboard.store_timeout(Duration::from_secs(2))?.router();
+    /// # let _ = router;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn store_timeout(mut self, timeout: Duration) -> Result<Self> {
+        if !(Self::MIN_STORE_TIMEOUT..=Self::MAX_STORE_TIMEOUT).contains(&timeout) {
+            return Err(Error::OutOfRange {
+                option: "store_timeout",
+                value: format!("{timeout:?}"),
+                allowed: format!(
+                    "from {:?} to {:?}: a shorter bound answers 504 before a store can reply, \
+                     a longer one holds requests after their clients gave up",
+                    Self::MIN_STORE_TIMEOUT,
+                    Self::MAX_STORE_TIMEOUT
+                ),
+            });
+        }
         self.store_timeout = timeout;
-        self
+        Ok(self)
     }
+
+    /// The shortest [`store_timeout`](Self::store_timeout): 50 ms.
+    pub const MIN_STORE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// The longest [`store_timeout`](Self::store_timeout): 1 h.
+    pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(3600);
 
     /// How many of a job's newest attempts the jobs page and the timeline read (default
     /// 100; a value outside 1 to 10000, the history API's own bound, is taken as the nearer

@@ -170,3 +170,54 @@ async fn run_now_is_refused_for_a_host_the_dashboard_does_not_answer_for() {
     let api = send("POST", &format!("{named}/api/jobs/sync/run"), &[], "").await;
     api_error(&api, 403, "127.0.0.1");
 }
+
+/// `store_timeout` outside 50 ms ..= 1 h is refused when it is set, naming the option, the
+/// value and the range (a zero one made every request answer 504); the bounds themselves
+/// are taken, and a dashboard with one serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_timeout_out_of_range_is_a_typed_error_naming_it() {
+    use std::time::Duration;
+    let store = Arc::new(MemoryStore::new());
+    for bad in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_millis(49),
+        Duration::from_secs(3600) + Duration::from_nanos(1),
+        Duration::from_secs(365 * 24 * 3600),
+        Duration::MAX,
+    ] {
+        let err = Dashboard::new(store.clone())
+            .store_timeout(bad)
+            .expect_err("out of range");
+        match &err {
+            anarchon_web::Error::OutOfRange { option, value, .. } => {
+                assert_eq!(*option, "store_timeout");
+                assert_eq!(value, &format!("{bad:?}"));
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains("store_timeout") && text.contains("50ms") && text.contains("3600s"),
+            "{text}"
+        );
+    }
+    for good in [
+        Dashboard::MIN_STORE_TIMEOUT,
+        Duration::from_secs(5),
+        Dashboard::MAX_STORE_TIMEOUT,
+    ] {
+        Dashboard::new(store.clone())
+            .store_timeout(good)
+            .unwrap_or_else(|e| panic!("{good:?}: {e}"));
+    }
+    let base = serve(
+        Dashboard::new(store)
+            .store_timeout(Dashboard::MIN_STORE_TIMEOUT)
+            .unwrap()
+            .router(),
+    )
+    .await;
+    let jobs = get(&format!("{base}/api/jobs")).await;
+    assert_eq!(jobs.status, 200, "{}", jobs.body);
+}

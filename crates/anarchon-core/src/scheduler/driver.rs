@@ -71,15 +71,18 @@ struct Shell {
 /// The core's configuration from the scheduler's.
 fn core_config(shared: &Shared) -> CoreConfig {
     let (lease_store, limits) = match &shared.backend {
-        Backend::Lease(s) => (
-            true,
-            Limits {
-                claims: s.claim_batch_limit(),
-                takeovers: s.take_over_batch_limit(),
-                finishes: s.finish_batch_limit(),
-                claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
-            },
-        ),
+        Backend::Lease(s) => {
+            let batch = s.limits();
+            (
+                true,
+                Limits {
+                    claims: batch.claims,
+                    takeovers: batch.takeovers,
+                    finishes: batch.finishes,
+                    claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
+                },
+            )
+        }
         Backend::Claim(_) => (
             false,
             Limits {
@@ -285,7 +288,9 @@ impl Shell {
                 };
                 t.handler = None;
                 let cause = t.control.cause();
+                let recorded = t.control.is_finished_in_transaction();
                 let status = match (&result, cause) {
+                    _ if recorded => "success",
                     (Ok(()), _) => "success",
                     (Err(_), Some(_)) => "interrupted",
                     (Err(_), None) => "failure",
@@ -294,7 +299,12 @@ impl Shell {
                 let result = result.map_err(|e| telemetry::error_chain(&*e));
                 let took = t.started.elapsed();
                 self.handler_metric(run, status, took);
-                self.input(|core, now| core.handler_returned(now, run, result, cause));
+                if recorded {
+                    // Its fenced transaction recorded the success: whatever it returned.
+                    self.input(|core, now| core.handler_recorded(now, run));
+                } else {
+                    self.input(|core, now| core.handler_returned(now, run, result, cause));
+                }
             }
         }
     }
@@ -438,13 +448,15 @@ impl Shell {
         match &event {
             Event::Error {
                 operation,
+                kind,
                 job,
                 message,
             } => {
+                let operation = operation.as_str();
                 if self.shared.events.receiver_count() == 0 {
-                    tracing::error!(operation, job = ?job, "anarchon store error: {message}");
+                    tracing::error!(operation, ?kind, job = ?job, "anarchon store error: {message}");
                 } else {
-                    tracing::warn!(operation, job = ?job, "anarchon store error: {message}");
+                    tracing::warn!(operation, ?kind, job = ?job, "anarchon store error: {message}");
                 }
             }
             Event::Skip { job, slot, reason } => {

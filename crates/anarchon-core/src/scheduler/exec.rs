@@ -127,14 +127,7 @@ async fn send(backend: &Backend, request: Request) -> Result<Answer> {
         )),
     };
     Ok(match request {
-        Request::Claim { claims, batch } => {
-            let s = lease_store()?;
-            Answer::Claims(if batch {
-                s.claim_many(&claims).await
-            } else {
-                one_by_one(&claims, |c| s.claim(c)).await
-            })
-        }
+        Request::Claim { claims } => Answer::Claims(lease_store()?.claim_many(&claims).await),
         Request::ClaimSlot(claim) => match backend {
             Backend::Claim(s) => Answer::Slot(s.claim_slot(&claim).await),
             Backend::Lease(s) => Answer::Slot(Err(Error::store(
@@ -148,22 +141,10 @@ async fn send(backend: &Backend, request: Request) -> Result<Answer> {
         }
         Request::Runs(keys) => Answer::Runs(lease_store()?.runs(&keys).await),
         Request::Unfinished(jobs) => Answer::Runs(lease_store()?.unfinished_runs(&jobs).await),
-        Request::TakeOver { takeovers, batch } => {
-            let s = lease_store()?;
-            Answer::Takeovers(if batch {
-                s.take_over_many(&takeovers).await
-            } else {
-                one_by_one(&takeovers, |t| s.take_over(t)).await
-            })
+        Request::TakeOver { takeovers } => {
+            Answer::Takeovers(lease_store()?.take_over_many(&takeovers).await)
         }
-        Request::Finish { writes, batch } => {
-            let s = lease_store()?;
-            Answer::Writes(if batch {
-                s.finish_many(&writes).await
-            } else {
-                one_by_one(&writes, |(l, f)| s.finish(l, f)).await
-            })
-        }
+        Request::Finish { writes } => Answer::Writes(lease_store()?.finish_many(&writes).await),
         Request::Release(lease) => Answer::Released(lease_store()?.release(&lease).await),
         Request::Record {
             record,
@@ -174,17 +155,4 @@ async fn send(backend: &Backend, request: Request) -> Result<Answer> {
             other => other.history().record_manual(&record, retention).await,
         }),
     })
-}
-
-/// The single call for each item, in order (a store without batches).
-async fn one_by_one<'a, I, T, F, Fut>(items: &'a [I], mut call: F) -> Result<Vec<T>>
-where
-    F: FnMut(&'a I) -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        out.push(call(item).await?);
-    }
-    Ok(out)
 }

@@ -11,7 +11,41 @@
 //! result is being written, the run is lost or abandoned, nothing renews it again.
 
 use crate::context::CancelCause;
+pub(crate) use crate::error::ErrorKind;
+pub(crate) use crate::event::FailureCause;
 use crate::history::RunStatus;
+
+/// A store call that failed: what kind of failure, and the error's whole chain as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failed {
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: String,
+}
+
+impl Failed {
+    pub(crate) fn of(error: &crate::error::Error) -> Self {
+        Failed {
+            kind: error.kind(),
+            message: crate::scheduler::telemetry::error_chain(error),
+        }
+    }
+}
+
+impl From<&str> for Failed {
+    /// A store failure with this message (a batch answered wrongly, tests).
+    fn from(message: &str) -> Self {
+        Failed {
+            kind: ErrorKind::Store,
+            message: message.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// The result write an owner makes once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +72,11 @@ pub(crate) enum Note {
     /// The result was recorded as succeeded.
     Succeeded,
     /// The result was recorded as failed.
-    Failed(String),
+    Failed(FailureCause),
     /// The run ended without a result.
     Interrupted(InterruptCause),
     /// The result write failed (store error or timeout).
-    WriteFailed(String),
+    WriteFailed(Failed),
 }
 
 /// The answer to an owner write.
@@ -52,7 +86,7 @@ pub(crate) enum WriteAnswer {
     /// The fence no longer matched: another attempt owns the run.
     Lost,
     /// Store error or timeout: the outcome is unknown.
-    Failed(String),
+    Failed(Failed),
 }
 
 /// The owner's states. The handler runs in `Running` and possibly in `Writing`/`Draining`
@@ -85,6 +119,9 @@ pub(crate) enum OwnerInput {
         result: Result<(), String>,
         cause: Option<CancelCause>,
     },
+    /// The handler returned after a fenced transaction recorded its success and committed
+    /// (the store holds the result already: nothing is written).
+    HandlerRecorded,
     /// The job's timeout passed.
     TimeoutElapsed,
     /// The handler outlived its timeout by the grace.
@@ -127,6 +164,8 @@ pub(crate) struct OwnerRun {
     pub(crate) leased: bool,
     /// `stop()` was called: a failed result write is not sent again.
     pub(crate) stopping: bool,
+    /// The job's timeout passed: the failure written is the timeout's.
+    pub(crate) timed_out: bool,
 }
 
 impl OwnerRun {
@@ -135,6 +174,7 @@ impl OwnerRun {
             state: OwnerState::Running { fenced: false },
             leased,
             stopping: false,
+            timed_out: false,
         }
     }
 
@@ -189,8 +229,32 @@ impl OwnerRun {
                     vec![E::Write(write)],
                 )
             }
+            // The handler's own fenced transaction recorded the success: nothing to write.
+            (S::Running { .. }, I::HandlerRecorded) if self.leased => (
+                S::Finished,
+                vec![
+                    E::Emit(Note::Succeeded),
+                    E::Reply(Some((RunStatus::Succeeded, None))),
+                ],
+            ),
+            // Not leased (never fenceable): an ordinary success.
+            (S::Running { .. }, I::HandlerRecorded) => {
+                let write = Write::Finish {
+                    status: RunStatus::Succeeded,
+                    error: None,
+                };
+                (
+                    S::Writing {
+                        retry: self.retries(&write),
+                        write: write.clone(),
+                        handler_running: false,
+                    },
+                    vec![E::Write(write)],
+                )
+            }
             (S::Running { .. }, I::TimeoutElapsed) => {
                 // [B-21] Failed at once; the handler gets the grace to return, then is aborted.
+                self.timed_out = true;
                 let write = Write::Finish {
                     status: RunStatus::Failed,
                     error: Some("timed out".into()),
@@ -240,7 +304,7 @@ impl OwnerRun {
                     handler_running: true,
                     retry,
                 },
-                I::HandlerReturned { .. },
+                I::HandlerReturned { .. } | I::HandlerRecorded,
             ) => (
                 S::Writing {
                     write: write.clone(),
@@ -299,9 +363,11 @@ impl OwnerRun {
                             status: RunStatus::Succeeded,
                             ..
                         } => Note::Succeeded,
-                        Write::Finish { error, .. } => {
-                            Note::Failed(error.clone().unwrap_or_else(|| "failed".into()))
-                        }
+                        Write::Finish { error, .. } => Note::Failed(if self.timed_out {
+                            FailureCause::TimedOut
+                        } else {
+                            FailureCause::Handler(error.clone().unwrap_or_else(|| "failed".into()))
+                        }),
                         Write::Release if self.leased => {
                             Note::Interrupted(InterruptCause::HandedOver)
                         }
@@ -332,6 +398,9 @@ impl OwnerRun {
             }
             // ----- nothing left to write
             (S::Draining, I::HandlerReturned { .. }) => (S::Finished, vec![]),
+            // The lease was reported lost because the handler's fenced transaction had
+            // already recorded the success: the store holds it, say so.
+            (S::Draining, I::HandlerRecorded) => (S::Finished, vec![E::Emit(Note::Succeeded)]),
             (S::Draining, I::AbortGraceElapsed | I::StopDeadline) => (S::Finished, vec![E::Abort]),
             // Everything else changes nothing: late answers, repeated signals.
             (state, _) => (state.clone(), vec![]),
@@ -404,6 +473,29 @@ mod tests {
             cause: Some(CancelCause::LeaseLost),
         });
         assert!(fx.is_empty());
+        assert!(run.is_finished());
+    }
+
+    #[test]
+    fn a_run_its_transaction_finished_writes_nothing_and_reports_success() {
+        let mut run = OwnerRun::new(true);
+        let fx = run.handle(OwnerInput::HandlerRecorded);
+        assert_eq!(
+            fx,
+            vec![
+                OwnerEffect::Emit(Note::Succeeded),
+                OwnerEffect::Reply(Some((RunStatus::Succeeded, None)))
+            ]
+        );
+        assert!(run.is_finished());
+        // The heartbeat saw the run finished by the transaction first: reported lost, then
+        // the handler's return says what happened.
+        let mut run = OwnerRun::new(true);
+        run.handle(OwnerInput::RenewalLost);
+        assert_eq!(
+            run.handle(OwnerInput::HandlerRecorded),
+            vec![OwnerEffect::Emit(Note::Succeeded)]
+        );
         assert!(run.is_finished());
     }
 
@@ -495,6 +587,10 @@ pub(crate) mod table {
                     Some(CancelCause::LeaseDeadlinePassed),
                 ),
             ),
+            (
+                "handler returned, its transaction recorded the success",
+                OwnerInput::HandlerRecorded,
+            ),
             ("timeout", OwnerInput::TimeoutElapsed),
             ("abort grace over", OwnerInput::AbortGraceElapsed),
             ("renewal lost", OwnerInput::RenewalLost),
@@ -573,6 +669,13 @@ pub(crate) mod table {
         for (sn, state) in states() {
             for (inn, input) in inputs() {
                 let mut run = OwnerRun {
+                    timed_out: matches!(
+                        state,
+                        OwnerState::Writing {
+                            handler_running: true,
+                            ..
+                        }
+                    ),
                     state: state.clone(),
                     leased: true,
                     stopping: false,

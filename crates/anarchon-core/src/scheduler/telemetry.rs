@@ -154,7 +154,7 @@ pub(crate) fn event(instance: &str, event: &Event) {
                 metrics::counter!("anarchon_runs_fenced_total", "instance" => instance, "job" => run.job.to_string()).increment(1)
             }
             Event::Error { operation, .. } => {
-                metrics::counter!("anarchon_store_errors_total", "instance" => instance, "operation" => *operation).increment(1)
+                metrics::counter!("anarchon_store_errors_total", "instance" => instance, "operation" => operation.as_str()).increment(1)
             }
             Event::Skip { .. } | Event::Stalled { .. } | Event::ClockSkew { .. } => {}
         }

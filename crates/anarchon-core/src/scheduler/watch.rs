@@ -61,7 +61,7 @@ pub(crate) enum WatchInput {
     /// A release notification named the run.
     Released,
     /// The takeover was answered; `Err` is a store error or timeout (outcome unknown).
-    TakeoverAnswered(Result<TakeoverOutcome, String>),
+    TakeoverAnswered(Result<TakeoverOutcome, crate::scheduler::run::Failed>),
 }
 
 /// What the driver must do.
@@ -101,7 +101,7 @@ pub(crate) enum WatchNote {
     /// The expired run was replaced by the next slot. [B-15]
     Replaced,
     /// A store error on the takeover.
-    TakeoverFailed(String),
+    TakeoverFailed(crate::scheduler::run::Failed),
 }
 
 /// One watched run.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::history::{Reason, Retention, RunStatus};
 use crate::store::{
-    ClaimOutcome, EpochMs, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap, OwnerWrite,
-    Prepare, Renewal, Takeover, TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Finish, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
+    OwnerWrite, Prepare, Renewal, Takeover, TakeoverOutcome,
 };
 use crate::testkit::{key, sleep_ms, unique_job};
 
@@ -27,6 +27,8 @@ macro_rules! __lease_store_tests {
             b11_claim_many_mixes_every_outcome_in_the_order_given,
             b11_claim_many_takes_a_batch_larger_than_its_limit,
             b14_take_over_many_answers_each_takeover_as_take_over_would,
+            b14_take_over_many_takes_a_batch_larger_than_its_limit,
+            b11_single_calls_are_batches_of_one,
             b12_overlap_skip_refuses_while_an_earlier_lease_is_live,
             b12_overlap_allow_starts_beside_a_live_run,
             b13_batched_heartbeat_renews_only_current_owners,
@@ -340,7 +342,6 @@ pub async fn b11_claim_many_answers_each_claim_as_claim_would(store: Arc<dyn Lea
         matches!(&out[3], ClaimOutcome::Won(l) if l.run == claims[3].run),
         "{out:?}"
     );
-    assert!(store.claim_batch_limit() >= 1);
     let h = store.history(&j1, 10).await.unwrap();
     assert_eq!(h.len(), 1, "one attempt recorded: {h:?}");
     assert_eq!(store.claim_many(&[]).await.unwrap(), vec![]);
@@ -427,10 +428,10 @@ pub async fn b11_claim_many_mixes_every_outcome_in_the_order_given(store: Arc<dy
     assert_eq!(old[0].status, RunStatus::Interrupted, "{old:?}");
 }
 
-/// [B-11] A batch longer than [`LeaseStore::claim_batch_limit`] is still answered whole and
+/// [B-11] A batch longer than the store's [`BatchLimits::claims`] is still answered whole and
 /// in order (the store splits it as it needs); claiming it again finds every slot taken.
 pub async fn b11_claim_many_takes_a_batch_larger_than_its_limit(store: Arc<dyn LeaseStore>) {
-    let limit = store.claim_batch_limit();
+    let limit = store.limits().claims;
     assert!(limit >= 1);
     let n = limit.min(1_024) + 3;
     let jobs: Vec<JobName> = (0..n).map(|_| unique_job("big")).collect();
@@ -508,7 +509,140 @@ pub async fn b14_take_over_many_answers_each_takeover_as_take_over_would(
     let h = store.history(&jobs[4], 10).await.unwrap();
     assert_eq!((h.len(), h[0].status), (1, RunStatus::Running), "{h:?}");
     assert!(store.take_over_many(&[]).await.unwrap().is_empty());
-    assert!(store.take_over_batch_limit() >= 1);
+}
+
+/// [B-14] A batch of takeovers longer than the store's [`BatchLimits::takeovers`] is still
+/// answered whole and in order; taking the same runs over again finds each one live (the
+/// first batch's leases hold them).
+pub async fn b14_take_over_many_takes_a_batch_larger_than_its_limit(store: Arc<dyn LeaseStore>) {
+    let limit = store.limits().takeovers;
+    assert!(limit >= 1);
+    let n = limit.min(300) + 2;
+    let jobs: Vec<JobName> = (0..n).map(|_| unique_job("tkbig")).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
+    let leases: Vec<Lease> = store
+        .claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("expected to win: {other:?}"),
+        })
+        .collect();
+    sleep_ms(PAST_LEASE_MS).await;
+    let batch: Vec<Takeover> = leases.iter().map(|l| takeover(l, "b", 3)).collect();
+    let out = store.take_over_many(&batch).await.unwrap();
+    assert_eq!(out.len(), n);
+    for (l, o) in leases.iter().zip(&out) {
+        assert!(
+            matches!(o, TakeoverOutcome::Won(w) if w.run == l.run && w.attempt == 2 && w.instance_id == "b"),
+            "{}: {o:?}",
+            l.run
+        );
+    }
+    let again: Vec<Takeover> = leases.iter().map(|l| takeover(l, "c", 3)).collect();
+    let out = store.take_over_many(&again).await.unwrap();
+    assert_eq!(out, vec![TakeoverOutcome::Live; n]);
+}
+
+/// [B-11, B-14, B-16] The single calls are batches of one, through the same path as longer
+/// batches: a claim, a takeover and a result answer the same whether sent alone or as a
+/// batch of one item, each judged against what the other shape wrote before it; and every
+/// limit is at least 1.
+pub async fn b11_single_calls_are_batches_of_one(store: Arc<dyn LeaseStore>) {
+    let limits: BatchLimits = store.limits();
+    assert!(
+        limits.claims >= 1 && limits.finishes >= 1 && limits.takeovers >= 1,
+        "{limits:?}"
+    );
+    let (j1, j2) = (unique_job("one"), unique_job("one"));
+    prepared(&store, &[&j1, &j2]).await;
+    let t = now(&store).await;
+    // Claims: a single claim wins, a batch of one for the same slot is taken, and the
+    // other way round.
+    let a = won(&store, &claim(&j1, t, "a", t)).await;
+    assert_eq!(
+        store.claim_many(&[claim(&j1, t, "b", t)]).await.unwrap(),
+        vec![ClaimOutcome::Taken]
+    );
+    let b = match store
+        .claim_many(&[claim(&j2, t, "b", t)])
+        .await
+        .unwrap()
+        .as_slice()
+    {
+        [ClaimOutcome::Won(l)] => l.clone(),
+        other => panic!("expected to win {j2} in a batch of one: {other:?}"),
+    };
+    assert_eq!(
+        store.claim(&claim(&j2, t, "a", t)).await.unwrap(),
+        ClaimOutcome::Taken
+    );
+    // Takeovers of live leases: live either way.
+    assert_eq!(
+        store.take_over(&takeover(&a, "c", 3)).await.unwrap(),
+        TakeoverOutcome::Live
+    );
+    assert_eq!(
+        store.take_over_many(&[takeover(&b, "c", 3)]).await.unwrap(),
+        vec![TakeoverOutcome::Live]
+    );
+    // After the leases ended: a single takeover of one, a batch of one of the other, then
+    // each shape finds the run the other took over live.
+    sleep_ms(PAST_LEASE_MS).await;
+    let a2 = match store.take_over(&takeover(&a, "c", 3)).await.unwrap() {
+        TakeoverOutcome::Won(l) => l,
+        other => panic!("expected to take over {}: {other:?}", a.run),
+    };
+    let b2 = match store
+        .take_over_many(&[takeover(&b, "c", 3)])
+        .await
+        .unwrap()
+        .as_slice()
+    {
+        [TakeoverOutcome::Won(l)] => l.clone(),
+        other => panic!(
+            "expected to take over {} in a batch of one: {other:?}",
+            b.run
+        ),
+    };
+    assert_eq!((a2.attempt, b2.attempt), (2, 2));
+    assert_eq!(
+        store.take_over_many(&[takeover(&a, "d", 3)]).await.unwrap(),
+        vec![TakeoverOutcome::Live]
+    );
+    assert_eq!(
+        store.take_over(&takeover(&b, "d", 3)).await.unwrap(),
+        TakeoverOutcome::Live
+    );
+    // Results: the stale owners lose either way, the current ones are written once.
+    assert_eq!(store.finish(&a, &done()).await.unwrap(), OwnerWrite::Lost);
+    assert_eq!(
+        store.finish_many(&[(b.clone(), done())]).await.unwrap(),
+        vec![OwnerWrite::Lost]
+    );
+    assert_eq!(store.finish(&a2, &done()).await.unwrap(), OwnerWrite::Done);
+    assert_eq!(
+        store.finish_many(&[(b2.clone(), done())]).await.unwrap(),
+        vec![OwnerWrite::Done]
+    );
+    assert_eq!(
+        store.finish_many(&[(a2.clone(), done())]).await.unwrap(),
+        vec![OwnerWrite::Lost]
+    );
+    assert_eq!(store.finish(&b2, &done()).await.unwrap(), OwnerWrite::Lost);
+    for job in [&j1, &j2] {
+        let h = store.history(job, 10).await.unwrap();
+        assert_eq!(
+            h.iter().map(|r| (r.attempt, r.status)).collect::<Vec<_>>(),
+            vec![(2, RunStatus::Succeeded), (1, RunStatus::Interrupted)],
+            "{job}: {h:?}"
+        );
+    }
 }
 
 /// [B-14] A crashed run starts at most `max_attempts` times, then it is `failed`.
@@ -614,7 +748,7 @@ pub async fn b16_stale_owner_cannot_heartbeat_or_finish(store: Arc<dyn LeaseStor
 
 /// [B-16] `finish_many` writes each result as `finish` would, in order: a current owner's
 /// result is `Done`, a stale owner's `Lost` (and changes nothing), and a failed run's error
-/// is kept; a batch beyond `finish_batch_limit` and an empty batch work too.
+/// is kept; a batch beyond [`BatchLimits::finishes`] and an empty batch work too.
 pub async fn b16_finish_many_answers_each_result_as_finish_would(store: Arc<dyn LeaseStore>) {
     let jobs: Vec<JobName> = (0..3).map(|i| unique_job(&format!("fmany{i}"))).collect();
     let refs: Vec<&JobName> = jobs.iter().collect();
@@ -662,7 +796,7 @@ pub async fn b16_finish_many_answers_each_result_as_finish_would(store: Arc<dyn 
     assert_eq!(store.finish_many(&[]).await.unwrap(), vec![]);
 
     // More results than one batch takes: every one is written.
-    let n = store.finish_batch_limit().clamp(1, 300) + 2;
+    let n = store.limits().finishes.clamp(1, 300) + 2;
     let many: Vec<JobName> = (0..n).map(|i| unique_job(&format!("fbig{i}"))).collect();
     let refs: Vec<&JobName> = many.iter().collect();
     prepared(&store, &refs).await;

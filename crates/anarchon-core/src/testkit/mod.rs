@@ -77,6 +77,26 @@ pub fn key(job: &JobName, slot: EpochMs) -> RunKey {
     RunKey::new(job.clone(), slot)
 }
 
+/// A handler's context for the attempt `lease` holds (what the scheduler would hand the
+/// handler it starts for that lease), for store crates' tests of fenced transactions.
+pub fn context_for(lease: &crate::store::Lease) -> crate::context::JobContext {
+    let control = Arc::new(crate::context::RunControl::new(None));
+    let slot = chrono::DateTime::from_timestamp_millis(lease.run.slot).unwrap_or_default();
+    crate::context::JobContext {
+        name: lease.run.job.clone(),
+        slot,
+        scheduled_at: chrono::DateTime::from_timestamp_millis(lease.scheduled_at).unwrap_or(slot),
+        instance_id: Arc::from(lease.instance_id.as_str()),
+        manual: false,
+        attempt: lease.attempt,
+        reason: lease.reason,
+        fence: lease.fence,
+        signal: control.token(),
+        data: Arc::new(crate::context::Data::new()),
+        control,
+    }
+}
+
 /// Sleeps on tokio's clock (advanced instantly under a paused clock).
 pub async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -16,8 +16,8 @@ use crate::history::{Reason, Retention, RunRecord, RunStatus};
 use crate::options::CatchUp;
 use crate::scheduler::{Clock, Leased, Scheduler};
 use crate::store::{
-    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    OwnerWrite, Prepare, Renewal, RunKey, RunView, Store, Takeover, TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, RunKey, RunView, Store, Takeover, TakeoverOutcome,
 };
 use crate::testkit::{sleep_ms, unique_job};
 
@@ -34,6 +34,7 @@ macro_rules! __runtime_tests {
             b11_each_slot_runs_on_one_instance_the_others_skip_taken,
             b12_overlap_skip_never_runs_two_at_once,
             b14_backup_takes_over_after_the_owner_crashes,
+            b11_batches_keep_to_the_store_limits,
             b14_crashed_run_is_exhausted_after_max_attempts,
             b14_a_slot_whose_claim_failed_is_backed_up_when_another_starts_it_late,
             b14_a_claim_committed_after_its_caller_gave_up_is_handed_over_at_once,
@@ -94,6 +95,12 @@ struct Faults {
     takeover_batches: AtomicUsize,
     /// The most runs one `runs` call asked for (the backup poll's size).
     max_runs_asked: AtomicUsize,
+    /// Limits this handle reports instead of the store's (each at most the store's own).
+    limits: std::sync::Mutex<Option<BatchLimits>>,
+    /// The most claims, results and takeovers one call carried.
+    largest_claims: AtomicUsize,
+    largest_finishes: AtomicUsize,
+    largest_takeovers: AtomicUsize,
 }
 
 impl Instance {
@@ -135,6 +142,19 @@ impl Instance {
     /// The most runs one `runs` call (a backup poll) asked for so far.
     pub fn max_runs_asked(&self) -> usize {
         self.faults.max_runs_asked.load(Ordering::SeqCst)
+    }
+    /// Reports at most `limits` as this store's batch limits (each no more than the store's
+    /// own), so the scheduler sends smaller batches through this handle.
+    pub fn limit_batches(&self, limits: BatchLimits) {
+        *self.faults.limits.lock().unwrap_or_else(|e| e.into_inner()) = Some(limits);
+    }
+    /// The most claims, results and takeovers one call through this handle carried so far.
+    pub fn largest_batches(&self) -> BatchLimits {
+        BatchLimits {
+            claims: self.faults.largest_claims.load(Ordering::SeqCst),
+            finishes: self.faults.largest_finishes.load(Ordering::SeqCst),
+            takeovers: self.faults.largest_takeovers.load(Ordering::SeqCst),
+        }
     }
     /// Takeovers sent through this handle so far.
     pub fn takeovers(&self) -> usize {
@@ -221,8 +241,12 @@ impl HistoryStore for Instance {
 
 #[async_trait]
 impl LeaseStore for Instance {
-    async fn claim(&self, c: &LeaseClaim) -> Result<ClaimOutcome> {
+    /// The faults apply once per call, as to one round trip.
+    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         self.gate().await;
+        self.faults
+            .largest_claims
+            .fetch_max(claims.len(), Ordering::SeqCst);
         self.failing()?;
         if self.faults.fail_claims.load(Ordering::SeqCst) {
             return Err(Error::Unavailable {
@@ -231,7 +255,7 @@ impl LeaseStore for Instance {
                 source: "injected claim failure".into(),
             });
         }
-        let outcome = self.inner.claim(c).await;
+        let outcome = self.inner.claim_many(claims).await;
         if self.faults.lose_claim_answers.load(Ordering::SeqCst) {
             return Err(Error::Timeout {
                 store: "kit",
@@ -241,37 +265,31 @@ impl LeaseStore for Instance {
         }
         outcome
     }
-    async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
-        // Each claim of the batch meets the same faults as a single claim.
-        let mut out = Vec::with_capacity(claims.len());
-        for c in claims {
-            out.push(self.claim(c).await?);
+    fn limits(&self) -> BatchLimits {
+        let store = self.inner.limits();
+        match *self.faults.limits.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(cap) => BatchLimits {
+                claims: store.claims.min(cap.claims).max(1),
+                finishes: store.finishes.min(cap.finishes).max(1),
+                takeovers: store.takeovers.min(cap.takeovers).max(1),
+            },
+            None => store,
         }
-        Ok(out)
-    }
-    fn claim_batch_limit(&self) -> usize {
-        self.inner.claim_batch_limit()
     }
     async fn heartbeat(&self, l: &[Lease], ms: u64) -> Result<Vec<Renewal>> {
         self.gate().await;
         self.failing()?;
         self.inner.heartbeat(l, ms).await
     }
-    async fn finish(&self, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
-        self.gate().await;
-        self.failing()?;
-        self.write_delay().await;
-        self.inner.finish(l, f).await
-    }
     async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         // One call: the faults apply once, as to one round trip.
         self.gate().await;
+        self.faults
+            .largest_finishes
+            .fetch_max(writes.len(), Ordering::SeqCst);
         self.failing()?;
         self.write_delay().await;
         self.inner.finish_many(writes).await
-    }
-    fn finish_batch_limit(&self) -> usize {
-        self.inner.finish_batch_limit()
     }
     async fn release(&self, l: &Lease) -> Result<OwnerWrite> {
         self.gate().await;
@@ -279,27 +297,20 @@ impl LeaseStore for Instance {
         self.write_delay().await;
         self.inner.release(l).await
     }
+    /// The faults apply once per call; every takeover of it is counted.
     async fn take_over_many(&self, ts: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
-        // Each takeover of the batch meets the same faults as a single one.
-        self.faults.takeover_batches.fetch_add(1, Ordering::SeqCst);
-        let mut out = Vec::with_capacity(ts.len());
-        for t in ts {
-            out.push(self.take_over(t).await?);
-        }
-        Ok(out)
-    }
-    fn take_over_batch_limit(&self) -> usize {
-        self.inner.take_over_batch_limit()
-    }
-    async fn take_over(&self, t: &Takeover) -> Result<TakeoverOutcome> {
         self.gate().await;
         self.failing()?;
-        self.faults.takeovers.fetch_add(1, Ordering::SeqCst);
+        self.faults.takeover_batches.fetch_add(1, Ordering::SeqCst);
+        self.faults.takeovers.fetch_add(ts.len(), Ordering::SeqCst);
+        self.faults
+            .largest_takeovers
+            .fetch_max(ts.len(), Ordering::SeqCst);
         let before = self.faults.takeover_delay_before.load(Ordering::SeqCst);
         if before > 0 {
             sleep_ms(before).await;
         }
-        let outcome = self.inner.take_over(t).await;
+        let outcome = self.inner.take_over_many(ts).await;
         let after = self.faults.takeover_delay_after.load(Ordering::SeqCst);
         if after > 0 {
             sleep_ms(after).await;
@@ -596,6 +607,86 @@ pub async fn b14_backup_takes_over_after_the_owner_crashes(store: Arc<dyn LeaseS
     b.stop(Duration::from_secs(5)).await.unwrap();
 }
 
+/// [B-11, B-14, B-16] The scheduler sends claims, takeovers and results in batches no longer
+/// than the store's limits, as the store reports them (here lowered to 1 — every call a
+/// batch of one, the single calls' shape — then to 2): five jobs whose slots are caught up
+/// together are claimed in batches of the limit, a backup takes their runs over after the
+/// owner crashed and writes their results, and every run still ends once, succeeded.
+pub async fn b11_batches_keep_to_the_store_limits(store: Arc<dyn LeaseStore>) {
+    for cap in [1, 2] {
+        let jobs: Vec<JobName> = (0..5).map(|_| unique_job("limits")).collect();
+        let starts: Starts = Arc::default();
+        let (ia, ib) = (Instance::new(store.clone()), Instance::new(store.clone()));
+        ia.limit_batches(BatchLimits::all(cap));
+        ib.limit_batches(BatchLimits::all(cap));
+        let (la, lb) = (LeaseStore::limits(&ia), LeaseStore::limits(&ib));
+        assert_eq!(la.claims, cap.min(store.limits().claims));
+        let a = node(&ia, "a")
+            .catch_up_window(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let b = node(&ib, "b")
+            .catch_up_window(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        for job in &jobs {
+            a.every(job.as_str(), "1h")
+                .handler(worker(&starts, "a", 60_000, false))
+                .unwrap();
+            b.every(job.as_str(), "1h")
+                .handler(worker(&starts, "b", 200, false))
+                .unwrap();
+        }
+        a.start().await.unwrap();
+        let started = |who: &str| starts.lock().unwrap().iter().filter(|s| s.0 == who).count();
+        assert!(
+            wait_for(5_000, || started("a") == jobs.len()).await,
+            "a did not catch every job up: {:?}",
+            starts.lock().unwrap()
+        );
+        b.start().await.unwrap();
+        sleep_ms(300).await;
+        a.crash();
+        assert!(
+            wait_for(LEASE_MS + 3 * HEARTBEAT_MS + 5_000, || started("b")
+                == jobs.len())
+            .await,
+            "b did not take every run over: {:?}",
+            starts.lock().unwrap()
+        );
+        let mut ended = false;
+        for _ in 0..150 {
+            let mut all = true;
+            for job in &jobs {
+                let h = b.history(job.as_str(), 1).await.unwrap();
+                all &= h.first().is_some_and(|r| r.status == RunStatus::Succeeded);
+            }
+            if all {
+                ended = true;
+                break;
+            }
+            sleep_ms(20).await;
+        }
+        assert!(ended, "every taken-over run succeeds (limit {cap})");
+        b.stop(Duration::from_secs(5)).await.unwrap();
+        let (sa, sb) = (ia.largest_batches(), ib.largest_batches());
+        // a's five catch-up claims fell due in one turn: they went out `la.claims` at a time.
+        assert_eq!(sa.claims, la.claims, "limit {cap}: {sa:?}");
+        assert!(
+            (1..=lb.claims).contains(&sb.claims),
+            "limit {cap}: {sb:?} > {lb:?}"
+        );
+        assert!(
+            (1..=lb.takeovers).contains(&sb.takeovers),
+            "limit {cap}: {sb:?} > {lb:?}"
+        );
+        assert!(
+            (1..=lb.finishes).contains(&sb.finishes),
+            "limit {cap}: {sb:?} > {lb:?}"
+        );
+    }
+}
+
 /// [B-14] A run whose runners keep crashing starts `max_attempts` times, then it is failed.
 pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn LeaseStore>) {
     let job = unique_job("exhaust");
@@ -634,7 +725,7 @@ pub async fn b14_crashed_run_is_exhausted_after_max_attempts(store: Arc<dyn Leas
     let exhausted = wait_for(LEASE_MS + 6_000, || {
         count(
             &events,
-            |e| matches!(e, Event::Failure { error, .. } if error.contains("exhausted")),
+            |e| matches!(e, Event::Failure { error, .. } if error.to_string().contains("exhausted")),
         ) == 1
     })
     .await;
@@ -1049,7 +1140,7 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
     assert!(
         wait_for(3_000, || count(
             &events,
-            |e| matches!(e, Event::Failure { error, .. } if error.contains("vault down"))
+            |e| matches!(e, Event::Failure { error, .. } if error.to_string().contains("vault down"))
         ) == 1)
         .await
     );

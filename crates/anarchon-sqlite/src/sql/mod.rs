@@ -216,6 +216,10 @@ pub(crate) struct Statements {
     pub(crate) prune_run: String,
     pub(crate) finish_run: String,
     pub(crate) finish_attempt: String,
+    /// What a fenced transaction checks at its start (see [`ops::check_attempt`]).
+    pub(crate) fence_check: String,
+    /// `finish_run` conditional on the fence too, for a fenced transaction's own finish.
+    pub(crate) finish_run_fenced: String,
     pub(crate) release_run: String,
     pub(crate) close_attempt: String,
     pub(crate) read_run: String,
@@ -320,6 +324,11 @@ impl Statements {
                 "UPDATE {attempts} SET status = ?4, finished_at = ?5, error = ?6 \
                  WHERE job = ?1 AND slot = ?2 AND manual = 0 AND attempt = ?3",
             ),
+            fence_check: r("SELECT status, attempt, owner, fence, expires_at \
+                 FROM {runs} WHERE job = ?1 AND slot = ?2"),
+            finish_run_fenced: r("UPDATE {runs} SET status = ?6, owner = NULL, error = NULL \
+                 WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 AND fence = ?5 \
+                 AND status = 'running'"),
             release_run: r("UPDATE {runs} SET owner = NULL, expires_at = ?5 \
                  WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 \
                  AND status = 'running'"),

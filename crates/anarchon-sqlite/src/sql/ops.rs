@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Finish, JobName, Lease, LeaseClaim, Overlap, OwnerWrite, Reason,
-    Renewal, Result, Retention, RunKey, RunRecord, RunStatus, RunView, Takeover, TakeoverOutcome,
+    AttemptKey, ClaimOutcome, EpochMs, FenceLoss, Finish, JobName, Lease, LeaseClaim, Overlap,
+    OwnerWrite, Reason, Renewal, Result, Retention, RunKey, RunRecord, RunStatus, RunView,
+    Takeover, TakeoverOutcome,
 };
 
 use super::{Exec, Row, Sql, Value, job_key};
@@ -54,15 +55,9 @@ pub async fn register_jobs<E: Exec>(e: &mut E, sql: &Sql, jobs: &[JobName]) -> R
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::LeaseStore::claim`]. [B-10, B-11, B-12, B-15, B-37]
-pub async fn claim<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<ClaimOutcome> {
-    e.execute("BEGIN IMMEDIATE", &[]).await?;
-    let r = claim_in_tx(e, sql, c).await;
-    finish_tx(e, r).await
-}
-
-/// Several claims in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
-/// each claim judged as [`claim`] judges it, in the order given.
+/// [`anarchon_core::LeaseStore::claim_many`]: the claims in one `BEGIN IMMEDIATE`
+/// transaction, one lock and one commit for all, each judged by the contract's claim rules
+/// in the order given. [B-10, B-11, B-12, B-15, B-37]
 pub async fn claim_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -237,15 +232,9 @@ pub async fn heartbeat<E: Exec>(
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::LeaseStore::finish`]. [B-16, B-37]
-pub async fn finish<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> Result<OwnerWrite> {
-    e.execute("BEGIN IMMEDIATE", &[]).await?;
-    let r = finish_in_tx(e, sql, l, f).await;
-    finish_tx(e, r).await
-}
-
-/// Several results in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
-/// each written as [`finish`] writes it, in the order given.
+/// [`anarchon_core::LeaseStore::finish_many`]: the results in one `BEGIN IMMEDIATE`
+/// transaction, one lock and one commit for all, each written by the contract's finish
+/// rules in the order given. [B-16, B-37]
 pub async fn finish_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -342,15 +331,9 @@ pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWr
     finish_tx(e, r).await
 }
 
-/// [`anarchon_core::LeaseStore::take_over`]. [B-14, B-15, B-17]
-pub async fn take_over<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<TakeoverOutcome> {
-    e.execute("BEGIN IMMEDIATE", &[]).await?;
-    let r = take_over_in_tx(e, sql, t).await;
-    finish_tx(e, r).await
-}
-
-/// Several takeovers in one `BEGIN IMMEDIATE` transaction: one lock and one commit for all,
-/// each judged as [`take_over`] judges it, in the order given.
+/// [`anarchon_core::LeaseStore::take_over_many`]: the takeovers in one `BEGIN IMMEDIATE`
+/// transaction, one lock and one commit for all, each judged by the contract's takeover
+/// rules in the order given. [B-14, B-15, B-17]
 pub async fn take_over_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -630,6 +613,120 @@ pub async fn known_jobs<E: Exec>(e: &mut E, sql: &Sql) -> Result<Vec<JobName>> {
     }
     jobs.sort();
     Ok(jobs)
+}
+
+/// The check a fenced transaction runs first, inside its own `BEGIN IMMEDIATE` (the caller
+/// opened it): `None` when `key`'s attempt owns the run on the store's clock now (status
+/// `running`; attempt, owner and fence as in `key`; lease not ended), else why not. Reads
+/// only; the write lock the caller holds keeps the answer true until its commit.
+pub async fn check_attempt<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    key: &AttemptKey,
+) -> Result<Option<FenceLoss>> {
+    let now = e.now().await?;
+    let rows = e
+        .query(
+            &sql.st.fence_check,
+            &[key.run.job.as_str().into(), key.run.slot.into()],
+        )
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(Some(FenceLoss::Missing));
+    };
+    let status = status_at(sql, row, 0)?;
+    let attempt = int(sql, row, 1)?;
+    let owner = opt_text(sql, row, 2)?;
+    let fence = int(sql, row, 3)?;
+    let expires_at = int(sql, row, 4)?;
+    Ok(judge_attempt(
+        key,
+        status,
+        attempt,
+        owner.as_deref(),
+        fence,
+        expires_at,
+        now,
+    ))
+}
+
+/// Why the run row (`status`, `attempt`, `owner`, `fence`, `expires_at`) is not `key`'s
+/// attempt holding a live lease at `now`, or `None` when it is. The same rules as
+/// [`take_over_many`]: a lease has ended once `expires_at <= now`, a released run has no owner.
+pub fn judge_attempt(
+    key: &AttemptKey,
+    status: RunStatus,
+    attempt: i64,
+    owner: Option<&str>,
+    fence: i64,
+    expires_at: EpochMs,
+    now: EpochMs,
+) -> Option<FenceLoss> {
+    if status.is_final() {
+        return Some(FenceLoss::Finished(status));
+    }
+    if attempt != i64::from(key.attempt) || u64::try_from(fence).ok() != Some(key.fence) {
+        return Some(FenceLoss::Superseded);
+    }
+    match owner {
+        None => return Some(FenceLoss::Released),
+        Some(owner) if owner != key.instance_id => return Some(FenceLoss::Superseded),
+        Some(_) => {}
+    }
+    if expires_at <= now {
+        return Some(FenceLoss::LeaseEnded);
+    }
+    None
+}
+
+/// A fenced transaction's own finish, inside the caller's transaction: the run and this
+/// attempt's history row become `succeeded` with `finished_at` = the store's now, as
+/// [`finish_many`] writes them (without pruning: the job's next claims prune it). Conditional on
+/// (job, slot, attempt, owner, fence) and status `running`: when that no longer holds (the
+/// handler's own statements changed the run row) nothing is written and the loss found is
+/// returned; the caller rolls back.
+pub async fn finish_fenced<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    key: &AttemptKey,
+) -> Result<Option<FenceLoss>> {
+    let now = e.now().await?;
+    let job = key.run.job.as_str();
+    let status = RunStatus::Succeeded.as_str();
+    let n = e
+        .execute(
+            &sql.st.finish_run_fenced,
+            &[
+                job.into(),
+                key.run.slot.into(),
+                key.attempt.into(),
+                key.instance_id.as_str().into(),
+                key.fence.into(),
+                status.into(),
+            ],
+        )
+        .await?;
+    if n == 0 {
+        // Say why; the lease itself is not judged again (it was at the start).
+        let loss = check_attempt(e, sql, key).await?;
+        return Ok(Some(match loss {
+            None | Some(FenceLoss::LeaseEnded) => FenceLoss::Superseded,
+            Some(loss) => loss,
+        }));
+    }
+    e.execute(
+        &sql.st.finish_attempt,
+        &[
+            job.into(),
+            key.run.slot.into(),
+            key.attempt.into(),
+            status.into(),
+            now.into(),
+            Value::Null,
+        ],
+    )
+    .await?;
+    Ok(None)
 }
 
 async fn next_fence<E: Exec>(e: &mut E, sql: &Sql, job: &str) -> Result<u64> {

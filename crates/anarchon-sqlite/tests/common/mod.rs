@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anarchon_core::store::{
-    ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore,
-    OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store, Takeover,
-    TakeoverOutcome,
+    BatchLimits, ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim,
+    LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store,
+    Takeover, TakeoverOutcome,
 };
 use anarchon_sqlite::SqliteStore;
 use async_trait::async_trait;
@@ -78,23 +78,20 @@ impl LeaseStore for TempStore {
     async fn claim_many(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         self.store.claim_many(claims).await
     }
-    fn claim_batch_limit(&self) -> usize {
-        self.store.claim_batch_limit()
-    }
-    async fn claim(&self, claim: &LeaseClaim) -> Result<ClaimOutcome> {
-        self.store.claim(claim).await
+    fn limits(&self) -> BatchLimits {
+        self.store.limits()
     }
     async fn heartbeat(&self, leases: &[Lease], lease_ms: u64) -> Result<Vec<Renewal>> {
         self.store.heartbeat(leases, lease_ms).await
     }
-    async fn finish(&self, lease: &Lease, finish: &Finish) -> Result<OwnerWrite> {
-        self.store.finish(lease, finish).await
+    async fn finish_many(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+        self.store.finish_many(writes).await
     }
     async fn release(&self, lease: &Lease) -> Result<OwnerWrite> {
         self.store.release(lease).await
     }
-    async fn take_over(&self, takeover: &Takeover) -> Result<TakeoverOutcome> {
-        self.store.take_over(takeover).await
+    async fn take_over_many(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
+        self.store.take_over_many(takeovers).await
     }
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {
         self.store.runs(runs).await

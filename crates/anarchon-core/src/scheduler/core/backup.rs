@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Core;
 use super::types::{Micros, Timer};
-use crate::event::{Event, RunInfo};
+use crate::event::{Event, FailureCause, RunInfo, StoreOperation};
 use crate::history::{Reason, to_datetime};
 use crate::ids::RunKey;
 use crate::scheduler::JobDef;
@@ -182,17 +182,18 @@ impl Core {
                     let max = job.as_ref().map_or(0, |j| j.opts.max_attempts);
                     self.emit(Event::Failure {
                         run: info(),
-                        error: format!("exhausted: started {max} times without finishing"),
+                        error: FailureCause::Exhausted { max_attempts: max },
                     });
                 }
                 WatchNote::Replaced => self.emit(Event::Interrupted {
                     run: info(),
                     cause: crate::event::InterruptCause::ReplacedByNextSlot,
                 }),
-                WatchNote::TakeoverFailed(message) => self.emit(Event::Error {
-                    operation: "take_over",
+                WatchNote::TakeoverFailed(failed) => self.emit(Event::Error {
+                    operation: StoreOperation::TakeOver,
+                    kind: failed.kind,
                     job: Some(key.job.clone()),
-                    message,
+                    message: failed.message,
                 }),
             },
             WatchEffect::ClaimNewest => self.claim_newest(job),

@@ -17,10 +17,11 @@ use std::sync::Arc;
 use super::Core;
 use super::types::{Answer, CallId, Pending, QueuedClaim, Request, RunId};
 use crate::error::{Error, Result};
-use crate::event::{Event, SkipReason};
+use crate::event::{Event, SkipReason, StoreOperation};
 use crate::history::{Reason, to_datetime};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::scheduler::JobDef;
+use crate::scheduler::run::Failed;
 use crate::scheduler::run::{OwnerInput, WriteAnswer};
 use crate::scheduler::watch::{Watch, WatchInput};
 use crate::store::{Finish, Lease, OwnerWrite, SlotClaim};
@@ -42,15 +43,18 @@ fn per_item<T>(
     items: usize,
     what: &str,
     result: Result<Vec<T>>,
-) -> Vec<std::result::Result<T, String>> {
-    let failed = |message: String| (0..items).map(|_| Err(message.clone())).collect();
+) -> Vec<std::result::Result<T, Failed>> {
+    let failed = |f: Failed| (0..items).map(|_| Err(f.clone())).collect();
     match result {
         Ok(outcomes) if outcomes.len() == items => outcomes.into_iter().map(Ok).collect(),
-        Ok(outcomes) => failed(format!(
-            "a batch of {items} {what} was answered with {} outcomes",
-            outcomes.len()
+        Ok(outcomes) => failed(Failed::from(
+            format!(
+                "a batch of {items} {what} was answered with {} outcomes",
+                outcomes.len()
+            )
+            .as_str(),
         )),
-        Err(e) => failed(crate::scheduler::telemetry::error_chain(&e)),
+        Err(e) => failed(Failed::of(&e)),
     }
 }
 
@@ -163,10 +167,7 @@ impl Core {
             }
             let sent = self.now.mono;
             self.call(
-                Request::Claim {
-                    claims,
-                    batch: limit > 1,
-                },
+                Request::Claim { claims },
                 Pending::Claims { items, sent },
                 None,
             );
@@ -194,10 +195,7 @@ impl Core {
         for batch in in_batches(std::mem::take(&mut self.queues.takeovers), limit) {
             let keys: Vec<RunKey> = batch.iter().map(|t| t.run.clone()).collect();
             self.call(
-                Request::TakeOver {
-                    takeovers: batch,
-                    batch: limit > 1,
-                },
+                Request::TakeOver { takeovers: batch },
                 Pending::Takeovers {
                     keys,
                     sent: self.now.mono,
@@ -223,14 +221,7 @@ impl Core {
                 [id] => Some(*id),
                 _ => None,
             };
-            self.call(
-                Request::Finish {
-                    writes,
-                    batch: limit > 1,
-                },
-                Pending::Writes { ids },
-                parent,
-            );
+            self.call(Request::Finish { writes }, Pending::Writes { ids }, parent);
         }
     }
 
@@ -258,7 +249,7 @@ impl Core {
                 self.count(result.is_ok());
                 match result {
                     Ok(views) => self.watched(asked, sent, views),
-                    Err(e) => self.error("runs", None, &e),
+                    Err(e) => self.error(StoreOperation::Runs, None, &e),
                 }
             }
             (Pending::Takeovers { keys, sent }, Answer::Takeovers(result)) => {
@@ -300,7 +291,7 @@ impl Core {
                 self.side_writes = self.side_writes.saturating_sub(1);
                 self.count(result.is_ok());
                 if let Err(e) = result {
-                    self.error("release", Some(&key.job), &e);
+                    self.error(StoreOperation::Release, Some(&key.job), &e);
                     // Unknown: keep watching it (not while stopping).
                     self.watch(key, Watch::live());
                 }
@@ -308,7 +299,8 @@ impl Core {
             (Pending::StartRecord { run, job }, Answer::Recorded(result)) => {
                 if let Err(e) = result {
                     self.emit(Event::Error {
-                        operation: "record",
+                        operation: StoreOperation::Record,
+                        kind: e.kind(),
                         job: Some(job),
                         message: e.to_string(),
                     });
@@ -326,7 +318,7 @@ impl Core {
                             self.feed_watch(&key, WatchInput::Seen(v));
                         }
                     }
-                    Err(e) => self.error("unfinished_runs", None, &e),
+                    Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
                 }
                 self.start_catch_up();
             }
@@ -338,7 +330,7 @@ impl Core {
                     "answer",
                     format!("the answer {answer:?} does not fit the call {pending:?}"),
                 );
-                self.error("answer", None, &e);
+                self.error(StoreOperation::Answer, None, &e);
             }
         }
     }
@@ -412,8 +404,10 @@ mod tests {
     fn a_short_batch_answer_fails_every_item() {
         let answers = per_item(3, "claims", Ok(vec![1, 2]));
         assert!(answers.iter().all(|a| {
-            a.as_ref()
-                .is_err_and(|e| e.contains("a batch of 3 claims was answered with 2"))
+            a.as_ref().is_err_and(|e| {
+                e.message
+                    .contains("a batch of 3 claims was answered with 2")
+            })
         }));
     }
 }

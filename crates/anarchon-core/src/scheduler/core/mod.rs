@@ -41,7 +41,7 @@ use super::JobDef;
 use super::telemetry;
 use super::watch::Watch;
 use crate::error::Error;
-use crate::event::{Event, RunInfo};
+use crate::event::{Event, RunInfo, StoreOperation};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::store::Lease;
 
@@ -306,9 +306,10 @@ impl Core {
         self.push(Effect::Emit(event));
     }
 
-    fn error(&mut self, operation: &'static str, job: Option<&JobName>, e: &Error) {
+    fn error(&mut self, operation: StoreOperation, job: Option<&JobName>, e: &Error) {
         self.emit(Event::Error {
             operation,
+            kind: e.kind(),
             job: job.cloned(),
             // The whole source chain: "claim: connection reset: os error 104".
             message: telemetry::error_chain(e),

@@ -8,7 +8,7 @@ use super::Core;
 use super::types::{Effect, HandlerStart, Micros, Owned, Pending, ReplyTo, Request, RunId, Timer};
 use crate::context::{CancelCause, Data};
 use crate::error::{Error, Result};
-use crate::event::{Event, RunInfo};
+use crate::event::{Event, RunInfo, StoreOperation};
 use crate::history::{Reason, RunStatus};
 use crate::ids::EpochMs;
 use crate::scheduler::JobDef;
@@ -165,6 +165,14 @@ impl Core {
         self.feed_owner(run, OwnerInput::HandlerReturned { result, cause });
     }
 
+    /// A handler returned after its fenced transaction recorded the attempt's success and
+    /// committed ([`crate::JobContext::mark_finished_in_transaction`]): the store holds the
+    /// result, nothing is written for it.
+    pub(crate) fn handler_recorded(&mut self, now: super::Now, run: RunId) {
+        self.now = now;
+        self.feed_owner(run, OwnerInput::HandlerRecorded);
+    }
+
     /// Feeds an owner run's machine and carries out its effects.
     pub(super) fn feed_owner(&mut self, id: RunId, input: OwnerInput) {
         let Some(o) = self.runs.get_mut(&id) else {
@@ -266,11 +274,12 @@ impl Core {
                 run: info.clone(),
                 cause,
             }),
-            Note::WriteFailed(message) => {
+            Note::WriteFailed(failed) => {
                 self.emit(Event::Error {
-                    operation: "finish",
+                    operation: StoreOperation::Finish,
+                    kind: failed.kind,
                     job: Some(info.job.clone()),
-                    message,
+                    message: failed.message,
                 });
                 // The outcome is unknown and no retry is left: if the run is still ours in
                 // the store, the watch releases it to a backup once it is gone here.
@@ -396,7 +405,7 @@ impl Core {
         let renewals = match result {
             Ok(renewals) => renewals,
             Err(e) => {
-                self.error("heartbeat", None, &e);
+                self.error(StoreOperation::Heartbeat, None, &e);
                 return;
             }
         };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Core;
 use super::types::{Micros, QueuedClaim, Timer, UNREACHABLE_AFTER};
 use crate::error::{Error, Result};
-use crate::event::{Event, RunInfo, SkipReason};
+use crate::event::{Event, RunInfo, SkipReason, StoreOperation};
 use crate::history::{Reason, to_datetime};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::options::CatchUp;
@@ -202,11 +202,11 @@ impl Core {
         // Every claim of a failed batch has an unknown outcome: each is handled as a failed
         // claim (reported once, then watched). One failed call, however many claims it
         // carried: health counts calls.
-        let message = telemetry::error_chain(&e);
         let failures_before = self.failures;
-        for (i, (job, slot, reason)) in items.into_iter().enumerate() {
-            let err = if i == 0 {
-                Error::store(self.cfg.store_kind, "claim", message.clone())
+        let mut first = Some(e);
+        for (job, slot, reason) in items {
+            let err = if let Some(e) = first.take() {
+                e
             } else {
                 Error::store(
                     self.cfg.store_kind,
@@ -278,7 +278,7 @@ impl Core {
             Err(e) => {
                 // Unknown outcome: the claim may have committed. Watch the run; if it is
                 // ours, it is released to a backup at once. [B-14]
-                self.error("claim", Some(&job.name), &e);
+                self.error(StoreOperation::Claim, Some(&job.name), &e);
                 self.missed.insert(job.name.clone());
                 let until = self.claimable_until(&job, slot);
                 self.watch(key.clone(), Watch::pending(until));
@@ -334,7 +334,7 @@ impl Core {
             Ok(_) => SkipReason::Taken,
             Err(e) => {
                 // The answer is lost: skip rather than risk a duplicate.
-                self.error("claim", Some(&job.name), &e);
+                self.error(StoreOperation::Claim, Some(&job.name), &e);
                 SkipReason::Unknown
             }
         };

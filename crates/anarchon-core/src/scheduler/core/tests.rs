@@ -229,9 +229,15 @@ fn b14_max_attempts_crash_starts_then_the_run_is_failed() {
     let attempts: Vec<u32> = sim.all_starts().iter().map(|(_, s)| s.attempt).collect();
     assert_eq!(attempts, vec![1, 2], "two crash starts in all");
     let exhausted = (0..3).any(|n| {
-        sim.events(n)
-            .iter()
-            .any(|e| matches!(e, Event::Failure { error, .. } if error.starts_with("exhausted")))
+        sim.events(n).iter().any(|e| {
+            matches!(
+                e,
+                Event::Failure {
+                    error: crate::event::FailureCause::Exhausted { .. },
+                    ..
+                }
+            )
+        })
     });
     assert!(exhausted, "a backup reports the run failed");
 }
@@ -571,7 +577,7 @@ fn b38_a_run_reports_start_then_success_and_a_failing_handler_failure_with_its_c
     assert!(
         sim.events(0)
             .iter()
-            .any(|e| matches!(e, Event::Failure { error, .. } if error == "boom"))
+            .any(|e| matches!(e, Event::Failure { error: crate::event::FailureCause::Handler(e), .. } if e == "boom"))
     );
 }
 
@@ -593,7 +599,7 @@ fn a_failed_result_write_is_sent_once_more_before_the_run_is_left_to_a_backup() 
     assert!(sim.events(0).iter().any(|e| matches!(
         e,
         Event::Error {
-            operation: "finish",
+            operation: crate::event::StoreOperation::Finish,
             ..
         }
     )));
@@ -618,9 +624,15 @@ fn a_result_that_can_never_be_written_ends_after_max_attempts_instead_of_looping
     let attempts: Vec<u32> = sim.all_starts().iter().map(|(_, s)| s.attempt).collect();
     assert_eq!(attempts, vec![1, 2, 3], "bounded by max_attempts");
     let exhausted = (0..2).any(|n| {
-        sim.events(n)
-            .iter()
-            .any(|e| matches!(e, Event::Failure { error, .. } if error.starts_with("exhausted")))
+        sim.events(n).iter().any(|e| {
+            matches!(
+                e,
+                Event::Failure {
+                    error: crate::event::FailureCause::Exhausted { .. },
+                    ..
+                }
+            )
+        })
     });
     assert!(exhausted);
 }

@@ -207,13 +207,12 @@ pub(crate) struct Limits {
     pub(crate) claims_in_flight: usize,
 }
 
-/// A store call. `batch`: send through the store's `*_many` call (else the single call,
-/// with exactly one item).
+/// A store call. Claims, takeovers and results go through the store's batch calls, at most
+/// the store's [`BatchLimits`](crate::store::BatchLimits) items each.
 #[derive(Debug, Clone)]
 pub(crate) enum Request {
     Claim {
         claims: Vec<LeaseClaim>,
-        batch: bool,
     },
     ClaimSlot(SlotClaim),
     Heartbeat {
@@ -223,11 +222,9 @@ pub(crate) enum Request {
     Runs(Vec<RunKey>),
     TakeOver {
         takeovers: Vec<Takeover>,
-        batch: bool,
     },
     Finish {
         writes: Vec<(Lease, Finish)>,
-        batch: bool,
     },
     Release(Lease),
     /// A history record of a run without a lease (manual, claim-only).

@@ -1,0 +1,151 @@
+//! `anarchon::any` against the real servers: each URL scheme opens its store, which then
+//! answers a read and tells its kind. A server that is not configured is skipped with a
+//! message (a failure under `ANARCHON_REQUIRE_SERVERS=1`).
+
+use anarchon::any::{self, AnyOptions, AnyStore, StoreKind};
+
+/// The URL in `var`, or `None` after saying why (a panic when servers are required).
+#[allow(dead_code)]
+fn url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        _ if std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1") => {
+            panic!(
+                "{var} is not set and ANARCHON_REQUIRE_SERVERS=1: run `cargo xtask test-servers --brokers`"
+            )
+        }
+        _ => {
+            eprintln!(
+                "SKIP {var} is not set: start the servers with `cargo xtask test-servers --brokers`"
+            );
+            None
+        }
+    }
+}
+
+/// Opens `url`, checks the shape and kind, reads the job list, closes.
+#[allow(dead_code)]
+async fn opens(url: &str, options: AnyOptions, kind: &str, leases: bool) {
+    let store = any::open_with(url, options)
+        .await
+        .unwrap_or_else(|e| panic!("{kind}: {e}"));
+    assert_eq!(store.kind(), kind, "{store:?}");
+    assert_eq!(matches!(store, AnyStore::Lease(_)), leases, "{store:?}");
+    assert_eq!(StoreKind::of(url).unwrap().has_leases(), leases);
+    // Connecting checks the server; the scheduler's `start` creates the schema (`prepare`).
+    let prepare = anarchon::store::Prepare {
+        jobs: vec![],
+        instance_id: "any-test".into(),
+        call_timeout: std::time::Duration::from_secs(5),
+    };
+    store.history().prepare(&prepare).await.unwrap();
+    assert!(store.history().known_jobs().await.unwrap().is_empty());
+    if leases {
+        let lease = store.clone().into_lease().unwrap();
+        assert!(lease.now().await.unwrap() > 0);
+    } else {
+        let err = store
+            .clone()
+            .into_lease()
+            .err()
+            .expect("claim-only")
+            .to_string();
+        assert!(err.contains("claim-only"), "{err}");
+    }
+    store.close().await.unwrap();
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}{:08x}", std::process::id() ^ rand_part())
+}
+
+fn rand_part() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_path_and_url_open_the_sqlite_store() {
+    let dir = std::env::temp_dir().join(unique("anarchon-any-"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("jobs.db");
+    let path = path.to_str().unwrap();
+    opens(path, AnyOptions::default(), "sqlite", true).await;
+    opens(
+        &format!("sqlite:{path}"),
+        AnyOptions::default().table("other"),
+        "sqlite",
+        true,
+    )
+    .await;
+    let err = any::open_with(path, AnyOptions::default().prefix("p"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("prefix"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_postgres_url_opens_the_postgres_store() {
+    let Some(url) = url("ANARCHON_POSTGRES_URL") else {
+        return;
+    };
+    opens(
+        &url,
+        AnyOptions::default().schema(unique("any_")),
+        "postgres",
+        true,
+    )
+    .await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn redis_and_cluster_urls_open_the_redis_store() {
+    for var in ["ANARCHON_REDIS_URL", "ANARCHON_REDIS_CLUSTER_URL"] {
+        let Some(url) = url(var) else {
+            continue;
+        };
+        opens(
+            &url,
+            AnyOptions::default().prefix(unique("any:")),
+            "redis",
+            true,
+        )
+        .await;
+    }
+}
+
+#[cfg(feature = "amqp")]
+#[tokio::test]
+async fn an_amqp_url_opens_the_claim_only_rabbitmq_store() {
+    let Some(url) = url("ANARCHON_AMQP_URL") else {
+        return;
+    };
+    opens(
+        &url,
+        AnyOptions::default().prefix(unique("any-")),
+        "rabbitmq",
+        false,
+    )
+    .await;
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn a_nats_url_opens_the_claim_only_nats_store() {
+    let Some(url) = url("ANARCHON_NATS_URL") else {
+        return;
+    };
+    opens(
+        &url,
+        AnyOptions::default().prefix(unique("any-")),
+        "nats",
+        false,
+    )
+    .await;
+}

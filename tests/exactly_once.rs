@@ -1,0 +1,431 @@
+//! The slow proof of the fenced transactions with real processes, per store: runs
+//! `examples/exactly-once.rs` with a plan that stops the first attempt of chosen slots at
+//! every point of the handler (before the transaction, inside it, after its commit and
+//! before the scheduler's own bookkeeping), where the example's parent then sends SIGKILL,
+//! SIGSTOP past the lease, SIGTERM (a handover) or, on PostgreSQL, ends every node's server
+//! connection (`pg_terminate_backend`) with the transaction open. The handler prints the
+//! point it reached and waits there, so each signal lands at that point.
+//!
+//! The verdict is read from the database, not from the example's output: per slot, the
+//! ledger rows the handler's fenced transactions wrote and the job's history. Exactly one
+//! row for each slot that succeeded (by the attempt that succeeded), none for any other
+//! slot; every planned slot succeeded; a slot stopped before its commit was done by a later
+//! attempt, one killed after its commit by its first attempt alone; the balance is the sum
+//! of the ledger. Runs with `ANARCHON_SLOW=1` (`cargo xtask test --slow`), about 25 s per
+//! store; PostgreSQL needs `ANARCHON_POSTGRES_URL` (and the feature `postgres`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anarchon::{HistoryRecord, RunStatus, Scheduler};
+use support::{TempDb, slow_enabled};
+
+/// Every point twice (PostgreSQL adds the connection kill), with undisturbed slots between.
+const PLAN: &str = "before,none,inside,none,after,none,stop,none,term,none,\
+                    before,inside,after,stop,term,none";
+
+fn slow(test: &str) -> bool {
+    if !slow_enabled() {
+        eprintln!("SKIP {test}: set ANARCHON_SLOW=1 (cargo xtask test --slow)");
+    }
+    slow_enabled()
+}
+
+/// The feature arguments that build the example as this test binary was built (see
+/// `tests/examples_failover.rs`).
+fn feature_args() -> Vec<String> {
+    let on = [
+        ("libsql", cfg!(feature = "libsql")),
+        ("postgres", cfg!(feature = "postgres")),
+        ("redis", cfg!(feature = "redis")),
+        ("amqp", cfg!(feature = "amqp")),
+        ("nats", cfg!(feature = "nats")),
+        ("testkit", cfg!(feature = "testkit")),
+    ];
+    if on.iter().all(|(_, on)| *on) {
+        return vec!["--all-features".to_owned()];
+    }
+    let on: Vec<String> = on
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(name, _)| format!("anarchon/{name}"))
+        .collect();
+    if on.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--features".to_owned(), on.join(",")]
+    }
+}
+
+/// Builds the example in this test's target directory and profile; returns its path.
+fn build_example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in <target>/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("a target directory");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_owned(),
+        Some(other) => other.to_owned(),
+        None => panic!("no profile folder in {}", exe.display()),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+    let mut command = Command::new(cargo);
+    // Not the build's variables: a build script watching one would rebuild (see
+    // tests/examples_failover.rs).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let status = command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", target_dir)
+        .args(["build", "--quiet", "--workspace", "--example", name])
+        .args(["--profile", &profile])
+        .args(feature_args())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build --example {name} failed");
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "cargo build did not make {}", path.display());
+    path
+}
+
+/// Runs `exe` with `args` until it exits (killed after `limit`); returns its exit code and
+/// stdout.
+fn run(exe: &Path, args: &[&str], limit: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the example") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = reader.join().unwrap_or_default();
+            panic!("{} did not finish within {limit:?}:\n{text}", exe.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status.code(), reader.join().expect("the stdout reader"))
+}
+
+/// One ledger row: slot, attempt, instance, amount.
+type Entry = (i64, i64, String, i64);
+
+/// What the database holds after a run.
+struct Stored {
+    ledger: Vec<Entry>,
+    balance: i64,
+    runs: Vec<HistoryRecord>,
+}
+
+async fn history<S: anarchon::LeaseStore>(store: S, job: &str) -> Vec<HistoryRecord> {
+    let reader = Scheduler::leased(store).build().expect("a reader");
+    let mut runs = Vec::new();
+    for k in 0..4 {
+        runs.extend(
+            reader
+                .history(&format!("{job}-{k}"), 10_000)
+                .await
+                .expect("the history"),
+        );
+    }
+    runs.sort_by_key(|r| (r.slot, r.attempt));
+    runs
+}
+
+fn stored_sqlite(db: &Path, job: &str) -> Stored {
+    let conn = rusqlite::Connection::open(db).expect("open the example's file");
+    let mut stmt = conn
+        .prepare(
+            "SELECT slot, attempt, instance, amount FROM eo_ledger WHERE job = ?1 \
+             ORDER BY slot, attempt",
+        )
+        .expect("the ledger");
+    let ledger = stmt
+        .query_map([job], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .expect("the ledger")
+        .collect::<Result<Vec<Entry>, _>>()
+        .expect("ledger rows");
+    let balance = conn
+        .query_row(
+            "SELECT balance FROM eo_accounts WHERE job = ?1",
+            [job],
+            |r| r.get(0),
+        )
+        .expect("the account");
+    let runs = tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            let store = anarchon::sqlite::SqliteStore::connect(db)
+                .await
+                .expect("the store");
+            history(store, job).await
+        });
+    Stored {
+        ledger,
+        balance,
+        runs,
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn stored_postgres(url: &str, job: &str) -> Stored {
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            let store = anarchon::postgres::PostgresStore::connect(url)
+                .await
+                .expect("the store");
+            let conn = store.connection().await.expect("a connection");
+            let ledger = conn
+                .query(
+                    "SELECT slot, attempt, instance, amount FROM eo_ledger WHERE job = $1 \
+                     ORDER BY slot, attempt",
+                    &[&job],
+                )
+                .await
+                .expect("the ledger")
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect();
+            let balance = conn
+                .query_one("SELECT balance FROM eo_accounts WHERE job = $1", &[&job])
+                .await
+                .expect("the account")
+                .get(0);
+            drop(conn);
+            let runs = history(store, job).await;
+            Stored {
+                ledger,
+                balance,
+                runs,
+            }
+        })
+}
+
+/// The example's `PLAN first=<ms> points=<list>` line.
+fn plan_of(out: &str) -> (i64, Vec<String>) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("PLAN first="))
+        .unwrap_or_else(|| panic!("no PLAN line:\n{out}"));
+    let mut first = 0;
+    let mut points = Vec::new();
+    for word in line.split_whitespace() {
+        if let Some(v) = word.strip_prefix("first=") {
+            first = v.parse().expect("the first slot");
+        }
+        if let Some(v) = word.strip_prefix("points=") {
+            points = v.split(',').map(str::to_owned).collect();
+        }
+    }
+    (first, points)
+}
+
+/// Runs the example on `target` and judges the database; returns the figures line.
+fn prove(store: &str, target: &str, plan: &str, read: impl FnOnce(&str) -> Stored) -> String {
+    let exe = build_example("exactly-once");
+    let job = format!(
+        "eo-test-{}-{}",
+        store,
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_millis()
+    );
+    let started = Instant::now();
+    let (code, out) = run(
+        &exe,
+        &["--plan", plan, "--job", &job, target],
+        Duration::from_secs(180),
+    );
+    eprintln!("{out}");
+    let (first, points) = plan_of(&out);
+    assert_eq!(points.join(","), plan, "the plan the example ran");
+
+    // What the parent did, by point (the example's lines); judged below from the database.
+    let mut actions: BTreeMap<&str, usize> = BTreeMap::new();
+    for l in out.lines() {
+        for (prefix, point) in [
+            ("SIGKILL", "before:"),
+            ("SIGKILL", "inside:"),
+            ("SIGKILL", "after:"),
+            ("SIGSTOP", "stop:"),
+            ("SIGTERM", "term:"),
+            ("TERMINATE", "pgkill:"),
+        ] {
+            if l.contains(&format!("] {prefix} ")) && l.contains(&format!(" {point} ")) {
+                *actions.entry(point.trim_end_matches(':')).or_default() += 1;
+            }
+        }
+    }
+    for point in points.iter().filter(|p| *p != "none") {
+        let planned = points.iter().filter(|p| *p == point).count();
+        assert_eq!(
+            actions.get(point.as_str()).copied().unwrap_or(0),
+            planned,
+            "{point}: the parent acted {actions:?} for the plan {plan}\n{out}"
+        );
+    }
+
+    let db = read(&job);
+    let mut slots: BTreeMap<i64, (Vec<&HistoryRecord>, Vec<&Entry>)> = BTreeMap::new();
+    for r in &db.runs {
+        slots.entry(r.slot_ms()).or_default().0.push(r);
+    }
+    for e in &db.ledger {
+        slots.entry(e.0).or_default().1.push(e);
+    }
+    let mut finished = 0;
+    let mut later = 0;
+    for (slot, (attempts, rows)) in &slots {
+        let won: Vec<&&HistoryRecord> = attempts
+            .iter()
+            .filter(|r| r.status == RunStatus::Succeeded)
+            .collect();
+        assert!(
+            won.len() <= 1,
+            "slot {slot}: {} succeeded attempts: {attempts:#?}",
+            won.len()
+        );
+        assert_eq!(
+            rows.len(),
+            won.len(),
+            "slot {slot}: {} ledger rows for {} succeeded attempts: rows {rows:?}, \
+             history {attempts:#?}",
+            rows.len(),
+            won.len()
+        );
+        if let (Some(w), Some(e)) = (won.first(), rows.first()) {
+            finished += 1;
+            assert_eq!(
+                (i64::from(w.attempt), w.instance_id.as_str()),
+                (e.1, e.2.as_str()),
+                "slot {slot}: the row is not the succeeded attempt's"
+            );
+            if w.attempt > 1 {
+                later += 1;
+            }
+        }
+        let Some(i) = (*slot >= first && (slot - first) % 1_000 == 0)
+            .then(|| ((slot - first) / 1_000) as usize)
+            .filter(|i| *i < points.len())
+        else {
+            continue;
+        };
+        let point = points[i].as_str();
+        assert_eq!(
+            won.len(),
+            1,
+            "planned slot {slot} ({point}) did not succeed"
+        );
+        let w = won[0];
+        match point {
+            "before" | "inside" | "stop" | "term" => {
+                assert!(
+                    w.attempt >= 2,
+                    "slot {slot} ({point}): done by attempt {}, stopped before its commit",
+                    w.attempt
+                );
+                let first_attempt = attempts.iter().find(|r| r.attempt == 1);
+                assert!(
+                    first_attempt.is_some_and(|r| r.status != RunStatus::Succeeded),
+                    "slot {slot} ({point}): attempt 1 {first_attempt:?}"
+                );
+            }
+            "after" => assert_eq!(
+                (w.attempt, attempts.len()),
+                (1, 1),
+                "slot {slot} (after): killed after its commit, yet run again: {attempts:#?}"
+            ),
+            _ => {}
+        }
+    }
+    for i in 0..points.len() as i64 {
+        assert!(
+            slots.contains_key(&(first + i * 1_000)),
+            "planned slot {} never ran",
+            first + i * 1_000
+        );
+    }
+    let sum: i64 = db.ledger.iter().map(|e| e.3).sum();
+    assert_eq!(db.balance, sum, "the balance is the ledger's sum");
+    assert_eq!(sum, 10 * finished as i64);
+    assert_eq!(code, Some(0), "the example reported a failure:\n{out}");
+    // One line for `cargo xtask scenarios` (an "exactly-once" column) and for the docs.
+    let kills: Vec<String> = ["before", "inside", "after", "stop", "term", "pgkill"]
+        .iter()
+        .map(|p| format!("{p}={}", actions.get(p).copied().unwrap_or(0)))
+        .collect();
+    let figures = format!(
+        "EXACTLY-ONCE store={store} slots={} finished={finished} rows={} duplicates=0 \
+         later={later} {} secs={:.0}",
+        slots.len(),
+        db.ledger.len(),
+        kills.join(" "),
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!("{figures}");
+    figures
+}
+
+#[test]
+fn e24_exactly_once_on_sqlite_under_kills_stops_and_handovers() {
+    if !slow("exactly_once sqlite") {
+        return;
+    }
+    let db = TempDb::new("exactly-once");
+    let target = db.0.display().to_string();
+    let path = db.0.clone();
+    prove("sqlite", &target, PLAN, |job| stored_sqlite(&path, job));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn e24_exactly_once_on_postgres_under_kills_stops_handovers_and_connection_kills() {
+    if !slow("exactly_once postgres") {
+        return;
+    }
+    let Some(url) = support::server_url("exactly_once", "ANARCHON_POSTGRES_URL") else {
+        return;
+    };
+    let plan = format!("{PLAN},pgkill,none,pgkill");
+    prove("postgres", &url, &plan, |job| stored_postgres(&url, job));
+}
