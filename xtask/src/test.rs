@@ -43,6 +43,7 @@ const SLOW_BINARIES: &[&str] = &[
     "anarchon::examples_objects",
     "anarchon::examples_http_api",
     "anarchon::examples_failover",
+    "anarchon::exactly_once",
     "anarchon::scenarios",
     "anarchon::resilience",
     "anarchon-redis::failover",
