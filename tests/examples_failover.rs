@@ -13,107 +13,14 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anarchon::sqlite::SqliteStore;
 use anarchon::{HistoryRecord, Reason, RunStatus, Scheduler};
-use support::{TempDb, slow_enabled};
-
-fn slow(test: &str) -> bool {
-    if !slow_enabled() {
-        eprintln!("SKIP {test}: set ANARCHON_SLOW=1 (cargo xtask test --slow)");
-    }
-    slow_enabled()
-}
-
-/// The feature arguments that build the examples as this test binary was built: with every
-/// store and the kit on, it was built with `--all-features` (as `cargo xtask test` does), so
-/// that is passed on; else the facade features beyond the default, as `anarchon/<feature>`.
-/// Matching them lets cargo find the examples already built, instead of rebuilding the
-/// workspace with other features.
-fn feature_args() -> Vec<String> {
-    let on = [
-        ("libsql", cfg!(feature = "libsql")),
-        ("postgres", cfg!(feature = "postgres")),
-        ("redis", cfg!(feature = "redis")),
-        ("amqp", cfg!(feature = "amqp")),
-        ("nats", cfg!(feature = "nats")),
-        ("testkit", cfg!(feature = "testkit")),
-    ];
-    if on.iter().all(|(_, on)| *on) {
-        return vec!["--all-features".to_owned()];
-    }
-    let on: Vec<String> = on
-        .iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| format!("anarchon/{name}"))
-        .collect();
-    if on.is_empty() {
-        Vec::new()
-    } else {
-        vec!["--features".to_owned(), on.join(",")]
-    }
-}
-
-/// Builds the example `name` in this test's target directory and profile; returns its path.
-fn build_example(name: &str) -> PathBuf {
-    // <target>/<profile>/deps/examples_failover-<hash>
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lies in <target>/<profile>/deps");
-    let target_dir = profile_dir.parent().expect("a target directory");
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_owned(),
-        Some(other) => other.to_owned(),
-        None => panic!("no profile folder in {}", exe.display()),
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-    let started = Instant::now();
-    let mut command = Command::new(cargo);
-    // The variables cargo sets for a test process are not the build's: a build script that
-    // watches one (ring watches CARGO_MANIFEST_DIR) would make cargo rebuild it and all that
-    // depends on it, here and again in the next ordinary build.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PKG_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "CARGO_RUSTC_CURRENT_DIR",
-                "OUT_DIR",
-            ]
-            .contains(&key.as_ref())
-        {
-            command.env_remove(key.as_ref());
-        }
-    }
-    let status = command
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", target_dir)
-        .args(["build", "--quiet", "--workspace", "--example", name])
-        .args(["--profile", &profile])
-        .args(feature_args())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build --example {name} failed");
-    eprintln!(
-        "built example {name} in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(path.exists(), "cargo build did not make {}", path.display());
-    path
-}
+use support::TempDb;
+use support::examples::build_example;
 
 /// Runs `exe` with `args` until it exits (killed after `limit`); returns its exit code and
 /// stdout. Its stderr goes to ours.
@@ -224,16 +131,14 @@ async fn history(db: &Path) -> Vec<HistoryRecord> {
 /// each test in a process of its own): both measure takeover delays, which running them at
 /// once would skew.
 #[test]
+#[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
 fn b14_failover_and_quick_start_examples_run_to_completion() {
-    if !slow("examples_failover") {
-        return;
-    }
     failover_example_shows_a_takeover_on_another_instance();
     quick_start_example_runs_to_completion();
 }
 
 fn failover_example_shows_a_takeover_on_another_instance() {
-    let exe = build_example("failover");
+    let exe = build_example("failover", &[]);
     let db = TempDb::new("failover-example");
     let (code, out) = run(&exe, &[&db.0], Duration::from_secs(60));
     eprintln!("{out}");
@@ -326,7 +231,7 @@ fn failover_example_shows_a_takeover_on_another_instance() {
 }
 
 fn quick_start_example_runs_to_completion() {
-    let exe = build_example("quick-start");
+    let exe = build_example("quick-start", &[]);
     let (code, out) = run(&exe, &[], Duration::from_secs(60));
     eprintln!("{out}");
     assert_eq!(code, Some(0), "the quick start reported a failure:\n{out}");

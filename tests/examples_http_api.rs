@@ -1,47 +1,16 @@
-//! Slow suite (`ANARCHON_SLOW=1`): builds and starts `examples/http-api.rs`, then asks it with
+//! Slow suite (ignored unless `ANARCHON_SLOW=1 cargo xtask test`): builds and starts `examples/http-api.rs`, then asks it with
 //! real HTTP requests: the health checks, the jobs with their next and last run, a job's
 //! history, the auth layer in front of run-now, and run-now on the worker.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+
 use anarchon::serde_json::{self, Value};
-
-fn slow_enabled() -> bool {
-    std::env::var("ANARCHON_SLOW").is_ok_and(|v| v == "1")
-}
-
-/// Builds the example (it needs the `web` feature, which this test may not have been built
-/// with) and returns its path, from cargo's own report.
-fn build_example() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .args([
-            "build",
-            "--example",
-            "http-api",
-            "--features",
-            "sqlite web",
-            "--message-format=json-render-diagnostics",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        output.status.success(),
-        "building the http-api example failed"
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "http-api")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .expect("cargo reported the example's executable")
-}
+use support::examples::build_example;
 
 /// The running example; killed on drop.
 struct Server(Child);
@@ -85,12 +54,9 @@ fn json(body: &str) -> Value {
 }
 
 #[test]
+#[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
 fn http_api_example_serves_jobs_history_health_and_run_now() {
-    if !slow_enabled() {
-        eprintln!("SKIP examples_http_api: slow suite (set ANARCHON_SLOW=1)");
-        return;
-    }
-    let exe = build_example();
+    let exe = build_example("http-api", &["web"]);
     let dir = std::env::temp_dir().join(format!("anarchon-http-api-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("jobs.db");

@@ -15,10 +15,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::servers::{OwnPostgres, OwnRedis, SqliteLock};
-use support::{Cluster, NodeConfig, TempDb, now_ms, read_handler_log, slow_enabled};
+use support::{Cluster, NodeConfig, TempDb, now_ms, read_handler_log};
 
-/// Not a test: the body of a node process (does nothing in an ordinary run).
+/// Not a test: the body of a node process (does nothing in an ordinary run). Ignored, so
+/// the runner never counts it; the harness runs it by name with `--ignored --exact`.
 #[test]
+#[ignore = "not a test: the node process of the real-process harness (tests/support)"]
 fn child_node() {
     support::child_main();
 }
@@ -292,27 +294,16 @@ fn required() -> bool {
     std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1")
 }
 
-fn slow() -> bool {
-    if !slow_enabled() {
-        eprintln!("SKIP resilience: set ANARCHON_SLOW=1 (cargo xtask scenarios [--fast])");
-    }
-    slow_enabled()
-}
-
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s11_resilience_on_sqlite() {
-    if !slow() {
-        return;
-    }
     run_all(Own::Sqlite(TempDb::new("resilience")));
 }
 
 #[cfg(feature = "redis")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s11_resilience_on_redis() {
-    if !slow() {
-        return;
-    }
     match OwnRedis::start() {
         Some(r) => run_all(Own::Redis(r)),
         None => assert!(!required(), "redis-server is required"),
@@ -321,10 +312,8 @@ fn s11_resilience_on_redis() {
 
 #[cfg(feature = "postgres")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s11_resilience_on_postgres() {
-    if !slow() {
-        return;
-    }
     match OwnPostgres::start() {
         Some(p) => run_all(Own::Postgres(p)),
         None => assert!(!required(), "PostgreSQL server binaries are required"),

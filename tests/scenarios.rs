@@ -20,14 +20,16 @@ mod support;
 use std::time::Duration;
 
 use anarchon::RunStatus;
-use support::{Cluster, Ev, NodeConfig, StoreSpec, now_ms, slow_enabled};
+use support::{Cluster, Ev, NodeConfig, StoreSpec, now_ms};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// The first slot comes this long after the nodes are started.
 const LEAD_MS: u64 = 2_000;
 
-/// Not a test: the body of a node process (does nothing in an ordinary run).
+/// Not a test: the body of a node process (does nothing in an ordinary run). Ignored, so
+/// the runner never counts it; the harness runs it by name with `--ignored --exact`.
 #[test]
+#[ignore = "not a test: the node process of the real-process harness (tests/support)"]
 fn child_node() {
     support::child_main();
 }
@@ -585,28 +587,17 @@ fn all_down_at_slot(env: &Env, keep: &mut Option<Cluster>) -> Result<String, Str
     }
 }
 
-fn slow() -> bool {
-    if !slow_enabled() {
-        eprintln!("SKIP scenarios: set ANARCHON_SLOW=1 (cargo xtask scenarios [--fast])");
-    }
-    slow_enabled()
-}
-
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_sqlite() {
-    if !slow() {
-        return;
-    }
     let db = support::TempDb::new("scenarios");
     Env::new("sqlite", db.spec(), Mode::Lease).run_all();
 }
 
 #[cfg(feature = "redis")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_redis() {
-    if !slow() {
-        return;
-    }
     let Some(url) = support::server_url("scenarios redis", "ANARCHON_REDIS_URL") else {
         return;
     };
@@ -622,10 +613,8 @@ fn s9_lease_on_redis() {
 /// hash-tagged per job, so every script of a job runs on the primary of one hash slot.
 #[cfg(feature = "redis")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_redis_cluster() {
-    if !slow() {
-        return;
-    }
     let Some(url) = support::server_url("scenarios redis cluster", "ANARCHON_REDIS_CLUSTER_URL")
     else {
         return;
@@ -640,10 +629,8 @@ fn s9_lease_on_redis_cluster() {
 
 #[cfg(feature = "redis")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_naive_on_redis_stream_id() {
-    if !slow() {
-        return;
-    }
     let Some(url) = support::server_url("scenarios redis naive", "ANARCHON_REDIS_URL") else {
         return;
     };
@@ -657,10 +644,8 @@ fn s9_naive_on_redis_stream_id() {
 
 #[cfg(feature = "amqp")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_naive_on_rabbitmq() {
-    if !slow() {
-        return;
-    }
     let Some(url) = support::server_url("scenarios rabbitmq naive", "ANARCHON_AMQP_URL") else {
         return;
     };
@@ -669,46 +654,43 @@ fn s9_naive_on_rabbitmq() {
 
 #[cfg(feature = "nats")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_naive_on_nats() {
-    if !slow() {
-        return;
-    }
     let Some(url) = support::server_url("scenarios nats naive", "ANARCHON_NATS_URL") else {
         return;
     };
     Env::new("nats", format!("nats-naive:{url}"), Mode::Naive).run_all();
 }
 
+/// Stands for the RabbitMQ and NATS scenarios in a build without their features, so the
+/// runner reports them as skipped with the reason; run with `--include-ignored`, it fails.
 #[cfg(not(all(feature = "amqp", feature = "nats")))]
 #[test]
+#[ignore = "not built: the RabbitMQ and NATS scenarios need --features amqp,nats (cargo xtask test builds --all-features)"]
 fn s9_broker_stores_need_their_features() {
-    if slow_enabled() {
-        eprintln!(
-            "SKIP scenarios rabbitmq/nats naive: built without the `amqp`/`nats` features; run \
-             with `--features amqp,nats`"
-        );
-    }
+    panic!(
+        "the RabbitMQ and NATS scenarios are not in this build: build with `--features amqp,nats`"
+    );
 }
 
 #[cfg(feature = "postgres")]
 #[test]
+#[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_postgres() {
-    if !slow() {
-        return;
-    }
     let Some(url) = support::server_url("scenarios postgres", "ANARCHON_POSTGRES_URL") else {
         return;
     };
     Env::new("postgres", format!("postgres:{url}"), Mode::Lease).run_all();
 }
 
+/// Stands for the Redis and PostgreSQL scenarios in a build without their features (see
+/// `s9_broker_stores_need_their_features`).
 #[cfg(not(all(feature = "redis", feature = "postgres")))]
 #[test]
+#[ignore = "not built: the Redis and PostgreSQL scenarios need --features redis,postgres (cargo xtask test builds --all-features)"]
 fn s9_other_stores_need_their_features() {
-    if slow_enabled() {
-        eprintln!(
-            "SKIP scenarios redis/postgres (and naive): built without the `redis`/`postgres` \
-             features; run with `--features redis,postgres`"
-        );
-    }
+    panic!(
+        "the Redis and PostgreSQL scenarios (and the naive column) are not in this build: build \
+         with `--features redis,postgres`"
+    );
 }

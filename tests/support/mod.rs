@@ -2,14 +2,15 @@
 //! that runs in a child process, and the parent's view of the nodes' events.
 //!
 //! A test binary runs a node by re-executing itself (`std::env::current_exe()`) with the
-//! arguments `child_node --exact --nocapture` and the node's configuration in the
-//! environment variable [`NODE_ENV`]; its `child_node` test calls [`child_main`], which does
-//! nothing in an ordinary run. The node prints one line per scheduler event on stdout
+//! arguments `child_node --exact --ignored --nocapture` and the node's configuration in the
+//! environment variable [`NODE_ENV`]; its `child_node` test (ignored, so no runner counts it
+//! as a test) calls [`child_main`], which does nothing without that variable. The node prints one line per scheduler event on stdout
 //! (`EVENT start n1 t=... slot=... attempt=1 reason=scheduled`), which the parent reads
 //! through [`Cluster`]. A node exits when its stdin closes, so no node outlives its test.
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
 
+pub(crate) mod examples;
 pub(crate) mod servers;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,11 +31,6 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// True when `ANARCHON_SLOW=1`.
-pub(crate) fn slow_enabled() -> bool {
-    std::env::var("ANARCHON_SLOW").is_ok_and(|v| v == "1")
 }
 
 /// The URL in `var`; without it a `SKIP` line, or a panic under
@@ -560,7 +556,13 @@ impl Cluster {
         for id in ids {
             let exe = std::env::current_exe().expect("the test binary");
             let mut child = Command::new(exe)
-                .args(["child_node", "--exact", "--nocapture", "--test-threads=1"])
+                .args([
+                    "child_node",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(NODE_ENV, self.cfg.encode(id))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

@@ -10,7 +10,18 @@ use anyhow::Result;
 
 use crate::util;
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
+/// `cargo xtask simulate`: every argument goes to the simulator unchanged (`--help` too), so
+/// its options live in one place, crates/anarchon-sim.
+#[derive(clap::Args, Debug)]
+#[command(disable_help_flag = true)]
+pub(crate) struct Args {
+    /// The simulator's arguments (--seed S | --seeds N [--first F], --hours H, --nodes N,
+    /// --no-faults, --verbose, --full-timeline, --help).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+pub(crate) fn run(Args { args }: Args) -> Result<ExitCode> {
     let mut command = util::cargo();
     command
         .current_dir(util::project_root())

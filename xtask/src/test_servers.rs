@@ -116,50 +116,40 @@ pub(crate) fn suites() -> impl Iterator<Item = (&'static str, &'static str, &'st
         ])
 }
 
-#[derive(Default)]
-struct Options {
-    /// Install the missing Debian packages first.
+/// `cargo xtask test-servers`: reuses what answers, starts what is missing (Docker Compose
+/// where an engine answers, else the local binaries), writes target/test-servers/env.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct Args {
+    /// First install the missing Debian packages (as root; Valkey from bookworm-backports on
+    /// Debian 12).
+    #[arg(long)]
     install: bool,
+    /// Also RabbitMQ and NATS JetStream.
+    #[arg(long)]
     brokers: bool,
-    /// Also the TLS-only PostgreSQL and redis-server, with a test CA.
+    /// Also a TLS-only PostgreSQL and redis-server on spare ports, with a test CA.
+    #[arg(long)]
     tls: bool,
-    /// Also a six-node Redis Cluster.
+    /// Also a six-node Redis Cluster (3 primaries, 3 replicas) on spare ports.
+    #[arg(long)]
     cluster: bool,
+    /// Stop what this command started (and nothing else).
+    #[arg(long)]
     stop: bool,
+    /// Tell what answers on each port and whether xtask started it.
+    #[arg(long)]
     status: bool,
+    /// Never use Docker: start the local binaries.
+    #[arg(long)]
     local: bool,
+    /// Add N to every port (with --local), for a machine whose ports are taken.
+    #[arg(long, value_name = "N", default_value_t = 0)]
     port_offset: u16,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut options = Options::default();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--install" => options.install = true,
-            "--brokers" => options.brokers = true,
-            "--tls" => options.tls = true,
-            "--cluster" => options.cluster = true,
-            "--stop" => options.stop = true,
-            "--status" => options.status = true,
-            "--local" => options.local = true,
-            "--port-offset" => {
-                let value = args.next().context("--port-offset needs a number")?;
-                options.port_offset = value
-                    .parse()
-                    .with_context(|| format!("--port-offset {value}: not a port number"))?;
-            }
-            other => bail!(
-                "test-servers: unknown option `{other}` (expected --install, --brokers, --tls, \
-                 --cluster, --stop, --status, --local, --port-offset N)"
-            ),
-        }
-    }
-    Ok(options)
-}
+type Options = Args;
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    let options = parse(args)?;
+pub(crate) fn run(options: Args) -> Result<ExitCode> {
     std::fs::create_dir_all(util::servers_dir())
         .with_context(|| format!("creating {}", util::servers_dir().display()))?;
     if options.install && !options.stop && !options.status {

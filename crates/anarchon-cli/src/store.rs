@@ -14,7 +14,7 @@ use crate::error::CliError;
 /// What the global options say about the store.
 #[derive(Debug, Clone)]
 pub(crate) struct StoreArgs {
-    /// The URL or path as given (never printed: see [`Target::shown`]).
+    /// The URL or path as given (never printed: see [`Opened::shown`]).
     pub(crate) url: String,
     /// The bound of the connection and of each call.
     pub(crate) timeout: Duration,

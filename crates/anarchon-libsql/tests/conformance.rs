@@ -6,8 +6,9 @@
 //! machines, so otherwise the kit runs against `tests/hrana_double.py`, a Hrana-over-HTTP
 //! test double on Python's sqlite3 that this test starts itself: that checks the store's
 //! client side (requests, statements, transactions) through the real `libsql` client, not
-//! sqld itself, and says so. Without python3 the tests print a SKIP line. A libSQL server is
-//! optional (like Redis 8.6): `ANARCHON_REQUIRE_SERVERS=1` does not make its absence fail.
+//! sqld itself, and says so. Both halves of the kit run there: the store contract and the
+//! runtime behaviours. Without python3 the tests print a SKIP line (a failure under
+//! `ANARCHON_REQUIRE_SERVERS=1`). A real libSQL server is optional (like Redis 8.6).
 
 use std::sync::Arc;
 
@@ -52,27 +53,13 @@ async fn fresh() -> Option<Arc<dyn LeaseStore>> {
     Some(open(url, token).await)
 }
 
-/// The runtime half (short leases, several schedulers) only on a real server: the Python
-/// double answers too slowly under load for 200 ms heartbeats, and the runtime half tests
-/// the scheduler, which the other stores' suites cover; the store's own code is covered by
-/// the contract half above.
-async fn fresh_real() -> Option<Arc<dyn LeaseStore>> {
-    match real_server() {
-        Some((url, token)) => Some(open(url, token).await),
-        None => {
-            eprintln!(
-                "SKIP libSQL runtime kit: ANARCHON_LIBSQL_URL is not set (a real sqld is optional; the contract half ran on the Hrana test double)"
-            );
-            None
-        }
-    }
-}
-
 anarchon_core::lease_store_contract!(fresh);
 
+/// The runtime half (several schedulers, 1 s leases, 200 ms heartbeats) on the same server:
+/// the real one where given, else the Hrana test double.
 mod runtime {
     use super::*;
-    anarchon_core::lease_runtime_suite!(fresh_real);
+    anarchon_core::lease_runtime_suite!(fresh);
 }
 
 /// A store on the user's own `libsql::Database` works like one built from a URL: the tables

@@ -493,7 +493,7 @@ impl LeaseStore for RedisStore {
         one_by_one(takeovers, |t| self.take_over_one(t)).await
     }
 
-    /// The `runs` script over at most [`RUNS_PER_CALL`] runs per call, every call of the
+    /// The `runs` script over at most `RUNS_PER_CALL` runs per call, every call of the
     /// read in one pipeline: one round trip (per node on a cluster) however many runs a
     /// backup watches, and the server never blocked by one long script.
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>> {

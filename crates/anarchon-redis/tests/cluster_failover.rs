@@ -16,7 +16,7 @@ use anarchon_core::store::{
     ClaimOutcome, Finish, HistoryStore, LeaseClaim, OwnerWrite, Prepare, Renewal, Retention,
     RunKey, Store, Takeover, TakeoverOutcome,
 };
-use anarchon_core::testkit::{slow_enabled, unique_job};
+use anarchon_core::testkit::unique_job;
 use anarchon_core::{LeaseStore, Overlap, Reason, RunStatus};
 use anarchon_redis::RedisStore;
 use anarchon_redis::fred::util::redis_keyslot;
@@ -25,13 +25,8 @@ use common::cluster::OwnCluster;
 const LEASE_MS: u64 = 6_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
 async fn primary_of_the_jobs_slot_killed_mid_run_the_run_ends_once() {
-    if !slow_enabled() {
-        eprintln!(
-            "SKIP ANARCHON_SLOW is not 1: the Redis Cluster failover test did not run (cargo xtask test --slow)"
-        );
-        return;
-    }
     // A node is judged failed after 1 s without answers.
     let Some(mut cluster) = OwnCluster::start(1_000) else {
         return;

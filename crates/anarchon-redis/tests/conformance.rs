@@ -80,8 +80,12 @@ async fn redis86_idmp() -> Option<Arc<dyn ClaimStore>> {
 mod redis_lease {
     anarchon_core::lease_store_suite!(super::redis_lease);
 }
+/// Valkey runs the store contract only: it takes the same scripts and commands as Redis 7,
+/// and the runtime half (the scheduler's behaviours through the store trait) runs once per
+/// store family: on Redis 7 (`redis_lease`) and on the Redis Cluster (`cluster_lease`,
+/// where keys, scripts and release notifications are routed per hash slot).
 mod valkey_lease {
-    anarchon_core::lease_store_suite!(super::valkey_lease);
+    anarchon_core::lease_store_contract!(super::valkey_lease);
 }
 mod redis_stream_id {
     anarchon_core::claim_store_suite!(super::redis_stream_id);

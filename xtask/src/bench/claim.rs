@@ -10,24 +10,8 @@ use anyhow::{Result, bail};
 
 use crate::util;
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    let mut store = None;
-    let mut json = false;
-    for arg in args {
-        match arg.as_str() {
-            "--json" => json = true,
-            other if other.starts_with('-') => {
-                bail!("bench: unknown option `{other}` (expected <store> [--json])")
-            }
-            other if store.is_none() => {
-                store = Some(other.trim_start_matches("anarchon-").to_string())
-            }
-            other => bail!("bench: one store at a time (got `{other}` too)"),
-        }
-    }
-    let Some(store) = store else {
-        bail!("bench: which store? `cargo xtask bench <store>`, e.g. `cargo xtask bench redis`");
-    };
+pub(crate) fn run(store: &str, json: bool) -> Result<ExitCode> {
+    let store = store.trim_start_matches("anarchon-");
     let package = format!("anarchon-{store}");
     let crate_dir = util::project_root().join("crates").join(&package);
     if !crate_dir.join("Cargo.toml").is_file() {

@@ -8,16 +8,33 @@ use anyhow::{Result, bail};
 
 use crate::util;
 
-const USAGE: &str = "bench driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H]";
+/// `cargo xtask bench driver`: the scheduler alone, N `every 1s` jobs on the in-memory store.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Opts {
+    /// Jobs (the bench's default: 10000).
+    #[arg(long, value_name = "N")]
+    jobs: Option<u64>,
+    /// How long it runs (the bench's default).
+    #[arg(long, value_name = "S")]
+    seconds: Option<u64>,
+    /// Jitter of each job, in ms.
+    #[arg(long, value_name = "J")]
+    jitter_ms: Option<u64>,
+    /// History kept per job.
+    #[arg(long, value_name = "H")]
+    history_size: Option<u64>,
+}
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    for pair in args.chunks(2) {
-        match pair {
-            [name, value]
-                if ["--jobs", "--seconds", "--jitter-ms", "--history-size"]
-                    .contains(&name.as_str())
-                    && value.parse::<u64>().is_ok() => {}
-            _ => bail!("bench driver: unexpected `{}` ({USAGE})", pair.join(" ")),
+pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
+    let mut args: Vec<String> = Vec::new();
+    for (name, value) in [
+        ("--jobs", opts.jobs),
+        ("--seconds", opts.seconds),
+        ("--jitter-ms", opts.jitter_ms),
+        ("--history-size", opts.history_size),
+    ] {
+        if let Some(value) = value {
+            args.extend([name.to_owned(), value.to_string()]);
         }
     }
     let mut build = super::node::release_cargo();
@@ -34,6 +51,6 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
         "bench-driver",
         "--",
     ]);
-    run.args(args);
+    run.args(&args);
     Ok(util::exit_code(util::run_visible(&mut run)?))
 }

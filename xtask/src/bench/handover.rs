@@ -15,12 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 
 use super::node::{self, Node, RunDir, StoreKind};
-use super::scale::positive;
 use super::session::Cleanup;
 use super::stats::{self, Summary};
-
-const USAGE: &str = "bench handover [--store sqlite,redis,postgres] [--rounds N] \
-                     [--every-ms MS] [--hold-ms MS] [--keep]";
 
 /// The issue's target: signal -> attempt 2 started elsewhere, in ms.
 const TARGET_MS: f64 = 50.0;
@@ -41,53 +37,67 @@ pub(crate) struct HandoverArgs {
     pub(crate) keep: bool,
 }
 
-pub(crate) fn parse_args(args: &[String]) -> Result<HandoverArgs> {
-    let mut parsed = HandoverArgs {
-        stores: Vec::new(),
-        rounds: 20,
-        every_ms: 5000,
-        hold_ms: 3000,
-        keep: false,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .with_context(|| format!("bench handover: {name} needs a value ({USAGE})"))
+/// `cargo xtask bench handover`: 3 scheduler processes share one long job; each round
+/// sends SIGTERM to attempt 1's owner and times signal -> attempt 2 started elsewhere.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Opts {
+    /// Stores, comma-separated or repeated (sqlite, redis, postgres); default: SQLite, and
+    /// Redis and PostgreSQL where their URL is set.
+    #[arg(long, value_delimiter = ',', value_parser = StoreKind::parse)]
+    store: Vec<StoreKind>,
+    /// Handovers per store.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// The job's interval.
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    every_ms: u64,
+    /// How long a handler runs when nobody stops it (at least 1000, and 1000 below
+    /// --every-ms).
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    hold_ms: u64,
+    /// Keep the run's folders (the nodes' logs).
+    #[arg(long)]
+    keep: bool,
+}
+
+impl Opts {
+    /// Checks what clap cannot say alone.
+    pub(crate) fn check(self) -> Result<HandoverArgs> {
+        let mut parsed = HandoverArgs {
+            stores: Vec::new(),
+            rounds: self.rounds,
+            every_ms: self.every_ms,
+            hold_ms: self.hold_ms,
+            keep: self.keep,
         };
-        match arg.as_str() {
-            "--store" => {
-                for s in value("--store")?.split(',').filter(|s| !s.is_empty()) {
-                    let kind = StoreKind::parse(s)?;
-                    if kind == StoreKind::Libsql {
-                        bail!(
-                            "bench handover: --store libsql: libSQL has no server here (only a \
-                             test double); use sqlite, redis or postgres"
-                        );
-                    }
-                    if !parsed.stores.contains(&kind) {
-                        parsed.stores.push(kind);
-                    }
-                }
+        for kind in self.store {
+            if kind == StoreKind::Libsql {
+                bail!(
+                    "bench handover: --store libsql: libSQL has no server here (only a \
+                     test double); use sqlite, redis or postgres"
+                );
             }
-            "--rounds" => parsed.rounds = positive("--rounds", &value("--rounds")?)? as u32,
-            "--every-ms" => parsed.every_ms = positive("--every-ms", &value("--every-ms")?)?,
-            "--hold-ms" => parsed.hold_ms = positive("--hold-ms", &value("--hold-ms")?)?,
-            "--keep" => parsed.keep = true,
-            other => bail!("bench handover: unknown option `{other}` ({USAGE})"),
+            if !parsed.stores.contains(&kind) {
+                parsed.stores.push(kind);
+            }
         }
+        if parsed.hold_ms < 1000 || parsed.hold_ms + 1000 > parsed.every_ms {
+            bail!(
+                "bench handover: --hold-ms {} with --every-ms {}: the handler must hold for at \
+                 least 1000 ms (the signal goes 500 ms into it) and end 1000 ms before the next \
+                 slot; e.g. --every-ms 5000 --hold-ms 3000",
+                parsed.hold_ms,
+                parsed.every_ms
+            );
+        }
+        Ok(parsed)
     }
-    if parsed.hold_ms < 1000 || parsed.hold_ms + 1000 > parsed.every_ms {
-        bail!(
-            "bench handover: --hold-ms {} with --every-ms {}: the handler must hold for at \
-             least 1000 ms (the signal goes 500 ms into it) and end 1000 ms before the next \
-             slot; e.g. --every-ms 5000 --hold-ms 3000",
-            parsed.hold_ms,
-            parsed.every_ms
-        );
-    }
-    Ok(parsed)
+}
+
+/// Parses `bench handover`'s arguments (without the words `bench handover`).
+#[cfg(test)]
+pub(crate) fn parse_args(args: &[String]) -> Result<HandoverArgs> {
+    super::parse_with::<Opts>(args)?.check()
 }
 
 fn now_us() -> i64 {
@@ -543,8 +553,8 @@ fn run_store(
     })
 }
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    let args = parse_args(args)?;
+pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
+    let args = opts.check()?;
     let plan = node::store_plan(&args.stores)?;
     let bin = node::build_node()?;
     let load_before = node::load();
@@ -711,7 +721,7 @@ mod tests {
             (vec!["--store", "libsql"], "libsql"),
             (vec!["--rounds", "0"], "--rounds"),
             (vec!["--hold-ms", "4500"], "--hold-ms 4500"),
-            (vec!["--every-ms"], "--every-ms needs a value"),
+            (vec!["--every-ms"], "'--every-ms <MS>'"),
             (vec!["redis"], "redis"),
         ] {
             let err = parse_args(&args(&bad)).unwrap_err().to_string();

@@ -4,16 +4,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::json;
 
 use super::node::{self, RunDir, StoreKind};
-use super::scale::positive;
 use super::session::{self, Cleanup, Plan, Session};
 use super::stats::{SlotStats, Summary, Window, slot_stats};
-
-const USAGE: &str = "bench precision [--store sqlite|redis|postgres|libsql ...] [--seconds S] \
-                     [--instances K] [--json] [--keep]";
 
 /// The options of `bench precision`.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,52 +22,57 @@ pub(crate) struct PrecisionArgs {
     pub(crate) keep: bool,
 }
 
-pub(crate) fn parse_args(args: &[String]) -> Result<PrecisionArgs> {
-    let mut parsed = PrecisionArgs {
-        stores: Vec::new(),
-        seconds: 30,
-        instances: 3,
-        json: false,
-        keep: false,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .with_context(|| format!("bench precision: {name} needs a value ({USAGE})"))
-        };
-        match arg.as_str() {
-            "--store" => {
-                for s in value("--store")?.split(',').filter(|s| !s.is_empty()) {
-                    let kind = StoreKind::parse(s)?;
-                    if !parsed.stores.contains(&kind) {
-                        parsed.stores.push(kind);
-                    }
-                }
-            }
-            "--seconds" => parsed.seconds = positive("--seconds", &value("--seconds")?)?,
-            "--instances" => {
-                parsed.instances = positive("--instances", &value("--instances")?)? as u32
-            }
-            "--json" => parsed.json = true,
-            "--keep" => parsed.keep = true,
-            other => bail!("bench precision: unknown option `{other}` ({USAGE})"),
+/// `cargo xtask bench precision`: the start lag of one `every 1s` job on K instances per
+/// store, beside the p99 of the store's bare one-row operation.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Opts {
+    /// Stores, comma-separated or repeated (sqlite, redis, postgres, libsql); default:
+    /// SQLite, and Redis and PostgreSQL where their URL is set.
+    #[arg(long, value_delimiter = ',', value_parser = StoreKind::parse)]
+    store: Vec<StoreKind>,
+    /// How long each store runs (5 or more: 3 s of margin are not judged).
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    seconds: u64,
+    /// Scheduler processes per store (at most 16).
+    #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    instances: u32,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Keep the run's folders (the nodes' logs).
+    #[arg(long)]
+    keep: bool,
+}
+
+impl Opts {
+    /// Checks what clap cannot say alone.
+    pub(crate) fn check(self) -> Result<PrecisionArgs> {
+        if self.seconds < 5 {
+            bail!(
+                "bench precision: --seconds {} is too short: 3 s of margin are not judged; use 5 or more",
+                self.seconds
+            );
         }
+        let mut stores = Vec::new();
+        for kind in self.store {
+            if !stores.contains(&kind) {
+                stores.push(kind);
+            }
+        }
+        Ok(PrecisionArgs {
+            stores,
+            seconds: self.seconds,
+            instances: self.instances,
+            json: self.json,
+            keep: self.keep,
+        })
     }
-    if parsed.seconds < 5 {
-        bail!(
-            "bench precision: --seconds {} is too short: 3 s of margin are not judged; use 5 or more",
-            parsed.seconds
-        );
-    }
-    if parsed.instances > 16 {
-        bail!(
-            "bench precision: --instances {} is above 16",
-            parsed.instances
-        );
-    }
-    Ok(parsed)
+}
+
+/// Parses `bench precision`'s arguments (without the words `bench precision`).
+#[cfg(test)]
+pub(crate) fn parse_args(args: &[String]) -> Result<PrecisionArgs> {
+    super::parse_with::<Opts>(args)?.check()
 }
 
 /// The target of the issue for a store, given the bare operation's p99 (ms).
@@ -93,8 +94,8 @@ struct Row {
     floor_ms: Option<Summary>,
 }
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    let args = parse_args(args)?;
+pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
+    let args = opts.check()?;
     let plan = node::store_plan(&args.stores)?;
     let bin = node::build_node()?;
     let load_before = node::load();
@@ -294,8 +295,8 @@ mod tests {
         for (bad, named) in [
             (vec!["--store", "mongo"], "mongo"),
             (vec!["--seconds", "2"], "too short"),
-            (vec!["--seconds", "x"], "--seconds x"),
-            (vec!["--instances"], "--instances needs a value"),
+            (vec!["--seconds", "x"], "'x' for '--seconds"),
+            (vec!["--instances"], "'--instances <K>'"),
             (vec!["redis"], "redis"),
         ] {
             let err = parse_args(&args(&bad)).unwrap_err().to_string();

@@ -28,65 +28,61 @@ pub(crate) struct ScaleArgs {
     pub(crate) keep: bool,
 }
 
-pub(crate) fn parse_args(args: &[String]) -> Result<ScaleArgs> {
-    let mut store = None;
-    let mut parsed = ScaleArgs {
-        store: StoreKind::Sqlite,
-        jobs: 1_000,
-        instances: 3,
-        seconds: 60,
-        ceiling_seconds: 5,
-        json: false,
-        keep: false,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .with_context(|| format!("bench scale: {name} needs a value ({USAGE})"))
-        };
-        match arg.as_str() {
-            "--store" => store = Some(StoreKind::parse(&value("--store")?)?),
-            "--jobs" => parsed.jobs = positive("--jobs", &value("--jobs")?)? as u32,
-            "--instances" => {
-                parsed.instances = positive("--instances", &value("--instances")?)? as u32
-            }
-            "--seconds" => parsed.seconds = positive("--seconds", &value("--seconds")?)?,
-            "--ceiling-seconds" => {
-                parsed.ceiling_seconds =
-                    positive("--ceiling-seconds", &value("--ceiling-seconds")?)?
-            }
-            "--json" => parsed.json = true,
-            "--keep" => parsed.keep = true,
-            other => bail!("bench scale: unknown option `{other}` ({USAGE})"),
-        }
-    }
-    parsed.store = store.with_context(|| format!("bench scale: which store? ({USAGE})"))?;
-    if parsed.jobs > 100_000 {
-        bail!("bench scale: --jobs {} is above 100000", parsed.jobs);
-    }
-    if parsed.instances > 16 {
-        bail!("bench scale: --instances {} is above 16", parsed.instances);
-    }
-    if parsed.seconds < 5 {
-        bail!(
-            "bench scale: --seconds {} is too short: 3 s of margin are not judged; use 5 or more",
-            parsed.seconds
-        );
-    }
-    Ok(parsed)
+/// `cargo xtask bench scale`: K scheduler processes with N `every 1s` jobs each on a fresh
+/// namespace of one store for S seconds, beside the store's own ceiling.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Opts {
+    /// The store: redis, postgres, sqlite or libsql.
+    #[arg(long, value_parser = StoreKind::parse)]
+    store: Option<StoreKind>,
+    /// `every 1s` jobs per instance (at most 100000).
+    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    jobs: u32,
+    /// Scheduler processes (at most 16).
+    #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    instances: u32,
+    /// How long the jobs run (5 or more: 3 s of margin are not judged).
+    #[arg(long, value_name = "S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    seconds: u64,
+    /// How long the store's ceiling is measured.
+    #[arg(long, value_name = "C", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    ceiling_seconds: u64,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Keep the run's folder (the nodes' logs).
+    #[arg(long)]
+    keep: bool,
 }
 
-/// A positive number, or an error naming the option.
-pub(crate) fn positive(name: &str, value: &str) -> Result<u64> {
-    let n: u64 = value
-        .parse()
-        .with_context(|| format!("{name} {value}: expected a positive number"))?;
-    if n == 0 {
-        bail!("{name} must be positive");
+impl Opts {
+    /// Checks what clap cannot say alone.
+    pub(crate) fn check(self) -> Result<ScaleArgs> {
+        let store = self
+            .store
+            .with_context(|| format!("bench scale: which store? ({USAGE})"))?;
+        if self.seconds < 5 {
+            bail!(
+                "bench scale: --seconds {} is too short: 3 s of margin are not judged; use 5 or more",
+                self.seconds
+            );
+        }
+        Ok(ScaleArgs {
+            store,
+            jobs: self.jobs,
+            instances: self.instances,
+            seconds: self.seconds,
+            ceiling_seconds: self.ceiling_seconds,
+            json: self.json,
+            keep: self.keep,
+        })
     }
-    Ok(n)
+}
+
+/// Parses `bench scale`'s arguments (without the words `bench scale`).
+#[cfg(test)]
+pub(crate) fn parse_args(args: &[String]) -> Result<ScaleArgs> {
+    super::parse_with::<Opts>(args)?.check()
 }
 
 /// The store's ceiling: batches of 256 writes per second.
@@ -112,8 +108,8 @@ pub(crate) fn parse_ceiling(out: &str) -> Option<Ceiling> {
     })
 }
 
-pub(crate) fn run(args: &[String]) -> Result<ExitCode> {
-    let args = parse_args(args)?;
+pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
+    let args = opts.check()?;
     let url = node::server_url(args.store)?;
     let bin = node::build_node()?;
     let dir = RunDir::create(&format!("scale-{}", args.store.name()))?;
@@ -478,11 +474,12 @@ mod tests {
             (vec!["--jobs", "10"], "which store"),
             (vec!["--store", "mysql"], "mysql"),
             (vec!["--store", "redis", "--jobs", "0"], "--jobs"),
-            (vec!["--store", "redis", "--jobs", "ten"], "--jobs ten"),
             (
-                vec!["--store", "redis", "--seconds"],
-                "--seconds needs a value",
+                vec!["--store", "redis", "--jobs", "ten"],
+                "'ten' for '--jobs",
             ),
+            (vec!["--store", "redis", "--jobs", "100001"], "--jobs"),
+            (vec!["--store", "redis", "--seconds"], "'--seconds <S>'"),
             (vec!["--store", "redis", "--seconds", "3"], "too short"),
             (vec!["--store", "redis", "--fast"], "--fast"),
         ] {

@@ -33,12 +33,22 @@ pub fn double_url() -> Option<String> {
             .stderr(Stdio::null())
             .spawn();
         let Ok(child) = child else {
+            assert!(
+                !require_servers(),
+                "python3 (for the Hrana test double) is not available and \
+                 ANARCHON_REQUIRE_SERVERS=1: install python3 or set ANARCHON_LIBSQL_URL"
+            );
             eprintln!("SKIP libSQL kit: neither ANARCHON_LIBSQL_URL nor python3 (for the Hrana test double) is available");
             return None;
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {
+                assert!(
+                    !require_servers(),
+                    "the Hrana test double did not listen within 10 s and \
+                     ANARCHON_REQUIRE_SERVERS=1"
+                );
                 eprintln!("SKIP libSQL kit: the Hrana test double did not listen within 10 s");
                 return None;
             }
@@ -52,6 +62,11 @@ pub fn double_url() -> Option<String> {
         Some((format!("http://127.0.0.1:{port}"), Mutex::new(child)))
     });
     started.as_ref().map(|(url, _)| url.clone())
+}
+
+/// True when `ANARCHON_REQUIRE_SERVERS=1`: the double must start.
+fn require_servers() -> bool {
+    std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1")
 }
 
 /// The double's URL, or `None` (with a SKIP line) without python3.
