@@ -535,10 +535,30 @@ async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, C
 }
 
 /// How many keys one `SCAN` of [`check_redis_prefix`] asks for, and how many pages it reads
-/// at most: enough to name the prefixes of a server that holds a few stores, without walking
-/// a large keyspace.
+/// at most (about 100,000 keys, a few ms each page): enough to name the prefixes of a server
+/// that holds a few stores beside other data, without walking a large keyspace.
 #[cfg(feature = "redis")]
-const REDIS_SCAN: (u32, usize) = (1_000, 10);
+const REDIS_SCAN: (u32, usize) = (1_000, 100);
+
+/// The number of single-character edits between `a` and `b` (Levenshtein), to name the
+/// prefixes nearest a mistyped one first.
+#[cfg(feature = "redis")]
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
 
 /// Refuses a Redis prefix under which no anarchon store lives (neither `<prefix>meta`, which
 /// every store writes when it starts, nor `<prefix>jobs` exists), so a `--prefix` typo says
@@ -611,11 +631,14 @@ async fn check_redis_prefix(
                     seen.insert(other.to_owned());
                 }
             }
-            if cursor == "0" || seen.len() >= 10 {
+            if cursor == "0" || seen.len() >= 1_000 {
                 break;
             }
         }
-        // Only the keys that are an anarchon store's meta hash (it holds `format`).
+        // The prefixes nearest the one given first (a typo is a few edits away), then only
+        // the keys that are an anarchon store's meta hash (it holds `format`).
+        let mut seen: Vec<String> = seen.into_iter().collect();
+        seen.sort_by_key(|other| (edit_distance(other, prefix), other.clone()));
         let mut stores = Vec::new();
         for other in seen.into_iter().take(10) {
             let is_ours: i64 = client
@@ -718,6 +741,17 @@ async fn check_postgres_tables(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn prefixes_nearest_a_typo_come_first() {
+        assert_eq!(edit_distance("myapp:", "myapp:"), 0);
+        assert_eq!(edit_distance("myap:", "myapp:"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        let mut seen = vec!["zzz:", "other:", "myapp:"];
+        seen.sort_by_key(|o| edit_distance(o, "mypp:"));
+        assert_eq!(seen[0], "myapp:");
+    }
 
     #[test]
     fn schemes_pick_the_store() {
