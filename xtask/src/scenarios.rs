@@ -1,7 +1,8 @@
 //! `cargo xtask scenarios`: the failure scenarios of docs/scenarios.md, with real processes.
 //!
-//! Runs `cargo test --workspace --all-features --test scenarios --test resilience --
-//! --ignored --skip child_node --nocapture` with the test servers' URLs and `ANARCHON_SLOW=1`; `--fast` also sets `ANARCHON_SCENARIOS_FAST=1`, which the scenarios
+//! Runs `cargo test --workspace --all-features --test scenarios --test resilience --test
+//! exactly_once -- --ignored --skip child_node --nocapture` (the exactly-once runs print one
+//! `EXACTLY-ONCE store=…` line per store) with the test servers' URLs and `ANARCHON_SLOW=1`; `--fast` also sets `ANARCHON_SCENARIOS_FAST=1`, which the scenarios
 //! read to run the short subset CI runs.
 
 use std::process::ExitCode;
@@ -45,6 +46,8 @@ pub(crate) fn run(Args { fast }: Args) -> Result<ExitCode> {
         "scenarios",
         "--test",
         "resilience",
+        "--test",
+        "exactly_once",
         "--",
         "--ignored",
         "--skip",
