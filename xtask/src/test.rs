@@ -151,6 +151,16 @@ fn gates(slow: bool, set: &dyn Fn(&str) -> bool) -> Vec<Gate> {
             unobtainable: true,
             not_a_test: false,
         },
+        Gate {
+            binaries: &["anarchon-sim::open_findings"],
+            name: Name::Any,
+            reason: "an open finding of the simulator, ignored until the core is fixed (seed \
+                     3948: docs/guarantees.md, Proof)"
+                .into(),
+            run: false,
+            unobtainable: true,
+            not_a_test: false,
+        },
     ]
 }
 

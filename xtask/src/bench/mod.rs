@@ -2,10 +2,11 @@
 //! start-precision and graceful-handover benches (`bench scale`, `bench precision`,
 //! `bench handover`) that run real scheduler processes (`examples/bench-node.rs`, built in
 //! release) against a store, and the driver bench (`bench driver`): the scheduler alone on the
-//! in-memory store.
+//! in-memory store; and the fenced-transaction bench (`bench fenced`).
 
 mod claim;
 mod driver;
+mod fenced;
 mod handover;
 mod node;
 mod precision;
@@ -44,6 +45,8 @@ enum Kind {
     Handover(handover::Opts),
     /// The scheduler alone: one process, N `every 1s` jobs on the in-memory store.
     Driver(driver::Opts),
+    /// A fenced transaction (exactly-once writes) beside a plain one, SQLite and PostgreSQL.
+    Fenced(fenced::Opts),
 }
 
 pub(crate) fn run(args: Args) -> Result<ExitCode> {
@@ -52,6 +55,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         (Some(Kind::Precision(opts)), _) => precision::run(opts),
         (Some(Kind::Handover(opts)), _) => handover::run(opts),
         (Some(Kind::Driver(opts)), _) => driver::run(opts),
+        (Some(Kind::Fenced(opts)), _) => fenced::run(opts),
         (None, Some(store)) => claim::run(&store, args.json),
         (None, None) => anyhow::bail!(
             "bench: which store? `cargo xtask bench <store>`, e.g. `cargo xtask bench redis`"
