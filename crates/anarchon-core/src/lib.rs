@@ -77,12 +77,12 @@ pub mod store;
 pub mod testkit;
 
 pub use context::{CancelCause, Data, DataFn, DataSource, JobContext};
-pub use error::{BoxError, Error, ErrorKind, HandlerError, Result, redact_url};
+pub use error::{BoxError, Error, ErrorKind, HandlerError, Result, SchedulerState, redact_url};
 pub use event::{Event, FailureCause, InterruptCause, RunInfo, SkipReason, StoreOperation};
 pub use fenced::{AttemptKey, FenceLoss};
 pub use history::{HistoryRecord, Reason, RunStatus};
-pub use ids::{EpochMs, JobName};
-pub use options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming};
+pub use ids::{EpochMs, InstanceId, JobName};
+pub use options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming, StoreShape};
 pub use scheduler::{
     ClaimOnly, Clock, Health, IntoAt, IntoInterval, IntoTimezone, JobBuilder, JobInfo, Leased,
     Mode, Scheduler, SchedulerBuilder, kind,

@@ -170,8 +170,8 @@ async fn b22_lease_options_from_config_are_refused_on_a_claim_only_store() {
     assert!(err.to_string().contains("claim-only"), "{err}");
     for field in [
         r#"{"maxAttempts": 2}"#,
-        r#"{"catchUpMs": 0}"#,
-        r#"{"historyTtlMs": 5}"#,
+        r#"{"catchUpWindow": 0}"#,
+        r#"{"historyTtl": 5}"#,
     ] {
         let cfg: JobConfig = serde_json::from_str(field).unwrap();
         assert!(
@@ -179,8 +179,21 @@ async fn b22_lease_options_from_config_are_refused_on_a_claim_only_store() {
             "{field}"
         );
     }
-    let cfg: JobConfig = serde_json::from_str(r#"{"jitterMs": 10, "historySize": 5}"#).unwrap();
+    let cfg: JobConfig = serde_json::from_str(r#"{"jitter": 10, "historySize": 5}"#).unwrap();
     s.every("j", "1s").config(cfg).handler(ok()).unwrap();
+    // The `*Ms` keys of earlier drafts are unknown keys now.
+    for old in [
+        r#"{"jitterMs": 10}"#,
+        r#"{"maxLateMs": 10}"#,
+        r#"{"historyTtlMs": 10}"#,
+        r#"{"timeoutMs": 10}"#,
+        r#"{"catchUpMs": 10}"#,
+        r#"{"offsetMs": 10}"#,
+        r#"{"leaseMs": 10}"#,
+        r#"{"heartbeatMs": 10}"#,
+    ] {
+        assert!(serde_json::from_str::<JobConfig>(old).is_err(), "{old}");
+    }
     // An `at` job cannot overlap, even from configuration on a lease store. [B-03]
     let l = sched();
     let cfg: JobConfig = serde_json::from_str(r#"{"overlap": "allow"}"#).unwrap();
