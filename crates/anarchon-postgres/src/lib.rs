@@ -66,6 +66,7 @@
 //! # MSRV
 //!
 //! The workspace's `rust-version`; raising it is not a breaking change before 1.0.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod fenced;
@@ -429,6 +430,7 @@ impl PostgresStore {
     ///
     /// [`PostgresError`] for a URL, table or schema that cannot be used.
     #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     pub fn unconnected(
         url: &str,
         options: PostgresOptions,

@@ -175,6 +175,7 @@ impl RedisClaimStore {
     ///
     /// [`RedisError`] for a URL or a prefix that cannot be used.
     #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     pub fn unconnected(
         url: &str,
         strategy: Strategy,

@@ -135,6 +135,7 @@ impl RedisStore {
     ///
     /// [`RedisError`] for a URL or a prefix that cannot be used.
     #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     pub fn unconnected(url: &str, options: RedisOptions) -> std::result::Result<Self, RedisError> {
         Self::unconnected_with(url, options)
     }
