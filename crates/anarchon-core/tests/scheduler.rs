@@ -9,7 +9,7 @@ use anarchon_core::memory::{Health, MemoryStore};
 use anarchon_core::testkit::runtime::{Instance, node, record_events, wait_for};
 use anarchon_core::{
     ClaimOnly, Clock, Error, ErrorKind, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler,
-    SkipReason, StoreOperation,
+    SchedulerState, SkipReason, StoreOperation,
 };
 
 fn sched() -> Scheduler {
@@ -272,6 +272,54 @@ async fn b04_jobs_can_be_added_and_removed_while_running() {
     );
     s.stop(Duration::from_secs(1)).await.unwrap();
     assert!(matches!(s.start().await, Err(Error::State { .. })));
+}
+
+/// A call the scheduler's state does not allow names that state as a `SchedulerState`, and
+/// its message says which state and what to do.
+#[tokio::test(start_paused = true)]
+async fn wrong_state_calls_name_the_state() {
+    let s = sched();
+    s.every("j", "1s").handler(ok()).unwrap();
+    let state = |r: Result<_, Error>| match r {
+        Err(Error::State { state, .. }) => state,
+        other => panic!("expected Error::State, got {other:?}"),
+    };
+    let early = s.run_now("j", None).await.map(drop);
+    assert_eq!(state(early), SchedulerState::NotStarted);
+    s.start().await.unwrap();
+    let twice = s.start().await.unwrap_err();
+    assert!(
+        twice
+            .to_string()
+            .starts_with("the scheduler is running: call start() once"),
+        "{twice}"
+    );
+    assert_eq!(state(Err(twice)), SchedulerState::Running);
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(s.start().await), SchedulerState::Stopped);
+    assert_eq!(
+        state(s.run_now("j", None).await.map(drop)),
+        SchedulerState::Stopped
+    );
+    let late = s.every("k", "1s").handler(ok()).map(drop).unwrap_err();
+    assert!(late.to_string().contains("is stopped"), "{late}");
+    assert_eq!(state(Err(late)), SchedulerState::Stopped);
+}
+
+/// An `at` time in the past names how late a run could still start, as a `Duration`.
+#[test]
+fn at_in_the_past_carries_its_grace_as_a_duration() {
+    let s = Scheduler::leased(MemoryStore::new())
+        .max_late(Duration::from_secs(90))
+        .catch_up_window(Duration::ZERO)
+        .build()
+        .unwrap();
+    let err = s.at("old", 1_000i64).handler(ok()).map(drop).unwrap_err();
+    match &err {
+        Error::AtInThePast { grace, .. } => assert_eq!(*grace, Duration::from_secs(90)),
+        other => panic!("expected AtInThePast, got {other:?}"),
+    }
+    assert!(err.to_string().contains("at most 90s late"), "{err}");
 }
 
 #[tokio::test(start_paused = true)]

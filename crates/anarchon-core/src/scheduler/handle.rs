@@ -273,7 +273,7 @@ impl<M: Mode> Scheduler<M> {
     /// This instance's id.
     ///
     /// ```
-    /// use anarchon_core::{MemoryStore, Scheduler};
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
     /// let scheduler = Scheduler::leased(MemoryStore::new()).instance_id("worker-1").build()?;
     /// assert_eq!(scheduler.instance_id(), "worker-1");
     /// # Ok::<(), anarchon_core::Error>(())
