@@ -44,7 +44,7 @@
 //!   crates' tests.
 //!
 //! # MSRV
-//! Rust 1.88 (edition 2024); raised only in a minor release.
+//! Rust 1.89 (edition 2024); raised only in a minor release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "testkit")]
