@@ -30,6 +30,39 @@ pub enum ErrorKind {
     Data,
 }
 
+/// The state of a scheduler, as [`Error::State`] names it.
+///
+/// ```
+/// use anarchon_core::error::SchedulerState;
+/// assert_eq!(SchedulerState::Stopped.to_string(), "stopped");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SchedulerState {
+    /// Built, not started yet.
+    NotStarted,
+    /// Started and running.
+    Running,
+    /// `stop()` is handing over or finishing its runs.
+    Stopping,
+    /// Stopped: it runs nothing again.
+    Stopped,
+    /// Its driver task panicked (a bug in anarchon).
+    Failed,
+}
+
+impl std::fmt::Display for SchedulerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SchedulerState::NotStarted => "not started",
+            SchedulerState::Running => "running",
+            SchedulerState::Stopping => "stopping",
+            SchedulerState::Stopped => "stopped",
+            SchedulerState::Failed => "failed",
+        })
+    }
+}
+
 /// The result type of anarchon.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -127,9 +160,10 @@ pub enum Error {
     },
     /// An `at` job names a time so far in the past that it could never start.
     #[error(
-        "the `at` time {at} is in the past (now {now}; a run may start at most {grace} late), so \
+        "the `at` time {at} is in the past (now {now}; a run may start at most {} late), so \
          the job would never run: give a later time, or `allow_past(true)` for registration \
-         code that runs again after the job ran"
+         code that runs again after the job ran",
+        crate::options::human_duration(*.grace)
     )]
     AtInThePast {
         /// The job's time, RFC 3339.
@@ -137,13 +171,13 @@ pub enum Error {
         /// The time of registration, RFC 3339.
         now: String,
         /// How late a run may still start (the late limit, or the catch-up window).
-        grace: String,
+        grace: Duration,
     },
     /// The scheduler is in the wrong state for this call (started twice, stopped ...).
-    #[error("scheduler {state}: {hint}")]
+    #[error("the scheduler is {state}: {hint}")]
     State {
-        /// What state it is in.
-        state: &'static str,
+        /// The state it is in.
+        state: SchedulerState,
         /// What to do.
         hint: &'static str,
     },

@@ -74,6 +74,127 @@ impl fmt::Debug for JobName {
     }
 }
 
+/// The longest instance id, in bytes.
+pub const MAX_INSTANCE_ID_LEN: usize = 200;
+
+/// The id of one scheduler instance: 1–200 bytes of text without control characters
+/// (stores record it as text, and it shows in logs, history and the dashboard). [B-32]
+///
+/// ```
+/// use anarchon_core::InstanceId;
+/// let id = InstanceId::new("worker-1 (eu-west)").unwrap();
+/// assert_eq!(id, "worker-1 (eu-west)");
+/// assert!(InstanceId::new("").is_err());
+/// assert!(InstanceId::new("line\nbreak").is_err());
+/// assert!(InstanceId::new("x".repeat(201)).is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct InstanceId(Arc<str>);
+
+impl InstanceId {
+    /// Checks the rule.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming `instance_id`, for an empty id, one longer than
+    /// [`MAX_INSTANCE_ID_LEN`] bytes or one with a control character.
+    pub fn new(id: impl AsRef<str>) -> Result<Self> {
+        let id = id.as_ref();
+        if id.is_empty() || id.len() > MAX_INSTANCE_ID_LEN {
+            return Err(Error::invalid_option(
+                "instance_id",
+                format!(
+                    "must be 1 to {MAX_INSTANCE_ID_LEN} bytes (this one has {})",
+                    id.len()
+                ),
+            ));
+        }
+        if id.chars().any(char::is_control) {
+            return Err(Error::invalid_option(
+                "instance_id",
+                format!(
+                    "{:?} holds a control character (NUL, newline, escape ...): stores \
+                     record the id as text, use printable characters",
+                    id.escape_debug().to_string()
+                ),
+            ));
+        }
+        Ok(InstanceId(Arc::from(id)))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id as the shared string the runtime hands to handlers.
+    pub(crate) fn into_arc(self) -> Arc<str> {
+        self.0
+    }
+
+    /// An id already checked (the runtime's own copy).
+    pub(crate) fn checked(id: Arc<str>) -> Self {
+        InstanceId(id)
+    }
+}
+
+impl TryFrom<String> for InstanceId {
+    type Error = Error;
+    fn try_from(value: String) -> Result<Self> {
+        InstanceId::new(value)
+    }
+}
+
+impl TryFrom<&str> for InstanceId {
+    type Error = Error;
+    fn try_from(value: &str) -> Result<Self> {
+        InstanceId::new(value)
+    }
+}
+
+impl From<InstanceId> for String {
+    fn from(value: InstanceId) -> Self {
+        value.0.to_string()
+    }
+}
+
+impl AsRef<str> for InstanceId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for InstanceId {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for InstanceId {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for InstanceId {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
 /// One run: a job and one of its slots. Displayed as `<job>:<slot-ms>`, the unit of
 /// deduplication in every store. [B-08]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -44,7 +44,7 @@
 //!   crates' tests.
 //!
 //! # MSRV
-//! Rust 1.88 (edition 2024); raised only in a minor release.
+//! Rust 1.89 (edition 2024); raised only in a minor release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "testkit")]
@@ -81,12 +81,12 @@ pub mod testkit;
 
 pub use context::AttemptKey;
 pub use context::{CancelCause, Data, DataFn, DataSource, JobContext};
-pub use error::{BoxError, Error, ErrorKind, HandlerError, Result, redact_url};
+pub use error::{BoxError, Error, ErrorKind, HandlerError, Result, SchedulerState, redact_url};
 pub use event::{Event, FailureCause, InterruptCause, RunInfo, SkipReason, StoreOperation};
 pub use fenced::FenceLoss;
 pub use history::{HistoryRecord, Reason, RunStatus};
-pub use ids::{EpochMs, JobName};
-pub use options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming};
+pub use ids::{EpochMs, InstanceId, JobName};
+pub use options::{CatchUp, JobConfig, JobKind, JobOptions, LeaseTiming, StoreShape};
 pub use scheduler::{
     ClaimOnly, Clock, Health, IntoAt, IntoInterval, IntoTimezone, JobBuilder, JobInfo, Leased,
     Mode, Scheduler, SchedulerBuilder, kind,

@@ -79,6 +79,11 @@ fn count_in(option: &'static str, value: u64, limit: u64) -> Result<()> {
     Ok(())
 }
 
+/// A length for messages: `"365 days"`, `"5m"`, `"1500 ms"`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    human(d.as_millis())
+}
+
 /// A length in ms for messages: `"365 days"`, `"5m"`, `"1500 ms"`.
 fn human(ms: u128) -> String {
     const DAY: u128 = 86_400_000;
@@ -320,7 +325,7 @@ impl JobOptions {
                     return Err(Error::AtInThePast {
                         at: instant(*at_ms),
                         now: instant(now),
-                        grace: human(u128::from(grace)),
+                        grace: Duration::from_millis(grace),
                     });
                 }
             }
@@ -519,27 +524,19 @@ pub struct JobConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawJobConfig {
-    #[serde(alias = "jitterMs")]
     jitter: Option<serde_json::Value>,
-    #[serde(alias = "maxLateMs")]
     max_late: Option<serde_json::Value>,
     history_size: Option<u32>,
-    #[serde(alias = "historyTtlMs")]
     history_ttl: Option<serde_json::Value>,
-    #[serde(alias = "timeoutMs")]
     timeout: Option<serde_json::Value>,
     overlap: Option<Overlap>,
     max_attempts: Option<u32>,
-    #[serde(alias = "catchUpMs")]
     catch_up_window: Option<serde_json::Value>,
     catch_up: Option<serde_json::Value>,
-    #[serde(alias = "offsetMs")]
     offset: Option<serde_json::Value>,
     timezone: Option<String>,
     allow_past: Option<bool>,
-    #[serde(alias = "leaseMs")]
     lease: Option<serde_json::Value>,
-    #[serde(alias = "heartbeatMs")]
     heartbeat: Option<serde_json::Value>,
 }
 
@@ -574,23 +571,41 @@ impl TryFrom<RawJobConfig> for JobConfig {
     }
 }
 
+/// How a store coordinates instances: what [`JobConfig::validate`] checks options against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreShape {
+    /// A lease store ([`crate::LeaseStore`], `Scheduler::leased`): leases, backups,
+    /// takeover, overlap checks, catch-up and history TTLs.
+    Leased,
+    /// A claim-only store ([`crate::ClaimStore`], `Scheduler::claim_only`): one winner
+    /// per slot and nothing after it.
+    ClaimOnly,
+}
+
 impl JobConfig {
-    /// Refuses options that do not apply to the store kind (`lease` false = claim-only) or
-    /// to the job kind, naming the option. [B-03, B-22, B-28]
+    /// Refuses options that do not apply to the store's shape or to the job kind, naming
+    /// the option; `store` is the store's kind as [`crate::store::Store::kind`] gives it
+    /// (`"sqlite"`, `"redis-naive"`), for the message. [B-03, B-22, B-28]
     ///
     /// # Errors
     ///
     /// [`Error::InvalidOption`] naming the first option that does not apply.
     ///
     /// ```
-    /// use anarchon_core::{JobConfig, JobKind};
+    /// use anarchon_core::{JobConfig, JobKind, StoreShape};
     ///
     /// let cfg: JobConfig = serde_json::from_str(r#"{"overlap": "allow"}"#).unwrap();
-    /// assert!(cfg.validate(true, "sqlite", JobKind::Every).is_ok());
-    /// assert!(cfg.validate(false, "redis-naive", JobKind::Every).is_err());
-    /// assert!(cfg.validate(true, "sqlite", JobKind::At).is_err());
+    /// assert!(cfg.validate(StoreShape::Leased, "sqlite", JobKind::Every).is_ok());
+    /// assert!(cfg.validate(StoreShape::ClaimOnly, "redis-naive", JobKind::Every).is_err());
+    /// assert!(cfg.validate(StoreShape::Leased, "sqlite", JobKind::At).is_err());
     /// ```
-    pub fn validate(&self, lease: bool, store: &str, job_kind: JobKind) -> Result<()> {
+    pub fn validate(
+        &self,
+        shape: StoreShape,
+        store: &'static str,
+        job_kind: JobKind,
+    ) -> Result<()> {
         let lease_only: [(&'static str, bool); 7] = [
             ("overlap", self.overlap.is_some()),
             ("max_attempts", self.max_attempts.is_some()),
@@ -600,7 +615,9 @@ impl JobConfig {
             ("heartbeat", self.heartbeat.is_some()),
             ("history_ttl", self.history_ttl.is_some()),
         ];
-        if !lease && let Some((name, _)) = lease_only.iter().find(|(_, set)| *set) {
+        if shape == StoreShape::ClaimOnly
+            && let Some((name, _)) = lease_only.iter().find(|(_, set)| *set)
+        {
             return Err(Error::invalid_option(
                 name,
                 format!(

@@ -253,7 +253,7 @@ async fn b34_registering_after_stop_is_refused() {
         matches!(
             err,
             Error::State {
-                state: "stopped",
+                state: anarchon_core::SchedulerState::Stopped,
                 ..
             }
         ),

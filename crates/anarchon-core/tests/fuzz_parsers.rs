@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use anarchon_core::slot::{CronSchedule, Schedule, parse_interval};
-use anarchon_core::{Error, JobConfig, JobKind, JobName, JobOptions};
+use anarchon_core::{Error, JobConfig, JobKind, JobName, JobOptions, StoreShape};
 use proptest::prelude::*;
 
 /// Cases per property: enough to reach the odd corners, few enough for CI (the whole file
@@ -290,19 +290,21 @@ fn json_value() -> impl Strategy<Value = String> {
 
 fn json_key() -> impl Strategy<Value = &'static str> {
     prop_oneof![
-        Just("jitterMs"),
-        Just("maxLateMs"),
+        Just("jitter"),
+        Just("maxLate"),
         Just("historySize"),
-        Just("historyTtlMs"),
-        Just("timeoutMs"),
+        Just("historyTtl"),
+        Just("timeout"),
         Just("overlap"),
         Just("maxAttempts"),
-        Just("catchUpMs"),
+        Just("catchUpWindow"),
         Just("catchUp"),
-        Just("offsetMs"),
+        Just("offset"),
         Just("timezone"),
-        Just("leaseMs"),
-        Just("heartbeatMs"),
+        Just("allowPast"),
+        Just("lease"),
+        Just("heartbeat"),
+        Just("jitterMs"),
         Just("jitter_ms"),
         Just("unknown"),
     ]
@@ -334,7 +336,8 @@ proptest! {
         let Ok(config) = serde_json::from_str::<JobConfig>(&json) else {
             return Ok(());
         };
-        match config.validate(lease, "memory", kind) {
+        let shape = if lease { StoreShape::Leased } else { StoreShape::ClaimOnly };
+        match config.validate(shape, "memory", kind) {
             Ok(()) => {}
             Err(
                 Error::InvalidOption { .. }

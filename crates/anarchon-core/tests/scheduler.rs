@@ -9,7 +9,7 @@ use anarchon_core::memory::{Health, MemoryStore};
 use anarchon_core::testkit::runtime::{Instance, node, record_events, wait_for};
 use anarchon_core::{
     ClaimOnly, Clock, Error, ErrorKind, Event, JobConfig, LeaseStore, Reason, RunStatus, Scheduler,
-    SkipReason, StoreOperation,
+    SchedulerState, SkipReason, StoreOperation,
 };
 
 fn sched() -> Scheduler {
@@ -170,8 +170,8 @@ async fn b22_lease_options_from_config_are_refused_on_a_claim_only_store() {
     assert!(err.to_string().contains("claim-only"), "{err}");
     for field in [
         r#"{"maxAttempts": 2}"#,
-        r#"{"catchUpMs": 0}"#,
-        r#"{"historyTtlMs": 5}"#,
+        r#"{"catchUpWindow": 0}"#,
+        r#"{"historyTtl": 5}"#,
     ] {
         let cfg: JobConfig = serde_json::from_str(field).unwrap();
         assert!(
@@ -179,8 +179,21 @@ async fn b22_lease_options_from_config_are_refused_on_a_claim_only_store() {
             "{field}"
         );
     }
-    let cfg: JobConfig = serde_json::from_str(r#"{"jitterMs": 10, "historySize": 5}"#).unwrap();
+    let cfg: JobConfig = serde_json::from_str(r#"{"jitter": 10, "historySize": 5}"#).unwrap();
     s.every("j", "1s").config(cfg).handler(ok()).unwrap();
+    // The `*Ms` keys of earlier drafts are unknown keys now.
+    for old in [
+        r#"{"jitterMs": 10}"#,
+        r#"{"maxLateMs": 10}"#,
+        r#"{"historyTtlMs": 10}"#,
+        r#"{"timeoutMs": 10}"#,
+        r#"{"catchUpMs": 10}"#,
+        r#"{"offsetMs": 10}"#,
+        r#"{"leaseMs": 10}"#,
+        r#"{"heartbeatMs": 10}"#,
+    ] {
+        assert!(serde_json::from_str::<JobConfig>(old).is_err(), "{old}");
+    }
     // An `at` job cannot overlap, even from configuration on a lease store. [B-03]
     let l = sched();
     let cfg: JobConfig = serde_json::from_str(r#"{"overlap": "allow"}"#).unwrap();
@@ -259,6 +272,54 @@ async fn b04_jobs_can_be_added_and_removed_while_running() {
     );
     s.stop(Duration::from_secs(1)).await.unwrap();
     assert!(matches!(s.start().await, Err(Error::State { .. })));
+}
+
+/// A call the scheduler's state does not allow names that state as a `SchedulerState`, and
+/// its message says which state and what to do.
+#[tokio::test(start_paused = true)]
+async fn wrong_state_calls_name_the_state() {
+    let s = sched();
+    s.every("j", "1s").handler(ok()).unwrap();
+    let state = |r: Result<_, Error>| match r {
+        Err(Error::State { state, .. }) => state,
+        other => panic!("expected Error::State, got {other:?}"),
+    };
+    let early = s.run_now("j", None).await.map(drop);
+    assert_eq!(state(early), SchedulerState::NotStarted);
+    s.start().await.unwrap();
+    let twice = s.start().await.unwrap_err();
+    assert!(
+        twice
+            .to_string()
+            .starts_with("the scheduler is running: call start() once"),
+        "{twice}"
+    );
+    assert_eq!(state(Err(twice)), SchedulerState::Running);
+    s.stop(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(s.start().await), SchedulerState::Stopped);
+    assert_eq!(
+        state(s.run_now("j", None).await.map(drop)),
+        SchedulerState::Stopped
+    );
+    let late = s.every("k", "1s").handler(ok()).map(drop).unwrap_err();
+    assert!(late.to_string().contains("is stopped"), "{late}");
+    assert_eq!(state(Err(late)), SchedulerState::Stopped);
+}
+
+/// An `at` time in the past names how late a run could still start, as a `Duration`.
+#[test]
+fn at_in_the_past_carries_its_grace_as_a_duration() {
+    let s = Scheduler::leased(MemoryStore::new())
+        .max_late(Duration::from_secs(90))
+        .catch_up_window(Duration::ZERO)
+        .build()
+        .unwrap();
+    let err = s.at("old", 1_000i64).handler(ok()).map(drop).unwrap_err();
+    match &err {
+        Error::AtInThePast { grace, .. } => assert_eq!(*grace, Duration::from_secs(90)),
+        other => panic!("expected AtInThePast, got {other:?}"),
+    }
+    assert!(err.to_string().contains("at most 90s late"), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -521,8 +582,8 @@ async fn b37_a_stopped_claim_only_run_is_recorded_interrupted() {
     assert!(interrupted);
 }
 
-/// Configuration takes lengths as text or milliseconds, reads the older `...Ms` keys, and
-/// names the key of a value it cannot read.
+/// Configuration takes lengths as text or milliseconds, refuses the drafts' `...Ms` keys as
+/// unknown, and names the key of a value it cannot read.
 #[test]
 fn job_config_reads_humane_lengths_and_names_bad_keys() {
     let cfg: JobConfig = serde_json::from_str(
@@ -534,9 +595,8 @@ fn job_config_reads_humane_lengths_and_names_bad_keys() {
     assert_eq!(cfg.timeout, Some(Duration::from_secs(5400)));
     assert_eq!(cfg.catch_up_window, Some(Duration::ZERO));
     assert_eq!(cfg.offset, Some(Duration::from_millis(250)));
-    let old: JobConfig = serde_json::from_str(r#"{"jitterMs": 10, "catchUpMs": 0}"#).unwrap();
-    assert_eq!(old.jitter, Some(Duration::from_millis(10)));
-    assert_eq!(old.catch_up_window, Some(Duration::ZERO));
+    let old = serde_json::from_str::<JobConfig>(r#"{"jitterMs": 10}"#).unwrap_err();
+    assert!(old.to_string().contains("jitterMs"), "{old}");
     for (text, key) in [
         (r#"{"maxLate": "soon"}"#, "`maxLate`"),
         (r#"{"jitter": -5}"#, "`jitter`"),

@@ -224,59 +224,6 @@ impl LibsqlOptions {
     }
 }
 
-/// Options for opening a [`LibsqlStore`] (the older form of [`LibsqlOptions`]).
-#[derive(Clone)]
-#[must_use = "a builder does nothing until `open` is called"]
-pub struct LibsqlStoreBuilder {
-    url: String,
-    auth_token: String,
-    table: String,
-    call_timeout: Duration,
-}
-
-impl std::fmt::Debug for LibsqlStoreBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LibsqlStoreBuilder")
-            .field("url", &redact_url(&self.url))
-            .field("table", &self.table)
-            .field("call_timeout", &self.call_timeout)
-            .finish_non_exhaustive()
-    }
-}
-
-impl LibsqlStoreBuilder {
-    /// The table prefix (default `anarchon_runs`), as for the SQLite store. [B-42]
-    pub fn table(mut self, prefix: impl Into<String>) -> Self {
-        self.table = prefix.into();
-        self
-    }
-
-    /// The longest any call may take (default 10 s; from [`MIN_CALL_TIMEOUT`] to
-    /// [`MAX_CALL_TIMEOUT`], else the store is not built: [`Error::OutOfRange`]); past it
-    /// the call fails with [`Error::Timeout`].
-    pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
-        self
-    }
-
-    /// Connects and creates, checks or migrates the tables (the first network use).
-    ///
-    /// # Errors
-    ///
-    /// As [`LibsqlStore::connect_with`].
-    pub async fn open(self) -> Result<LibsqlStore> {
-        LibsqlStore::connect_with(
-            self.url,
-            LibsqlOptions {
-                auth_token: self.auth_token,
-                table: self.table,
-                call_timeout: self.call_timeout,
-            },
-        )
-        .await
-    }
-}
-
 /// A lease store on a remote libSQL server. Clones share the client.
 #[derive(Clone)]
 pub struct LibsqlStore {
@@ -441,29 +388,6 @@ impl LibsqlStore {
             })
             .await?;
         Ok(store)
-    }
-
-    /// Opens the remote database with the default options.
-    ///
-    /// # Errors
-    ///
-    /// As [`LibsqlStore::connect_with`].
-    #[deprecated(
-        note = "use `LibsqlStore::connect_with(url, LibsqlOptions::default().auth_token(token)).await`"
-    )]
-    pub async fn open(url: impl Into<String>, auth_token: impl Into<String>) -> Result<Self> {
-        Self::connect_with(url, LibsqlOptions::default().auth_token(auth_token)).await
-    }
-
-    /// Options for the remote database at `url` (`libsql://`, `https://`, `http://`).
-    #[deprecated(note = "use `LibsqlStore::connect_with(url, LibsqlOptions::default()...)`")]
-    pub fn builder(url: impl Into<String>, auth_token: impl Into<String>) -> LibsqlStoreBuilder {
-        LibsqlStoreBuilder {
-            url: url.into(),
-            auth_token: auth_token.into(),
-            table: sql::DEFAULT_PREFIX.to_owned(),
-            call_timeout: DEFAULT_CALL_TIMEOUT,
-        }
     }
 
     /// The table names.

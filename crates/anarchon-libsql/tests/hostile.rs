@@ -66,14 +66,6 @@ fn build_all(url: &str, call: Duration) -> Vec<Result<(), Error>> {
             .await
             .expect("database");
         out.push(LibsqlStore::from_database(db, options()).await.map(drop));
-        #[allow(deprecated)]
-        let built = LibsqlStore::builder(url, "")
-            .table(common::prefix("bounds"))
-            .call_timeout(call)
-            .open()
-            .await
-            .map(drop);
-        out.push(built);
         out
     })
 }

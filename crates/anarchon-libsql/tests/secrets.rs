@@ -106,9 +106,8 @@ async fn b44_no_secret_reaches_a_log_an_error_or_a_debug() {
             .expect_err("nothing answers");
         shown.push(format!("{err} {err:?}"));
     }
-    #[allow(deprecated)]
-    let builder = LibsqlStore::builder("http://127.0.0.1:1", SECRET);
-    shown.push(format!("{builder:?}"));
+    let options = LibsqlOptions::default().auth_token(SECRET);
+    shown.push(format!("{options:?}"));
     let logs = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
     assert!(logs.contains("capture check"), "the capture works");
     assert!(

@@ -68,7 +68,9 @@ use std::time::Duration;
 
 use anarchon_core::options::{JobOptions, MAX_AT_MS, MAX_DURATION};
 use anarchon_core::slot::{Schedule, parse_interval, parse_length, parse_timezone};
-use anarchon_core::{CatchUp, Error as CoreError, JobConfig, JobKind, JobName, Overlap};
+use anarchon_core::{
+    CatchUp, Error as CoreError, JobConfig, JobKind, JobName, Overlap, StoreShape,
+};
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{quote, quote_spanned};
@@ -417,7 +419,9 @@ fn option_error(o: &Options, error: &CoreError, mark: &Attribute) -> syn::Error 
 /// kind of job, lengths and counts out of range, jitter above max_late when both are set.
 fn check_options(o: &Options, kind: JobKind, mark: &Attribute) -> syn::Result<()> {
     let err = |e: CoreError| option_error(o, &e, mark);
-    o.config.validate(true, "any", kind).map_err(err)?;
+    o.config
+        .validate(StoreShape::Leased, "any", kind)
+        .map_err(err)?;
     let mut opts = JobOptions {
         jitter: Duration::ZERO,
         max_late: MAX_DURATION,

@@ -457,8 +457,10 @@ mod tests {
         ] {
             // tokio-postgres reads some of these (`pa/ss` is a password to it): then the
             // store's own description must hide it.
-            #[allow(deprecated)]
-            let shown = match crate::PostgresStore::new(url, crate::PostgresOptions::default()) {
+            let shown = match crate::PostgresStore::unconnected_with(
+                url,
+                crate::PostgresOptions::default(),
+            ) {
                 Ok(store) => format!("{store:?}"),
                 Err(err) => format!("{err} {err:?}"),
             };

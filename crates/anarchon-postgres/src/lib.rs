@@ -66,6 +66,7 @@
 //! # MSRV
 //!
 //! The workspace's `rust-version`; raising it is not a breaking change before 1.0.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod fenced;
@@ -242,7 +243,7 @@ impl PostgresOptions {
     /// default unless running a slot twice is harmless for every job.
     ///
     /// Applies to the connections the store opens from a URL; a pool given to
-    /// [`PostgresStore::with_pool`] keeps its own settings.
+    /// [`PostgresStore::from_pool`] keeps its own settings.
     pub fn synchronous_commit(mut self, on: bool) -> Self {
         self.synchronous_commit = on;
         self
@@ -421,22 +422,33 @@ fn parse_url(
 }
 
 impl PostgresStore {
+    /// Builds a store and its connection pool from a URL without connecting: only the URL
+    /// and the options are checked (test-only, feature `testkit`: use
+    /// [`PostgresStore::connect_with`]).
+    ///
+    /// # Errors
+    ///
+    /// [`PostgresError`] for a URL, table or schema that cannot be used.
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+    pub fn unconnected(
+        url: &str,
+        options: PostgresOptions,
+    ) -> std::result::Result<Self, PostgresError> {
+        Self::unconnected_with(url, options)
+    }
+
     /// Builds a store and its connection pool from a URL (`postgres://user:pw@host/db` or
-    /// `host=... user=...`). Nothing is sent yet: the first connection is opened by
-    /// [`anarchon_core::store::Store::prepare`] or [`PostgresStore::connect`].
+    /// `host=... user=...`). Nothing is sent yet.
     ///
     /// The store's connections get `statement_timeout` = `options.timeout` (and
     /// `synchronous_commit = off` if [`PostgresOptions::synchronous_commit`] asked for it),
     /// `application_name` = `anarchon` (unless the URL sets one) and `connect_timeout` =
     /// `options.connect_timeout` (unless the URL sets one).
-    ///
-    /// # Errors
-    ///
-    /// [`PostgresError`] for a URL, table or schema that cannot be used.
-    #[deprecated(
-        note = "use `PostgresStore::connect_with(url, options).await`, which connects and checks the server at once"
-    )]
-    pub fn new(url: &str, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
+    fn unconnected_with(
+        url: &str,
+        options: PostgresOptions,
+    ) -> std::result::Result<Self, PostgresError> {
         let (mut config, connector) = parse_url(url)?;
         check_options(&options, config.get_connect_timeout().copied())?;
         if config.get_connect_timeout().is_none() {
@@ -517,26 +529,13 @@ impl PostgresStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
-        #[allow(deprecated)]
-        let store = Self::new(url, options)?;
+        let store = Self::unconnected_with(url, options)?;
         store.inner.check_server().await?;
         Ok(store)
     }
 
-    /// Uses the caller's pool. `close` leaves it open. The pool's connections keep their own
-    /// settings: give them a `statement_timeout` (the client-side `options.timeout` bounds
-    /// every call in any case). Fast handover needs [`PostgresOptions::listen_url`].
-    ///
-    /// # Errors
-    ///
-    /// [`PostgresError`] for a table, schema or listen URL that cannot be used.
-    #[deprecated(
-        note = "use `PostgresStore::from_pool(pool, options).await`, which checks the server at once"
-    )]
-    pub fn with_pool(
-        pool: Pool,
-        options: PostgresOptions,
-    ) -> std::result::Result<Self, PostgresError> {
+    /// Uses the caller's pool without checking the server (see [`PostgresStore::from_pool`]).
+    fn on_pool(pool: Pool, options: PostgresOptions) -> std::result::Result<Self, PostgresError> {
         check_options(&options, None)?;
         let listen = match (&options.listen_url, options.fast_handover) {
             (Some(url), true) => {
@@ -609,8 +608,7 @@ impl PostgresStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn from_pool(pool: Pool, options: PostgresOptions) -> Result<Self> {
-        #[allow(deprecated)]
-        let store = Self::with_pool(pool, options)?;
+        let store = Self::on_pool(pool, options)?;
         store.inner.check_server().await?;
         Ok(store)
     }

@@ -1,11 +1,10 @@
-//! Fuzzing of the connection strings `PostgresStore::new` reads: URLs and libpq `key=value`
+//! Fuzzing of the connection strings `PostgresStore::unconnected` reads: URLs and libpq `key=value`
 //! lists, with every parameter tokio-postgres knows plus `sslmode` / `sslrootcert`. Each must
 //! build a store or be refused with a `PostgresError` (an `InvalidOption` for the core),
-//! never panic. Nothing connects: `new` only parses. A fixed number of cases keeps CI quick;
+//! never panic. Nothing connects: `unconnected` only parses. A fixed number of cases keeps CI quick;
 //! `ANARCHON_FUZZ_CASES=<n>` runs more.
-// The lazy, synchronous `PostgresStore::new` parses a URL without connecting: what
-// these tests need; it stays as a deprecated alias.
-#![allow(deprecated)]
+// The test-only `PostgresStore::unconnected` (feature `testkit`) parses a URL without
+// connecting: what these tests need.
 
 use anarchon_core::Error;
 use anarchon_postgres::{PostgresError, PostgresOptions, PostgresStore};
@@ -136,7 +135,7 @@ fn key_values() -> impl Strategy<Value = String> {
 }
 
 fn check(input: &str) -> Result<(), TestCaseError> {
-    match PostgresStore::new(input, PostgresOptions::default()) {
+    match PostgresStore::unconnected(input, PostgresOptions::default()) {
         Ok(_) => Ok(()),
         Err(e @ (PostgresError::InvalidUrl { .. } | PostgresError::Pool { .. })) => {
             let core = Error::from(e);

@@ -707,23 +707,22 @@ async fn b42_table_of_another_shape_is_refused() {
 }
 
 #[tokio::test]
-#[allow(deprecated)]
 async fn bad_input_is_refused_at_construction() {
-    let err = PostgresStore::new("redis://nope", PostgresOptions::default()).unwrap_err();
+    let err = PostgresStore::unconnected("redis://nope", PostgresOptions::default()).unwrap_err();
     assert!(matches!(err, PostgresError::InvalidUrl { .. }), "{err:?}");
-    let err = PostgresStore::new(
+    let err = PostgresStore::unconnected(
         "postgres://u:hunter2@h:notaport/db",
         PostgresOptions::default(),
     )
     .unwrap_err();
     assert!(!err.to_string().contains("hunter2"), "{err}");
-    let err = PostgresStore::new(
+    let err = PostgresStore::unconnected(
         "postgres://localhost/db",
         PostgresOptions::default().table("Robert'); DROP TABLE students;--"),
     )
     .unwrap_err();
     assert!(matches!(err, PostgresError::InvalidTable { .. }), "{err:?}");
-    let err = PostgresStore::new(
+    let err = PostgresStore::unconnected(
         "postgres://localhost/db",
         PostgresOptions::default().schema(""),
     )

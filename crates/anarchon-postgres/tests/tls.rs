@@ -1,9 +1,8 @@
 //! The store over TLS, against the TLS-only PostgreSQL that `cargo xtask test-servers --tls`
 //! starts with a test CA: `ANARCHON_POSTGRES_TLS_URL`, `ANARCHON_TLS_CA` (the CA that signed
 //! the server's certificate) and `ANARCHON_TLS_OTHER_CA` (a CA that signed nothing).
-// The lazy, synchronous `PostgresStore::new` parses a URL without connecting: what
-// these tests need; it stays as a deprecated alias.
-#![allow(deprecated)]
+// The test-only `PostgresStore::unconnected` (feature `testkit`) parses a URL without
+// connecting: what these tests need.
 #![cfg(feature = "tls")]
 
 use std::time::Duration;
@@ -213,7 +212,7 @@ async fn require_encrypts_and_disable_is_refused_by_a_tls_only_server() {
 /// A root CA file that cannot be read is refused when the store is built, naming the file.
 #[test]
 fn an_unreadable_root_ca_is_refused_at_construction() {
-    let err = PostgresStore::new(
+    let err = PostgresStore::unconnected(
         "postgres://u@127.0.0.1/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt",
         PostgresOptions::default(),
     )

@@ -133,8 +133,7 @@ impl RedisClaimStore {
         strategy: Strategy,
         options: RedisOptions,
     ) -> Result<Self> {
-        #[allow(deprecated)]
-        let store = Self::from_url_with(url, strategy, options)?;
+        let store = Self::unconnected_with(url, strategy, options)?;
         store.ready().await?;
         Ok(store)
     }
@@ -168,29 +167,24 @@ impl RedisClaimStore {
         Ok(store)
     }
 
-    /// A store on its own connection to `url` that connects at its first call.
-    ///
-    /// # Errors
-    ///
-    /// [`RedisError`] for a URL that cannot be read.
-    #[deprecated(
-        note = "use `RedisClaimStore::connect(url, strategy).await`, which connects and checks the server at once"
-    )]
-    pub fn from_url(url: &str, strategy: Strategy) -> std::result::Result<Self, RedisError> {
-        #[allow(deprecated)]
-        Self::from_url_with(url, strategy, RedisOptions::default())
-    }
-
-    /// A store on its own connection to `url` with these options, that connects at its
-    /// first call.
+    /// A store on its own connection to `url` that connects at its first call: only the
+    /// URL and the options are checked here (test-only, feature `testkit`: use
+    /// [`RedisClaimStore::connect_with`]).
     ///
     /// # Errors
     ///
     /// [`RedisError`] for a URL or a prefix that cannot be used.
-    #[deprecated(
-        note = "use `RedisClaimStore::connect_with(url, strategy, options).await`, which connects and checks the server at once"
-    )]
-    pub fn from_url_with(
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+    pub fn unconnected(
+        url: &str,
+        strategy: Strategy,
+        options: RedisOptions,
+    ) -> std::result::Result<Self, RedisError> {
+        Self::unconnected_with(url, strategy, options)
+    }
+
+    fn unconnected_with(
         url: &str,
         strategy: Strategy,
         options: RedisOptions,

@@ -94,8 +94,7 @@ impl RedisStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        #[allow(deprecated)]
-        let store = Self::from_url_with(url, options)?;
+        let store = Self::unconnected_with(url, options)?;
         store.inner.conn.ensure().await?;
         Ok(store)
     }
@@ -128,33 +127,20 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// A store on its own connection to `url`, default options, that connects at its first
-    /// call.
-    ///
-    /// # Errors
-    ///
-    /// [`RedisError`] for a URL that cannot be read.
-    #[deprecated(
-        note = "use `RedisStore::connect(url).await`, which connects and checks the server at once"
-    )]
-    pub fn from_url(url: &str) -> std::result::Result<Self, RedisError> {
-        #[allow(deprecated)]
-        Self::from_url_with(url, RedisOptions::default())
-    }
-
-    /// A store on its own connection to `url` with these options, that connects at its
-    /// first call.
+    /// A store on its own connection to `url` that connects at its first call: only the
+    /// URL and the options are checked here (test-only, feature `testkit`: use
+    /// [`RedisStore::connect_with`]).
     ///
     /// # Errors
     ///
     /// [`RedisError`] for a URL or a prefix that cannot be used.
-    #[deprecated(
-        note = "use `RedisStore::connect_with(url, options).await`, which connects and checks the server at once"
-    )]
-    pub fn from_url_with(
-        url: &str,
-        options: RedisOptions,
-    ) -> std::result::Result<Self, RedisError> {
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+    pub fn unconnected(url: &str, options: RedisOptions) -> std::result::Result<Self, RedisError> {
+        Self::unconnected_with(url, options)
+    }
+
+    fn unconnected_with(url: &str, options: RedisOptions) -> std::result::Result<Self, RedisError> {
         let prefix = options.prefix.clone();
         let conn = Conn::from_url(url, options, scripts::lease_scripts().to_vec())?;
         Ok(Self::with_conn(conn, &prefix))

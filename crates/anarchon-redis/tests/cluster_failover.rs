@@ -3,9 +3,8 @@
 //! elected; the owner's heartbeats fail for the length of the failover, then reach the new
 //! primary; the run ends once, finished by its owner or taken over by the backup, never
 //! both. [B-10, B-16]
-// The lazy, synchronous constructors build a store without connecting (what these tests
-// need: a parse, or an error seen at the first call); they stay as deprecated aliases.
-#![allow(deprecated)]
+// The test-only `unconnected` constructors (feature `testkit`) build a store without
+// connecting: what these tests need (a parse, or an error seen at the first call).
 
 mod common;
 
@@ -35,8 +34,8 @@ async fn primary_of_the_jobs_slot_killed_mid_run_the_run_ends_once() {
         .command_timeout(Duration::from_millis(800))
         .connect_timeout(Duration::from_secs(3))
         .reconnect_delay(Duration::from_millis(50), Duration::from_millis(400));
-    let owner = Arc::new(RedisStore::from_url_with(&cluster.url(), options.clone()).unwrap());
-    let backup = Arc::new(RedisStore::from_url_with(&cluster.url(), options).unwrap());
+    let owner = Arc::new(RedisStore::unconnected(&cluster.url(), options.clone()).unwrap());
+    let backup = Arc::new(RedisStore::unconnected(&cluster.url(), options).unwrap());
     let job = unique_job("failover");
     for (store, id) in [(&owner, "owner"), (&backup, "backup")] {
         store

@@ -3,12 +3,13 @@
 //! `RedisError` (an `InvalidOption` for the core), never panic. Nothing connects: building a
 //! store only parses. A fixed number of cases keeps CI quick; `ANARCHON_FUZZ_CASES=<n>` runs
 //! more.
-// The lazy, synchronous constructors build a store without connecting (what these tests
-// need: a parse, or an error seen at the first call); they stay as deprecated aliases.
-#![allow(deprecated)]
+// The test-only `unconnected` constructors (feature `testkit`) build a store without
+// connecting: what these tests need (a parse, or an error seen at the first call).
 
 use anarchon_core::Error;
-use anarchon_redis::{RedisClaimStore, RedisError, RedisStore, Strategy as ClaimStrategy};
+use anarchon_redis::{
+    RedisClaimStore, RedisError, RedisOptions, RedisStore, Strategy as ClaimStrategy,
+};
 use proptest::prelude::*;
 
 fn config() -> ProptestConfig {
@@ -119,10 +120,10 @@ proptest! {
             Just(ClaimStrategy::Idmp),
         ],
     ) {
-        if let Err(e) = RedisStore::from_url(&input) {
+        if let Err(e) = RedisStore::unconnected(&input, RedisOptions::default()) {
             refused(&input, e)?;
         }
-        if let Err(e) = RedisClaimStore::from_url(&input, strategy) {
+        if let Err(e) = RedisClaimStore::unconnected(&input, strategy, RedisOptions::default()) {
             refused(&input, e)?;
         }
     }

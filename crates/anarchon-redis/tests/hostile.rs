@@ -2,9 +2,9 @@
 //! huge and `MAX` (accepted, or refused with a typed error naming the option; never a
 //! panic), the limits themselves against the real server, and handler error text with NUL,
 //! control and bidi characters or of any size recorded as it was (or cut, saying so).
-// The lazy, synchronous constructors build a store without connecting: what the proptest
+// The test-only `unconnected` constructors (feature `testkit`) build a store without
+// connecting: what the proptest
 // needs to reach the client builder with every option.
-#![allow(deprecated)]
 
 mod common;
 
@@ -76,7 +76,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Every option at the extremes through every constructor that builds without
-    /// connecting (`from_url_with` of both stores, `from_client`): Ok, or a typed error
+    /// connecting (`unconnected` of both stores, `from_client`): Ok, or a typed error
     /// naming the first option out of range, never a panic.
     #[test]
     fn every_option_is_accepted_or_refused_by_name(
@@ -128,9 +128,9 @@ proptest! {
         let _guard = rt.enter();
         check(opts.validate())?;
         let url = "redis://127.0.0.1:1";
-        check(RedisStore::from_url_with(url, opts.clone()).map(|_| ()))?;
+        check(RedisStore::unconnected(url, opts.clone()).map(|_| ()))?;
         for strategy in [Strategy::StreamId, Strategy::Idmp, Strategy::Script] {
-            check(RedisClaimStore::from_url_with(url, strategy, opts.clone()).map(|_| ()))?;
+            check(RedisClaimStore::unconnected(url, strategy, opts.clone()).map(|_| ()))?;
         }
         // `from_client` checks the server at once: with options out of range it must
         // refuse before that, naming the option.

@@ -286,11 +286,10 @@ async fn wrong_type_key_is_corrupt_and_left_alone() {
 /// [B-24] `idmp` on a server without stream idempotency fails in `prepare` naming it.
 /// `connect` refuses it at once; a lazily built store refuses it in `prepare`.
 #[tokio::test]
-#[allow(deprecated)]
 async fn b24_idmp_refuses_a_server_without_stream_idempotency() {
     for url in urls() {
         let eager = RedisClaimStore::connect_with(&url, Strategy::Idmp, options()).await;
-        let store = RedisClaimStore::from_url_with(&url, Strategy::Idmp, options()).unwrap();
+        let store = RedisClaimStore::unconnected(&url, Strategy::Idmp, options()).unwrap();
         let server = store.server().await.unwrap();
         let is_new_redis = server.starts_with("Redis ")
             && server["Redis ".len()..]
@@ -330,11 +329,10 @@ async fn b24_idmp_refuses_a_server_without_stream_idempotency() {
 /// each a clear error, and no password in any message.
 // It checks the lazily connecting constructors: `connect` would refuse these stores at once.
 #[tokio::test]
-#[allow(deprecated)]
 async fn bad_input_gives_clear_errors_without_passwords() {
-    let e = RedisStore::from_url("http://localhost:6379").unwrap_err();
+    let e = RedisStore::unconnected("http://localhost:6379", RedisOptions::default()).unwrap_err();
     assert!(matches!(e, RedisError::InvalidUrl { .. }), "{e}");
-    let e = RedisStore::from_url_with("redis://localhost", RedisOptions::default().prefix("a{b}:"))
+    let e = RedisStore::unconnected("redis://localhost", RedisOptions::default().prefix("a{b}:"))
         .unwrap_err();
     assert!(matches!(e, RedisError::InvalidPrefix { .. }), "{e}");
     let core: Error = e.into();
@@ -354,7 +352,7 @@ async fn bad_input_gives_clear_errors_without_passwords() {
         .port();
     let opts = options().connect_timeout(Duration::from_secs(2));
     let store =
-        RedisStore::from_url_with(&format!("redis://:hunter2@127.0.0.1:{port}"), opts).unwrap();
+        RedisStore::unconnected(&format!("redis://:hunter2@127.0.0.1:{port}"), opts).unwrap();
     let started = std::time::Instant::now();
     let err = store.now().await.unwrap_err();
     assert!(
@@ -369,7 +367,7 @@ async fn bad_input_gives_clear_errors_without_passwords() {
         return;
     };
     let url = format!("redis://:wrong-secret@127.0.0.1:{}", server.port);
-    let store = RedisStore::from_url_with(&url, options()).unwrap();
+    let store = RedisStore::unconnected(&url, options()).unwrap();
     let err = store
         .prepare(&Prepare {
             jobs: vec![],
@@ -381,7 +379,7 @@ async fn bad_input_gives_clear_errors_without_passwords() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     let msg = format!("{err} {err:?}");
     assert!(!msg.contains("wrong-secret"), "{msg}");
-    let ok = RedisStore::from_url_with(
+    let ok = RedisStore::unconnected(
         &format!("redis://:right@127.0.0.1:{}", server.port),
         options(),
     )

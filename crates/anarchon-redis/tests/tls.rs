@@ -5,9 +5,8 @@
 //! them from the file in `SSL_CERT_FILE` when that is set. Each test therefore runs its body
 //! in a child process of this test binary with `SSL_CERT_FILE` pointing to the CA it needs:
 //! the environment of this process is left as it is.
-// The lazy, synchronous constructors build a store without connecting (what these tests
-// need: a parse, or an error seen at the first call); they stay as deprecated aliases.
-#![allow(deprecated)]
+// The test-only `unconnected` constructors (feature `testkit`) build a store without
+// connecting: what these tests need (a parse, or an error seen at the first call).
 
 mod common;
 
@@ -59,7 +58,7 @@ async fn rediss_url_lease_round_trip() {
         return;
     };
     assert!(url.starts_with("rediss://"), "{url}");
-    let store = RedisStore::from_url_with(&url, common::options()).unwrap();
+    let store = RedisStore::unconnected(&url, common::options()).unwrap();
     let job = unique_job("rediss");
     store
         .prepare(&Prepare {
@@ -111,7 +110,7 @@ async fn rediss_url_with_the_wrong_ca_is_unavailable() {
         return;
     };
     let options = common::options().connect_timeout(Duration::from_secs(2));
-    let store = RedisStore::from_url_with(&url, options).unwrap();
+    let store = RedisStore::unconnected(&url, options).unwrap();
     let err = store
         .prepare(&Prepare {
             jobs: vec![unique_job("rediss-wrong-ca")],

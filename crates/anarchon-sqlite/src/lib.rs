@@ -39,17 +39,32 @@
 //! file on its own).
 //!
 //! # Feature flags
-//! - `rusqlite` (default): the store on a local file ([`SqliteStore`]). Without it the
-//!   crate holds only [`sql`]: the schema, the statements and the row mapping, which the
-//!   libSQL store (`anarchon-libsql`) runs on a remote server.
+//! - `rusqlite` (default): the store on a local file ([`SqliteStore`]).
+//! - `unstable-sql`: makes public the modules `sql` (the schema, the statements and the
+//!   row mapping, which the libSQL store `anarchon-libsql` runs on a remote server and the
+//!   `anarchon` command reads with) and `releases`. They are shared code of the anarchon
+//!   crates, not an API: they may change in any release.
+//! - `testkit`: test-only hooks (`SqliteStore::empty_write`, the benchmark's baseline).
 //!
 //! # Versions
 //! The bundled SQLite is 3.54; the SQL needs SQLite ≥ 3.35 (`RETURNING`). MSRV: the
 //! workspace's `rust-version`, raised only with a minor release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The SQL the libSQL store and the `anarchon` command share with this store: public only
+// with the `unstable-sql` feature, for those crates, outside the semver promise.
+#[cfg(feature = "unstable-sql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-sql")))]
 pub mod releases;
+#[cfg(not(feature = "unstable-sql"))]
+#[allow(unreachable_pub, dead_code)]
+mod releases;
+#[cfg(feature = "unstable-sql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-sql")))]
 pub mod sql;
+#[cfg(not(feature = "unstable-sql"))]
+#[allow(unreachable_pub, dead_code)]
+mod sql;
 
 #[cfg(feature = "rusqlite")]
 mod error;
@@ -68,7 +83,4 @@ pub use error::SqliteError;
 pub use fenced::FencedTransaction;
 #[cfg(feature = "rusqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rusqlite")))]
-pub use store::{
-    DEFAULT_BUSY_TIMEOUT, MAX_TIMEOUT, MIN_CALL_TIMEOUT, SqliteOptions, SqliteStore,
-    SqliteStoreBuilder,
-};
+pub use store::{DEFAULT_BUSY_TIMEOUT, MAX_TIMEOUT, MIN_CALL_TIMEOUT, SqliteOptions, SqliteStore};

@@ -130,145 +130,6 @@ impl SqliteOptions {
     }
 }
 
-/// Options for opening a [`SqliteStore`] (the older form of [`SqliteOptions`]); see
-/// [`SqliteStore::connect_with`].
-#[derive(Debug, Clone)]
-#[must_use = "a builder does nothing until `open` is called"]
-pub struct SqliteStoreBuilder {
-    path: PathBuf,
-    table: String,
-    busy_timeout: Duration,
-    call_timeout: Option<Duration>,
-    full_sync: bool,
-}
-
-impl SqliteStoreBuilder {
-    /// The table prefix (default `anarchon_runs`): the tables are `<prefix>`,
-    /// `<prefix>_attempts` and `<prefix>_meta`. An SQL identifier of ASCII letters, digits
-    /// and `_`. [B-42, B-43]
-    pub fn table(mut self, prefix: impl Into<String>) -> Self {
-        self.table = prefix.into();
-        self
-    }
-
-    /// How long a statement waits while another connection holds the write lock (default
-    /// 5 s; 0 fails at once; at most [`MAX_TIMEOUT`], else `connect` answers
-    /// [`Error::OutOfRange`]). Past it the call fails with [`Error::Timeout`]. A call's own
-    /// deadline (`call_timeout`) ends the wait too, when it comes first.
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
-
-    /// The longest any call may take, queueing included (default: the busy timeout + 5 s;
-    /// from [`MIN_CALL_TIMEOUT`] to [`MAX_TIMEOUT`], else `connect` answers
-    /// [`Error::OutOfRange`]). The scheduler bounds its calls too; this bound also holds
-    /// for direct use.
-    pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = Some(timeout);
-        self
-    }
-
-    /// `synchronous = FULL` instead of `NORMAL`: every commit is flushed to disk, so a power
-    /// loss cannot undo a claim (nor lower a fence); claims get slower by an fsync each.
-    /// With `NORMAL` (the default) a crash of the process loses nothing; a power loss or
-    /// an OS crash may lose the last commits.
-    pub fn durable(mut self, full_sync: bool) -> Self {
-        self.full_sync = full_sync;
-        self
-    }
-
-    /// Opens (or creates) the file, turns on WAL, and creates or migrates the tables.
-    ///
-    /// Refuses, naming the path and changing nothing: a path that is no shared file (`""`,
-    /// `":memory:"`, `file::memory:`: [`Error::InvalidOption`]), a missing directory, a file opened
-    /// read-only, a file that is not a database ([`Error::Corrupt`]), a schema written by a
-    /// newer anarchon ([`Error::SchemaTooNew`]), tables of this prefix with another shape.
-    ///
-    /// # Errors
-    ///
-    /// As listed above.
-    pub async fn open(self) -> Result<SqliteStore> {
-        crate::error::check_duration(
-            "busy_timeout",
-            self.busy_timeout,
-            Duration::ZERO,
-            MAX_TIMEOUT,
-        )?;
-        if let Some(call) = self.call_timeout {
-            crate::error::check_duration("call_timeout", call, MIN_CALL_TIMEOUT, MAX_TIMEOUT)?;
-        }
-        crate::error::check_shared_path(&self.path)?;
-        let tables = Tables::new(&self.table).map_err(|reason| SqliteError::InvalidTable {
-            table: self.table.clone(),
-            reason,
-        })?;
-        let call_timeout = self
-            .call_timeout
-            .unwrap_or(self.busy_timeout.saturating_add(Duration::from_secs(5)));
-        let location = self.path.display().to_string();
-        let sql = Arc::new(Sql::new(KIND, location.clone(), tables));
-        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = oneshot::channel::<Result<PathBuf>>();
-        let worker_sql = sql.clone();
-        let path = self.path.clone();
-        let (busy, full_sync) = (self.busy_timeout, self.full_sync);
-        std::thread::Builder::new()
-            .name("anarchon-sqlite".into())
-            .spawn(
-                move || match Worker::open(path, worker_sql, busy, call_timeout, full_sync) {
-                    Ok(worker) => {
-                        let canonical = worker.path.clone();
-                        if ready_tx.send(Ok(canonical)).is_ok() {
-                            worker.serve(jobs_rx);
-                        }
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                },
-            )
-            .map_err(|e| SqliteError::Open {
-                path: self.path.clone(),
-                source: Box::new(e),
-            })?;
-        let canonical = match tokio::time::timeout(call_timeout, ready_rx).await {
-            Ok(Ok(r)) => r?,
-            Ok(Err(_)) => return Err(worker_died("open")),
-            Err(_) => {
-                return Err(Error::Timeout {
-                    store: KIND,
-                    operation: "open",
-                    after: call_timeout,
-                });
-            }
-        };
-        let releases = releases::channel(&format!(
-            "sqlite:{}#{}",
-            canonical.display(),
-            sql.tables.runs
-        ));
-        let watcher = crate::watcher::ReleaseWatcher::new(
-            canonical.clone(),
-            sql.tables.runs.clone(),
-            releases.clone(),
-        );
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                jobs: Mutex::new(Some(jobs_tx)),
-                sql,
-                call_timeout,
-                caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
-                releases,
-                watcher,
-                canonical,
-                busy_timeout: self.busy_timeout,
-                full_sync: self.full_sync,
-            }),
-        })
-    }
-}
-
 /// A lease store on one SQLite file. Every process (and every store) that opens the same
 /// file on one host coordinates with the others through SQLite's file locks. [B-43]
 ///
@@ -368,37 +229,84 @@ impl SqliteStore {
         path: impl AsRef<Path>,
         options: SqliteOptions,
     ) -> Result<SqliteStore> {
-        SqliteStoreBuilder {
-            path: path.as_ref().to_owned(),
-            table: options.table,
-            busy_timeout: options.busy_timeout,
-            call_timeout: options.call_timeout,
-            full_sync: options.full_sync,
+        let path = path.as_ref().to_owned();
+        crate::error::check_duration(
+            "busy_timeout",
+            options.busy_timeout,
+            Duration::ZERO,
+            MAX_TIMEOUT,
+        )?;
+        if let Some(call) = options.call_timeout {
+            crate::error::check_duration("call_timeout", call, MIN_CALL_TIMEOUT, MAX_TIMEOUT)?;
         }
-        .open()
-        .await
-    }
-
-    /// Opens `path` with the default options.
-    ///
-    /// # Errors
-    ///
-    /// As [`SqliteStore::connect`].
-    #[deprecated(note = "use `SqliteStore::connect(path).await`")]
-    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        Self::connect(path).await
-    }
-
-    /// Options for opening `path`.
-    #[deprecated(note = "use `SqliteStore::connect_with(path, SqliteOptions::default()...)`")]
-    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
-        SqliteStoreBuilder {
-            path: path.as_ref().to_owned(),
-            table: sql::DEFAULT_PREFIX.to_owned(),
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            call_timeout: None,
-            full_sync: false,
-        }
+        crate::error::check_shared_path(&path)?;
+        let tables = Tables::new(&options.table).map_err(|reason| SqliteError::InvalidTable {
+            table: options.table.clone(),
+            reason,
+        })?;
+        let call_timeout = options
+            .call_timeout
+            .unwrap_or(options.busy_timeout.saturating_add(Duration::from_secs(5)));
+        let location = path.display().to_string();
+        let sql = Arc::new(Sql::new(KIND, location.clone(), tables));
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<PathBuf>>();
+        let worker_sql = sql.clone();
+        let worker_path = path.clone();
+        let (busy, full_sync) = (options.busy_timeout, options.full_sync);
+        std::thread::Builder::new()
+            .name("anarchon-sqlite".into())
+            .spawn(move || {
+                match Worker::open(worker_path, worker_sql, busy, call_timeout, full_sync) {
+                    Ok(worker) => {
+                        let canonical = worker.path.clone();
+                        if ready_tx.send(Ok(canonical)).is_ok() {
+                            worker.serve(jobs_rx);
+                        }
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| SqliteError::Open {
+                path: path.clone(),
+                source: Box::new(e),
+            })?;
+        let canonical = match tokio::time::timeout(call_timeout, ready_rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(worker_died("open")),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    store: KIND,
+                    operation: "open",
+                    after: call_timeout,
+                });
+            }
+        };
+        let releases = releases::channel(&format!(
+            "sqlite:{}#{}",
+            canonical.display(),
+            sql.tables.runs
+        ));
+        let watcher = crate::watcher::ReleaseWatcher::new(
+            canonical.clone(),
+            sql.tables.runs.clone(),
+            releases.clone(),
+        );
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                jobs: Mutex::new(Some(jobs_tx)),
+                sql,
+                call_timeout,
+                caller_limit_ms: std::sync::atomic::AtomicU64::new(0),
+                releases,
+                watcher,
+                canonical,
+                busy_timeout: options.busy_timeout,
+                full_sync: options.full_sync,
+            }),
+        })
     }
 
     /// The file, as given.
@@ -441,7 +349,10 @@ impl SqliteStore {
     }
 
     /// Runs `BEGIN IMMEDIATE; COMMIT` on the store's connection: the cost of taking and
-    /// releasing the write lock and nothing else (the benchmark's baseline).
+    /// releasing the write lock and nothing else (the benchmark's baseline). Test-only:
+    /// behind the `testkit` feature.
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     pub async fn empty_write(&self) -> Result<()> {
         self.call("empty_write", |w, deadline| {
             let mut e = w.exec("empty_write", deadline);

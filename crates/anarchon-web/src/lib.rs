@@ -83,7 +83,7 @@
 //! show.
 //!
 //! # MSRV
-//! Rust 1.88 (edition 2024), as the rest of anarchon.
+//! Rust 1.89 (edition 2024), as the rest of anarchon.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod control;

@@ -96,7 +96,9 @@ impl<M: Mode> SchedulerBuilder<M> {
         }
     }
 
-    /// This instance's id (default `hostname-pid-random`). [B-32]
+    /// This instance's id (default `hostname-pid-random`): checked by `build()` as
+    /// [`InstanceId::new`](crate::InstanceId::new) checks it (1–200 bytes, no control
+    /// character). [B-32]
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
@@ -259,23 +261,7 @@ impl<M: Mode> SchedulerBuilder<M> {
             }
         }
         let instance_id = match self.instance_id {
-            Some(id) if id.is_empty() || id.len() > 200 => {
-                return Err(Error::invalid_option(
-                    "instance_id",
-                    "must be 1 to 200 characters",
-                ));
-            }
-            Some(id) if id.chars().any(char::is_control) => {
-                return Err(Error::invalid_option(
-                    "instance_id",
-                    format!(
-                        "{:?} holds a control character (NUL, newline, escape ...): stores \
-                         record the id as text, use printable characters",
-                        id.escape_debug().to_string()
-                    ),
-                ));
-            }
-            Some(id) => id,
+            Some(id) => crate::ids::InstanceId::new(id)?,
             None => default_instance_id(),
         };
         let shutdown = match &self.parent {
@@ -286,7 +272,7 @@ impl<M: Mode> SchedulerBuilder<M> {
             shutdown,
             backend: self.backend,
             cfg: Config {
-                instance_id: instance_id.into(),
+                instance_id: instance_id.into_arc(),
                 timing: self.timing,
                 defaults: self.defaults,
                 data: self.data,
@@ -353,7 +339,7 @@ pub(crate) const MIN_STORE_TIMEOUT: Duration = Duration::from_millis(50);
 /// often than every 50 ms, so below 4 × 50 ms a healthy loop would look stalled.
 const MIN_STALL_AFTER: Duration = Duration::from_millis(200);
 
-fn default_instance_id() -> String {
+fn default_instance_id() -> crate::ids::InstanceId {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -361,9 +347,22 @@ fn default_instance_id() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".into());
-    format!(
+    // A hostname is at most 255 bytes of printable text; keep the id inside the rule.
+    let host: String = host
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_HOST_CHARS)
+        .collect();
+    let id = format!(
         "{host}-{}-{:04x}",
         std::process::id(),
         rand::random::<u16>()
-    )
+    );
+    crate::ids::InstanceId::new(&id)
+        .or_else(|_| crate::ids::InstanceId::new(format!("host-{}", std::process::id())))
+        .expect("a short printable id")
 }
+
+/// The host part of the default instance id, in characters (at most 4 bytes each, so the
+/// id stays under `MAX_INSTANCE_ID_LEN`).
+const MAX_HOST_CHARS: usize = 40;

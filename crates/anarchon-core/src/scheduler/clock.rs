@@ -18,7 +18,9 @@ pub enum Clock {
         anchor: tokio::time::Instant,
     },
     /// The system clock shifted by `offset_ms` (positive: ahead), to show what a skewed
-    /// instance does (the clock-skew scenario).
+    /// instance does (the clock-skew scenario). Test-only: behind the `testkit` feature.
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     SystemShifted {
         /// Added to the system clock, ms.
         offset_ms: i64,
@@ -41,6 +43,7 @@ impl Clock {
             Clock::Tokio { anchor_ms, anchor } => {
                 anchor_ms + anchor.elapsed().as_millis() as EpochMs
             }
+            #[cfg(feature = "testkit")]
             Clock::SystemShifted { offset_ms } => system_ms().saturating_add(*offset_ms),
         }
     }
@@ -55,6 +58,7 @@ impl Clock {
             Clock::Tokio { anchor_ms, anchor } => anchor_ms
                 .saturating_mul(1_000)
                 .saturating_add(anchor.elapsed().as_micros() as i64),
+            #[cfg(feature = "testkit")]
             Clock::SystemShifted { offset_ms } => {
                 system_micros().saturating_add(offset_ms.saturating_mul(1_000))
             }

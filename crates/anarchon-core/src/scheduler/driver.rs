@@ -153,7 +153,9 @@ pub(crate) async fn run(
     // On the system clock a thread wakes the driver at its timers to the tens of µs; tokio's
     // wheel (1 ms, rounded up) stays armed beside it. See `wake`.
     let mut precise = match s.shared.cfg.clock {
-        super::Clock::System | super::Clock::SystemShifted { .. } => PreciseWake::start(),
+        super::Clock::System => PreciseWake::start(),
+        #[cfg(feature = "testkit")]
+        super::Clock::SystemShifted { .. } => PreciseWake::start(),
         super::Clock::Tokio { .. } => None,
     };
     s.perform();

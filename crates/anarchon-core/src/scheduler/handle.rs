@@ -18,10 +18,10 @@ use super::job_builder::{JobBuilder, Spec};
 use super::mode::{ClaimOnly, Leased, Mode, kind};
 use super::shared::{Backend, Command, DriverState, JobDef, Shared};
 use crate::context::Data;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SchedulerState};
 use crate::event::Event;
 use crate::history::{HistoryRecord, to_datetime};
-use crate::ids::JobName;
+use crate::ids::{InstanceId, JobName};
 use crate::options::JobKind;
 use crate::store::{ClaimStore, LeaseStore};
 
@@ -271,8 +271,15 @@ impl<M: Mode> Scheduler<M> {
     }
 
     /// This instance's id.
-    pub fn instance_id(&self) -> &str {
-        &self.shared.cfg.instance_id
+    ///
+    /// ```
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    /// let scheduler = Scheduler::leased(MemoryStore::new()).instance_id("worker-1").build()?;
+    /// assert_eq!(scheduler.instance_id(), "worker-1");
+    /// # Ok::<(), anarchon_core::Error>(())
+    /// ```
+    pub fn instance_id(&self) -> InstanceId {
+        InstanceId::checked(self.shared.cfg.instance_id.clone())
     }
 
     /// Subscribes to the events of this instance (a `tokio::sync::broadcast` receiver: a
@@ -313,13 +320,13 @@ impl<M: Mode> Scheduler<M> {
                 DriverState::Idle => {}
                 DriverState::Running { .. } => {
                     return Err(Error::State {
-                        state: "already started",
+                        state: SchedulerState::Running,
                         hint: "call start() once",
                     });
                 }
                 DriverState::Stopped => {
                     return Err(Error::State {
-                        state: "stopped",
+                        state: SchedulerState::Stopped,
                         hint: "build a new scheduler to start again",
                     });
                 }
@@ -335,11 +342,20 @@ impl<M: Mode> Scheduler<M> {
             .collect();
         let clock = driver::prepare(&self.shared, &jobs).await?;
         let mut d = self.driver();
-        if !matches!(*d, DriverState::Idle) {
-            return Err(Error::State {
-                state: "already started",
-                hint: "call start() once",
-            });
+        match *d {
+            DriverState::Idle => {}
+            DriverState::Running { .. } => {
+                return Err(Error::State {
+                    state: SchedulerState::Running,
+                    hint: "call start() once",
+                });
+            }
+            DriverState::Stopped => {
+                return Err(Error::State {
+                    state: SchedulerState::Stopped,
+                    hint: "build a new scheduler to start again",
+                });
+            }
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = tokio::spawn(driver::run(
@@ -383,7 +399,7 @@ impl<M: Mode> Scheduler<M> {
                 let _ = done.await;
                 match handle.await {
                     Err(e) if e.is_panic() => Err(Error::State {
-                        state: "failed",
+                        state: SchedulerState::Failed,
                         hint: "the scheduler's driver task panicked (a bug in anarchon): \
                                its runs were not handed over; see the log",
                     }),
@@ -428,17 +444,26 @@ impl<M: Mode> Scheduler<M> {
         let (reply, done) = oneshot::channel();
         {
             let d = self.driver();
-            let DriverState::Running { tx, .. } = &*d else {
-                return Err(Error::State {
-                    state: "not running",
-                    hint: "call start() before run_now()",
-                });
+            let tx = match &*d {
+                DriverState::Running { tx, .. } => tx,
+                DriverState::Idle => {
+                    return Err(Error::State {
+                        state: SchedulerState::NotStarted,
+                        hint: "call start() before run_now()",
+                    });
+                }
+                DriverState::Stopped => {
+                    return Err(Error::State {
+                        state: SchedulerState::Stopped,
+                        hint: "a stopped scheduler runs nothing: build a new scheduler",
+                    });
+                }
             };
             let _ = tx.send(Command::RunNow { job, data, reply });
         }
         done.await
             .map_err(|_| Error::State {
-                state: "stopping",
+                state: SchedulerState::Stopping,
                 hint: "the run was abandoned by stop()",
             })?
             .map(HistoryRecord::from)
@@ -584,8 +609,9 @@ impl<M: Mode> Scheduler<M> {
 
     /// Simulates a crash (SIGKILL) for tests: the driver stops at once without releasing,
     /// finishing or closing anything, so leases simply expire. Running handlers are left
-    /// to themselves.
-    #[doc(hidden)]
+    /// to themselves. Test-only: behind the `testkit` feature.
+    #[cfg(feature = "testkit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     pub fn crash(&self) {
         if let DriverState::Running { handle, .. } =
             std::mem::replace(&mut *self.driver(), DriverState::Stopped)

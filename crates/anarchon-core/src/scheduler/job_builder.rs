@@ -151,7 +151,12 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
         let kind = self.kind();
         let mut opts = self.opts;
         if let Some(cfg) = &self.config {
-            cfg.validate(M::LEASE, self.shared.backend.history().kind(), kind)?;
+            let shape = if M::LEASE {
+                crate::options::StoreShape::Leased
+            } else {
+                crate::options::StoreShape::ClaimOnly
+            };
+            cfg.validate(shape, self.shared.backend.history().kind(), kind)?;
             cfg.apply(&mut opts);
         }
         opts.validate()?;

@@ -115,7 +115,7 @@ impl Shared {
     pub(super) fn add_job(&self, def: Arc<JobDef>) -> Result<()> {
         if matches!(*self.driver_state(), DriverState::Stopped) {
             return Err(Error::State {
-                state: "stopped",
+                state: crate::error::SchedulerState::Stopped,
                 hint: "a stopped scheduler runs no job: register jobs before stop(), or build a new scheduler",
             });
         }

@@ -23,9 +23,8 @@ pub fn fresh_schema() -> String {
 
 /// A store on a fresh schema (not yet prepared, not yet connected: the lazily connecting
 /// constructor, so tests can build one without an async context).
-#[allow(deprecated)]
 pub fn store_on(url: &str, schema: &str) -> PostgresStore {
-    PostgresStore::new(url, PostgresOptions::default().schema(schema).pool_size(4))
+    PostgresStore::unconnected(url, PostgresOptions::default().schema(schema).pool_size(4))
         .expect("valid options")
 }
 

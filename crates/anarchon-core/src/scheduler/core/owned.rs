@@ -228,7 +228,7 @@ impl Core {
                         Ok(o.record(status, error, Some(self.now.epoch_ms())))
                     }
                     None => Err(Error::State {
-                        state: "stopped",
+                        state: crate::error::SchedulerState::Stopped,
                         hint: "the run outlived stop()'s timeout",
                     }),
                 };

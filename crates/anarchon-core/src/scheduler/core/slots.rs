@@ -356,7 +356,7 @@ impl Core {
             self.push(super::Effect::Reply {
                 to: reply,
                 answer: Err(Error::State {
-                    state: "stopping",
+                    state: crate::error::SchedulerState::Stopping,
                     hint: "run_now after stop()",
                 }),
             });

@@ -546,7 +546,7 @@ fn b35_run_now_runs_once_here_records_it_manual_and_answers_the_caller() {
             Effect::Reply {
                 to: 8,
                 answer: Err(Error::State {
-                    state: "stopping",
+                    state: crate::error::SchedulerState::Stopping,
                     ..
                 })
             }
