@@ -748,7 +748,7 @@ mod tests {
         assert_eq!(edit_distance("myapp:", "myapp:"), 0);
         assert_eq!(edit_distance("myap:", "myapp:"), 1);
         assert_eq!(edit_distance("", "abc"), 3);
-        let mut seen = vec!["zzz:", "other:", "myapp:"];
+        let mut seen = ["zzz:", "other:", "myapp:"];
         seen.sort_by_key(|o| edit_distance(o, "mypp:"));
         assert_eq!(seen[0], "myapp:");
     }
