@@ -163,7 +163,7 @@ pub enum Error {
         "the `at` time {at} is in the past (now {now}; a run may start at most {} late), so \
          the job would never run: give a later time, or `allow_past(true)` for registration \
          code that runs again after the job ran",
-        crate::options::human_duration(*.grace)
+        human_duration(*.grace)
     )]
     AtInThePast {
         /// The job's time, RFC 3339.
@@ -704,5 +704,21 @@ impl std::fmt::Display for HandlerError {
 impl From<HandlerError> for BoxError {
     fn from(error: HandlerError) -> Self {
         error.0
+    }
+}
+
+/// A length for messages: `"365 days"`, `"5m"`, `"1500 ms"`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    human(d.as_millis())
+}
+
+/// A length in ms for messages: `"365 days"`, `"5m"`, `"1500 ms"`.
+pub(crate) fn human(ms: u128) -> String {
+    const DAY: u128 = 86_400_000;
+    match ms {
+        ms if ms >= DAY && ms % DAY == 0 => format!("{} days", ms / DAY),
+        ms if ms >= 60_000 && ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms >= 1_000 && ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms} ms"),
     }
 }

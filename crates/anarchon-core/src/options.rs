@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, human};
 use crate::history::Retention;
 use crate::slot::{MAX_INTERVAL, Schedule};
 use crate::store::{EpochMs, Overlap};
@@ -77,22 +77,6 @@ fn count_in(option: &'static str, value: u64, limit: u64) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// A length for messages: `"365 days"`, `"5m"`, `"1500 ms"`.
-pub(crate) fn human_duration(d: Duration) -> String {
-    human(d.as_millis())
-}
-
-/// A length in ms for messages: `"365 days"`, `"5m"`, `"1500 ms"`.
-fn human(ms: u128) -> String {
-    const DAY: u128 = 86_400_000;
-    match ms {
-        ms if ms >= DAY && ms % DAY == 0 => format!("{} days", ms / DAY),
-        ms if ms >= 60_000 && ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms >= 1_000 && ms % 1_000 == 0 => format!("{}s", ms / 1_000),
-        ms => format!("{ms} ms"),
-    }
 }
 
 /// An instant for messages, RFC 3339 when chrono can write it.
