@@ -71,27 +71,8 @@ struct Shell {
 /// The core's configuration from the scheduler's.
 fn core_config(shared: &Shared) -> CoreConfig {
     let (lease_store, limits) = match &shared.backend {
-        Backend::Lease(s) => {
-            let batch = s.limits();
-            (
-                true,
-                Limits {
-                    claims: batch.claims,
-                    takeovers: batch.takeovers,
-                    finishes: batch.finishes,
-                    claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
-                },
-            )
-        }
-        Backend::Claim(_) => (
-            false,
-            Limits {
-                claims: 1,
-                takeovers: 1,
-                finishes: 1,
-                claims_in_flight: super::core::MAX_CLAIMS_IN_FLIGHT,
-            },
-        ),
+        Backend::Lease(s) => (true, Limits::of(Some(s.limits()))),
+        Backend::Claim(_) => (false, Limits::of(None)),
     };
     let cfg = &shared.cfg;
     // Jitter needs spread between instances, not secrecy: the instance id and the time.
@@ -290,6 +271,7 @@ impl Shell {
                 };
                 t.handler = None;
                 let cause = t.control.cause();
+                // Its fenced transaction recorded the success: whatever it returned.
                 let recorded = t.control.is_finished_in_transaction();
                 let status = match (&result, cause) {
                     _ if recorded => "success",
@@ -301,12 +283,7 @@ impl Shell {
                 let result = result.map_err(|e| telemetry::error_chain(&*e));
                 let took = t.started.elapsed();
                 self.handler_metric(run, status, took);
-                if recorded {
-                    // Its fenced transaction recorded the success: whatever it returned.
-                    self.input(|core, now| core.handler_recorded(now, run));
-                } else {
-                    self.input(|core, now| core.handler_returned(now, run, result, cause));
-                }
+                self.input(|core, now| core.handler_returned(now, run, result, cause, recorded));
             }
         }
     }
@@ -447,27 +424,7 @@ impl Shell {
 
     fn emit(&self, event: Event) {
         telemetry::event(&self.shared.cfg.instance_id, &event);
-        match &event {
-            Event::Error {
-                operation,
-                kind,
-                job,
-                message,
-            } => {
-                let operation = operation.as_str();
-                if self.shared.events.receiver_count() == 0 {
-                    tracing::error!(operation, ?kind, job = ?job, "anarchon store error: {message}");
-                } else {
-                    tracing::warn!(operation, ?kind, job = ?job, "anarchon store error: {message}");
-                }
-            }
-            Event::Skip { job, slot, reason } => {
-                tracing::debug!(%job, %slot, reason = reason.as_str(), "skip")
-            }
-            Event::ClockSkew { .. } => super::exec::warn_skew(&event),
-            // One line per event at debug: at thousands of jobs, info would flood the log.
-            other => tracing::debug!(event = other.name(), "{other}"),
-        }
+        telemetry::log(&event, self.shared.events.receiver_count() > 0);
         let _ = self.shared.events.send(event);
     }
 

@@ -231,6 +231,32 @@ pub(crate) fn metrics_table() -> String {
     out
 }
 
+/// Logs an event: a store error at `error` when nobody listens to the events (else `warn`),
+/// clock skew as a warning, everything else at `debug` (at thousands of jobs, `info` would
+/// flood the log).
+pub(crate) fn log(event: &Event, listened: bool) {
+    match event {
+        Event::Error {
+            operation,
+            kind,
+            job,
+            message,
+        } => {
+            let operation = operation.as_str();
+            if listened {
+                tracing::warn!(operation, ?kind, job = ?job, "anarchon store error: {message}");
+            } else {
+                tracing::error!(operation, ?kind, job = ?job, "anarchon store error: {message}");
+            }
+        }
+        Event::Skip { job, slot, reason } => {
+            tracing::debug!(%job, %slot, reason = reason.as_str(), "skip")
+        }
+        Event::ClockSkew { .. } => super::exec::warn_skew(event),
+        other => tracing::debug!(event = other.name(), "{other}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

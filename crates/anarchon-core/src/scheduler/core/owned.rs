@@ -153,24 +153,25 @@ impl Core {
         id
     }
 
-    /// A handler returned; `cause` is why its signal was cancelled, if it was.
+    /// A handler returned; `cause` is why its signal was cancelled, if it was. `recorded`:
+    /// its fenced transaction recorded the attempt's success and committed
+    /// ([`crate::JobContext::mark_finished_in_transaction`]), so the store holds the result
+    /// and nothing is written for it, whatever the handler returned.
     pub(crate) fn handler_returned(
         &mut self,
         now: super::Now,
         run: RunId,
         result: std::result::Result<(), String>,
         cause: Option<CancelCause>,
+        recorded: bool,
     ) {
         self.now = now;
-        self.feed_owner(run, OwnerInput::HandlerReturned { result, cause });
-    }
-
-    /// A handler returned after its fenced transaction recorded the attempt's success and
-    /// committed ([`crate::JobContext::mark_finished_in_transaction`]): the store holds the
-    /// result, nothing is written for it.
-    pub(crate) fn handler_recorded(&mut self, now: super::Now, run: RunId) {
-        self.now = now;
-        self.feed_owner(run, OwnerInput::HandlerRecorded);
+        let input = if recorded {
+            OwnerInput::HandlerRecorded
+        } else {
+            OwnerInput::HandlerReturned { result, cause }
+        };
+        self.feed_owner(run, input);
     }
 
     /// Feeds an owner run's machine and carries out its effects.

@@ -1999,7 +1999,7 @@ impl Sim {
                 });
                 let now = self.now_of(node);
                 if let Some(core) = self.nodes[node].core.as_mut() {
-                    core.handler_returned(now, run, result, cause);
+                    core.handler_returned(now, run, result, cause, false);
                 }
                 self.turn(node);
             }

@@ -207,6 +207,20 @@ pub(crate) struct Limits {
     pub(crate) claims_in_flight: usize,
 }
 
+impl Limits {
+    /// A lease store's batch limits (`None`: a claim-only store, one call per item), with
+    /// the bound on claims in flight.
+    pub(crate) fn of(batch: Option<crate::store::BatchLimits>) -> Self {
+        let batch = batch.unwrap_or_default();
+        Limits {
+            claims: batch.claims,
+            takeovers: batch.takeovers,
+            finishes: batch.finishes,
+            claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
+        }
+    }
+}
+
 /// A store call. Claims, takeovers and results go through the store's batch calls, at most
 /// the store's [`BatchLimits`](crate::store::BatchLimits) items each.
 #[derive(Debug, Clone)]
