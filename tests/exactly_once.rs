@@ -17,126 +17,17 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anarchon::{HistoryRecord, RunStatus, Scheduler};
 use support::TempDb;
+use support::examples::{build_example, run_example};
 
 /// Every point twice (PostgreSQL adds the connection kill), with undisturbed slots between.
 const PLAN: &str = "before,none,inside,none,after,none,stop,none,term,none,\
                     before,inside,after,stop,term,none";
-
-/// The feature arguments that build the example as this test binary was built (see
-/// `tests/examples_failover.rs`).
-fn feature_args() -> Vec<String> {
-    let on = [
-        ("libsql", cfg!(feature = "libsql")),
-        ("postgres", cfg!(feature = "postgres")),
-        ("redis", cfg!(feature = "redis")),
-        ("amqp", cfg!(feature = "amqp")),
-        ("nats", cfg!(feature = "nats")),
-        ("testkit", cfg!(feature = "testkit")),
-    ];
-    if on.iter().all(|(_, on)| *on) {
-        return vec!["--all-features".to_owned()];
-    }
-    let on: Vec<String> = on
-        .iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| format!("anarchon/{name}"))
-        .collect();
-    if on.is_empty() {
-        Vec::new()
-    } else {
-        vec!["--features".to_owned(), on.join(",")]
-    }
-}
-
-/// Builds the example in this test's target directory and profile; returns its path.
-fn build_example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lies in <target>/<profile>/deps");
-    let target_dir = profile_dir.parent().expect("a target directory");
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_owned(),
-        Some(other) => other.to_owned(),
-        None => panic!("no profile folder in {}", exe.display()),
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-    let mut command = Command::new(cargo);
-    // Not the build's variables: a build script watching one would rebuild (see
-    // tests/examples_failover.rs).
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PKG_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "CARGO_RUSTC_CURRENT_DIR",
-                "OUT_DIR",
-            ]
-            .contains(&key.as_ref())
-        {
-            command.env_remove(key.as_ref());
-        }
-    }
-    let status = command
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", target_dir)
-        .args(["build", "--quiet", "--workspace", "--example", name])
-        .args(["--profile", &profile])
-        .args(feature_args())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build --example {name} failed");
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(path.exists(), "cargo build did not make {}", path.display());
-    path
-}
-
-/// Runs `exe` with `args` until it exits (killed after `limit`); returns its exit code and
-/// stdout.
-fn run(exe: &Path, args: &[&str], limit: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the example") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let text = reader.join().unwrap_or_default();
-            panic!("{} did not finish within {limit:?}:\n{text}", exe.display());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    (status.code(), reader.join().expect("the stdout reader"))
-}
 
 /// One ledger row: slot, attempt, instance, amount.
 type Entry = (i64, i64, String, i64);
@@ -254,7 +145,7 @@ fn plan_of(out: &str) -> (i64, Vec<String>) {
 
 /// Runs the example on `target` and judges the database; returns the figures line.
 fn prove(store: &str, target: &str, plan: &str, read: impl FnOnce(&str) -> Stored) -> String {
-    let exe = build_example("exactly-once");
+    let exe = build_example("exactly-once", &[]);
     let job = format!(
         "eo-test-{}-{}",
         store,
@@ -264,7 +155,7 @@ fn prove(store: &str, target: &str, plan: &str, read: impl FnOnce(&str) -> Store
             .as_millis()
     );
     let started = Instant::now();
-    let (code, out) = run(
+    let (code, out) = run_example(
         &exe,
         &["--plan", plan, "--job", &job, target],
         Duration::from_secs(180),
@@ -401,7 +292,7 @@ fn prove(store: &str, target: &str, plan: &str, read: impl FnOnce(&str) -> Store
 
 #[test]
 #[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
-fn e24_exactly_once_on_sqlite_under_kills_stops_and_handovers() {
+fn b45_exactly_once_on_sqlite_under_kills_stops_and_handovers() {
     let db = TempDb::new("exactly-once");
     let target = db.0.display().to_string();
     let path = db.0.clone();
@@ -411,7 +302,7 @@ fn e24_exactly_once_on_sqlite_under_kills_stops_and_handovers() {
 #[cfg(feature = "postgres")]
 #[test]
 #[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
-fn e24_exactly_once_on_postgres_under_kills_stops_handovers_and_connection_kills() {
+fn b45_exactly_once_on_postgres_under_kills_stops_handovers_and_connection_kills() {
     let Some(url) = support::server_url("exactly_once", "ANARCHON_POSTGRES_URL") else {
         return;
     };

@@ -12,50 +12,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anarchon::sqlite::SqliteStore;
 use anarchon::{HistoryRecord, Reason, RunStatus, Scheduler};
 use support::TempDb;
-use support::examples::build_example;
-
-/// Runs `exe` with `args` until it exits (killed after `limit`); returns its exit code and
-/// stdout. Its stderr goes to ours.
-fn run(exe: &Path, args: &[&Path], limit: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the example") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let text = reader.join().unwrap_or_default();
-            panic!(
-                "{} did not finish within {limit:?}; its output:\n{text}",
-                exe.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    (status.code(), reader.join().expect("the stdout reader"))
-}
+use support::examples::{build_example, run_example};
 
 /// One row of the history table the example prints.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -140,7 +103,7 @@ fn b14_failover_and_quick_start_examples_run_to_completion() {
 fn failover_example_shows_a_takeover_on_another_instance() {
     let exe = build_example("failover", &[]);
     let db = TempDb::new("failover-example");
-    let (code, out) = run(&exe, &[&db.0], Duration::from_secs(60));
+    let (code, out) = run_example(&exe, &[&db.0], Duration::from_secs(60));
     eprintln!("{out}");
     assert_eq!(code, Some(0), "the example reported a failure:\n{out}");
 
@@ -232,7 +195,7 @@ fn failover_example_shows_a_takeover_on_another_instance() {
 
 fn quick_start_example_runs_to_completion() {
     let exe = build_example("quick-start", &[]);
-    let (code, out) = run(&exe, &[], Duration::from_secs(60));
+    let (code, out) = run_example::<&str>(&exe, &[], Duration::from_secs(60));
     eprintln!("{out}");
     assert_eq!(code, Some(0), "the quick start reported a failure:\n{out}");
     assert!(

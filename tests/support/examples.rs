@@ -2,9 +2,11 @@
 //! its own target directory and profile, so that after `cargo xtask test` (which builds every
 //! example with `--all-features`) nothing is rebuilt.
 
+use std::ffi::OsStr;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The feature arguments that build the examples as this test binary was built: with every
 /// store and the kit on, it was built with `--all-features` (as `cargo xtask test` does), so
@@ -96,4 +98,43 @@ pub(crate) fn build_example(name: &str, extra: &[&str]) -> PathBuf {
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(path.exists(), "cargo build did not make {}", path.display());
     path
+}
+
+/// Runs `exe` with `args` until it exits (killed after `limit`); returns its exit code and
+/// stdout. Its stderr goes to ours.
+pub(crate) fn run_example<A: AsRef<OsStr>>(
+    exe: &Path,
+    args: &[A],
+    limit: Duration,
+) -> (Option<i32>, String) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the example") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = reader.join().unwrap_or_default();
+            panic!(
+                "{} did not finish within {limit:?}; its output:\n{text}",
+                exe.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status.code(), reader.join().expect("the stdout reader"))
 }

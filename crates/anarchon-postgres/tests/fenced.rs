@@ -170,7 +170,7 @@ fn loss(e: Error) -> FenceLoss {
 }
 
 #[tokio::test]
-async fn commit_finished_records_the_success_with_the_write_and_a_takeover_finds_it() {
+async fn b45_commit_finished_records_the_success_with_the_write_and_a_takeover_finds_it() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -220,7 +220,7 @@ async fn commit_finished_records_the_success_with_the_write_and_a_takeover_finds
 }
 
 #[tokio::test]
-async fn an_open_transaction_holds_takeover_off_after_the_lease_ended_but_not_heartbeats() {
+async fn b45_an_open_transaction_holds_takeover_off_after_the_lease_ended_but_not_heartbeats() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -288,7 +288,7 @@ async fn an_open_transaction_holds_takeover_off_after_the_lease_ended_but_not_he
 }
 
 #[tokio::test]
-async fn a_plain_commit_keeps_the_run_running_and_a_later_takeover_sees_the_write() {
+async fn b45_a_plain_commit_keeps_the_run_running_and_a_later_takeover_sees_the_write() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -320,7 +320,7 @@ async fn a_plain_commit_keeps_the_run_running_and_a_later_takeover_sees_the_writ
 }
 
 #[tokio::test]
-async fn a_transaction_is_refused_with_the_right_loss_when_the_attempt_does_not_own_the_run() {
+async fn b45_a_transaction_is_refused_with_the_right_loss_when_the_attempt_does_not_own_the_run() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -416,7 +416,7 @@ async fn a_transaction_is_refused_with_the_right_loss_when_the_attempt_does_not_
 }
 
 #[tokio::test]
-async fn a_claim_that_interrupts_the_run_meanwhile_makes_the_commit_fail_and_keeps_nothing() {
+async fn b45_a_claim_that_interrupts_the_run_meanwhile_makes_the_commit_fail_and_keeps_nothing() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -447,7 +447,7 @@ async fn a_claim_that_interrupts_the_run_meanwhile_makes_the_commit_fail_and_kee
 }
 
 #[tokio::test]
-async fn a_handover_while_the_transaction_is_open_makes_the_commit_fail() {
+async fn b45_a_handover_while_the_transaction_is_open_makes_the_commit_fail() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -477,7 +477,7 @@ async fn a_handover_while_the_transaction_is_open_makes_the_commit_fail() {
 }
 
 #[tokio::test]
-async fn a_dropped_connection_frees_the_run_and_keeps_nothing() {
+async fn b45_a_dropped_connection_frees_the_run_and_keeps_nothing() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -517,7 +517,7 @@ async fn a_dropped_connection_frees_the_run_and_keeps_nothing() {
 }
 
 #[tokio::test]
-async fn an_owner_frozen_with_the_transaction_open_is_cut_off_by_the_idle_bound() {
+async fn b45_an_owner_frozen_with_the_transaction_open_is_cut_off_by_the_idle_bound() {
     let Some(f) =
         Fixture::with(PostgresOptions::default().fenced_idle_timeout(Duration::from_millis(500)))
             .await
@@ -569,7 +569,7 @@ async fn an_owner_frozen_with_the_transaction_open_is_cut_off_by_the_idle_bound(
 }
 
 #[tokio::test]
-async fn a_failed_statement_makes_the_commit_fail_and_keeps_nothing() {
+async fn b45_a_failed_statement_makes_the_commit_fail_and_keeps_nothing() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -596,7 +596,7 @@ async fn a_failed_statement_makes_the_commit_fail_and_keeps_nothing() {
 }
 
 #[tokio::test]
-async fn the_stores_pool_and_quoted_instance_ids_work_and_a_nul_is_refused() {
+async fn b45_the_stores_pool_and_quoted_instance_ids_work_and_a_nul_is_refused() {
     let Some(f) = Fixture::new().await else {
         return;
     };
@@ -650,7 +650,7 @@ async fn the_stores_pool_and_quoted_instance_ids_work_and_a_nul_is_refused() {
 /// the lease ended) race on many slots, each through fenced transactions: every slot ends
 /// with exactly one ledger row and the run succeeded, whichever side won.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn owner_and_backup_racing_write_exactly_one_row_per_slot() {
+async fn b45_owner_and_backup_racing_write_exactly_one_row_per_slot() {
     let Some(f) = Fixture::new().await else {
         return;
     };

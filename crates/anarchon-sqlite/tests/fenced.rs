@@ -100,7 +100,7 @@ fn expect_fenced<T: std::fmt::Debug>(r: anarchon_core::Result<T>, want: FenceLos
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commit_finished_records_the_success_with_the_rows_in_one_commit() {
+async fn b45_commit_finished_records_the_success_with_the_rows_in_one_commit() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -153,7 +153,7 @@ async fn commit_finished_records_the_success_with_the_rows_in_one_commit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tables_come_from_the_store_options() {
+async fn b45_the_tables_come_from_the_store_options() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::connect_with(
         dir.path().join("a.db"),
@@ -181,7 +181,7 @@ async fn the_tables_come_from_the_store_options() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_takeover_won_before_begin_fences_the_old_attempt() {
+async fn b45_a_takeover_won_before_begin_fences_the_old_attempt() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -206,7 +206,7 @@ async fn a_takeover_won_before_begin_fences_the_old_attempt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_ended_before_begin_is_refused() {
+async fn b45_a_lease_ended_before_begin_is_refused() {
     let t = TempStore::new().await;
     let store = &t.store;
     let j = job("fenced-lease-ended");
@@ -225,7 +225,7 @@ async fn a_lease_ended_before_begin_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handed_over_run_is_refused() {
+async fn b45_a_handed_over_run_is_refused() {
     let t = TempStore::new().await;
     let store = &t.store;
     let j = job("fenced-released");
@@ -239,7 +239,7 @@ async fn a_handed_over_run_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finished_or_missing_run_is_refused() {
+async fn b45_a_finished_or_missing_run_is_refused() {
     let t = TempStore::new().await;
     let store = &t.store;
     let j = job("fenced-finished");
@@ -287,7 +287,7 @@ async fn a_finished_or_missing_run_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_without_commit_keeps_nothing_and_frees_the_lock() {
+async fn b45_dropping_without_commit_keeps_nothing_and_frees_the_lock() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -311,7 +311,7 @@ async fn dropping_without_commit_keeps_nothing_and_frees_the_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plain_commit_keeps_the_rows_and_leaves_the_run_to_the_scheduler() {
+async fn b45_a_plain_commit_keeps_the_rows_and_leaves_the_run_to_the_scheduler() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -337,7 +337,7 @@ async fn a_plain_commit_keeps_the_rows_and_leaves_the_run_to_the_scheduler() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_handler_changing_the_run_row_or_ending_the_transaction_is_caught() {
+async fn b45_the_handler_changing_the_run_row_or_ending_the_transaction_is_caught() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -371,7 +371,7 @@ async fn the_handler_changing_the_run_row_or_ending_the_transaction_is_caught() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_to_another_file_or_with_attached_databases_are_refused() {
+async fn b45_connections_to_another_file_or_with_attached_databases_are_refused() {
     let t = TempStore::new().await;
     let store = &t.store;
     let j = job("fenced-attach");
@@ -441,7 +441,7 @@ async fn connections_to_another_file_or_with_attached_databases_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_async_form_runs_the_closure_on_a_connection_of_its_own() {
+async fn b45_the_async_form_runs_the_closure_on_a_connection_of_its_own() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -474,7 +474,7 @@ async fn the_async_form_runs_the_closure_on_a_connection_of_its_own() {
 /// and run after its commit; a lease that ended while it was open cannot be taken over
 /// before the commit, and the takeover then finds the run finished.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_takeover_during_an_open_transaction_waits_and_finds_the_run_finished() {
+async fn b45_a_takeover_during_an_open_transaction_waits_and_finds_the_run_finished() {
     let t = TempStore::new().await;
     let store = t.store.clone();
     create_ledger(&store);
@@ -518,7 +518,7 @@ async fn a_takeover_during_an_open_transaction_waits_and_finds_the_run_finished(
 /// Held past the waiting store's busy timeout, its calls fail with a timeout and write
 /// nothing (the scheduler retries them); a shorter hold only delays them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transaction_held_past_the_busy_timeout_times_the_other_writers_out() {
+async fn b45_a_transaction_held_past_the_busy_timeout_times_the_other_writers_out() {
     let t = TempStore::new().await;
     let store = t.store.clone();
     create_ledger(&store);
@@ -658,7 +658,8 @@ fn kill_child_at(path: &std::path::Path, lease: &Lease, step: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_killed_inside_the_transaction_leaves_nothing_and_the_takeover_does_it_once() {
+async fn b45_a_process_killed_inside_the_transaction_leaves_nothing_and_the_takeover_does_it_once()
+{
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);
@@ -704,7 +705,7 @@ async fn a_process_killed_inside_the_transaction_leaves_nothing_and_the_takeover
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_killed_after_the_commit_leaves_the_run_finished() {
+async fn b45_a_process_killed_after_the_commit_leaves_the_run_finished() {
     let t = TempStore::new().await;
     let store = &t.store;
     create_ledger(store);

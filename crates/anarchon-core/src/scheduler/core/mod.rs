@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub(crate) use types::{
     Answer, CallId, ClockSample, CoreCommand, CoreConfig, CoreHealth, Effect, HandlerStart, Limits,
-    MAX_CLAIMS_IN_FLIGHT, Micros, Now, Request, RunId, UNREACHABLE_AFTER, micros, skew_event,
+    Micros, Now, Request, RunId, UNREACHABLE_AFTER, micros, skew_event,
 };
 use types::{Owned, Pending, Queues, ReplyTo, Timer};
 // What the tests (`tests.rs`, `table`) name through `use super::*`.
@@ -500,12 +500,7 @@ pub(crate) mod table {
             abort_grace: Duration::from_secs(5),
             lease_store: true,
             store_kind: "memory",
-            limits: Limits {
-                claims: 8,
-                takeovers: 8,
-                finishes: 8,
-                claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
-            },
+            limits: Limits::of(Some(crate::store::BatchLimits::all(8))),
             seed: 1,
         };
         let mut core = Core::new(cfg, now, ClockSample::default(), vec![job]);

@@ -1340,7 +1340,7 @@ impl Sim {
             },
             jobs,
             behaviour: Arc::new(|_| Behaviour::ok(Duration::from_millis(100))),
-            claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
+            claims_in_flight: super::types::MAX_CLAIMS_IN_FLIGHT,
             timeline: Vec::new(),
             timeline_cap: usize::MAX,
             hash: 0xcbf2_9ce4_8422_2325,
