@@ -361,17 +361,25 @@ impl AmqpStore {
         url: &str,
         opts: AmqpOptions,
     ) -> std::result::Result<Self, AmqpError> {
+        Self::open_url(url, opts, false).await
+    }
+
+    /// Checks the options, parses `url` (its password kept apart) and connects once.
+    async fn open_url(
+        url: &str,
+        opts: AmqpOptions,
+        read_only: bool,
+    ) -> std::result::Result<Self, AmqpError> {
         opts.validate()?;
         let (args, pass) = parse_url(url)?;
-        let target = redact_url(url);
         let store = AmqpStore {
             source: Source::Url(Box::new(args), pass),
             opts,
-            target: target.clone(),
+            target: redact_url(url),
             live: tokio::sync::Mutex::new(None),
             streams: Mutex::default(),
             noted: Mutex::default(),
-            read_only: false,
+            read_only,
         };
         store.first_connection().await?;
         Ok(store)
@@ -407,19 +415,8 @@ impl AmqpStore {
         url: &str,
         opts: AmqpOptions,
     ) -> std::result::Result<Self, AmqpError> {
-        opts.validate()?;
-        let (args, pass) = parse_url(url)?;
-        let target = redact_url(url);
-        let store = AmqpStore {
-            source: Source::Url(Box::new(args), pass),
-            opts,
-            target: target.clone(),
-            live: tokio::sync::Mutex::new(None),
-            streams: Mutex::default(),
-            noted: Mutex::default(),
-            read_only: true,
-        };
-        store.first_connection().await?;
+        let store = Self::open_url(url, opts, true).await?;
+        let target = store.target.clone();
         let queue = store.jobs_queue();
         let found = store
             .queue_exists("open", &queue)
