@@ -81,22 +81,10 @@ pub(crate) async fn prepare(shared: &Arc<Shared>, jobs: &[Arc<JobDef>]) -> Resul
         });
     }
     if let Some(event) = skew_event(at.epoch_ms(), store_now, 0, shared.cfg.skew_threshold_ms) {
-        warn_skew(&event);
+        super::telemetry::warn_skew(&event);
         let _ = shared.events.send(event);
     }
     Ok(ClockSample::measure(store_now, 0, at))
-}
-
-/// Logs a clock-skew event.
-pub(crate) fn warn_skew(event: &crate::event::Event) {
-    if let crate::event::Event::ClockSkew { skew } = event {
-        let skew_ms = skew.num_milliseconds();
-        tracing::warn!(
-            skew_ms,
-            "this instance's clock differs from the store's by {skew_ms} ms: slots follow the \
-             instance clock and leases the store's, keep clocks NTP-synced"
-        );
-    }
 }
 
 /// Sends one request to the store, bounded by the store timeout.

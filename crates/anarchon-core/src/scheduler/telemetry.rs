@@ -252,8 +252,20 @@ pub(crate) fn log(event: &Event, listened: bool) {
         Event::Skip { job, slot, reason } => {
             tracing::debug!(%job, %slot, reason = reason.as_str(), "skip")
         }
-        Event::ClockSkew { .. } => super::exec::warn_skew(event),
+        Event::ClockSkew { .. } => warn_skew(event),
         other => tracing::debug!(event = other.name(), "{other}"),
+    }
+}
+
+/// Logs a clock-skew event.
+pub(crate) fn warn_skew(event: &crate::event::Event) {
+    if let crate::event::Event::ClockSkew { skew } = event {
+        let skew_ms = skew.num_milliseconds();
+        tracing::warn!(
+            skew_ms,
+            "this instance's clock differs from the store's by {skew_ms} ms: slots follow the \
+             instance clock and leases the store's, keep clocks NTP-synced"
+        );
     }
 }
 
