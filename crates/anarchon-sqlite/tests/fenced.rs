@@ -574,8 +574,9 @@ async fn b45_a_transaction_held_past_the_busy_timeout_times_the_other_writers_ou
 
 /// Child mode: opens a fenced transaction for the lease described by the environment,
 /// inserts the ledger row, says `OPEN` (or commits with the finish and says `COMMITTED`),
-/// then waits to be killed.
+/// then waits to be killed. Not a test of its own: ignored, run by name with `--ignored`.
 #[test]
+#[ignore = "not a test: the child process of the b45 kill tests, run by name with --ignored --exact"]
 fn child_fenced_transaction() {
     let Ok(path) = std::env::var("ANARCHON_FENCED_FILE") else {
         return;
@@ -621,6 +622,7 @@ fn kill_child_at(path: &std::path::Path, lease: &Lease, step: &str) {
         .args([
             "--exact",
             "child_fenced_transaction",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
