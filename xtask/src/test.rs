@@ -152,18 +152,6 @@ fn gates(slow: bool, set: &dyn Fn(&str) -> bool) -> Vec<Gate> {
             not_a_test: false,
         },
         Gate {
-            // By name as well: a filter on the binary alone keeps nextest from listing it,
-            // and the summary could not count it.
-            binaries: &["anarchon-sim::open_findings"],
-            name: Name::Prefix("seed_"),
-            reason: "an open finding of the simulator, ignored until the core is fixed (seed \
-                     3948: docs/guarantees.md, Proof)"
-                .into(),
-            run: false,
-            unobtainable: true,
-            not_a_test: false,
-        },
-        Gate {
             binaries: &["anarchon-sqlite::fenced"],
             name: Name::Exact("child_fenced_transaction"),
             reason: "not a test: the child process of anarchon-sqlite's fenced-transaction kill \

@@ -506,6 +506,9 @@ impl LeaseStore for MemoryStore {
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
         self.gate().await?;
         let now = self.clock_ms();
+        // The backup poll names every job it backs up (thousands): a set, not a list scan
+        // per running run.
+        let jobs: std::collections::HashSet<&JobName> = jobs.iter().collect();
         let st = self.lock();
         Ok(st
             .running

@@ -451,9 +451,15 @@ pub trait LeaseStore: HistoryStore {
             self.take_over_many(std::slice::from_ref(takeover)).await?,
         )
     }
-    /// Reads runs (backup watch); missing runs are left out.
+    /// Reads runs (a backup reads the runs a release notification named); missing runs are
+    /// left out.
     async fn runs(&self, runs: &[RunKey]) -> Result<Vec<RunView>>;
-    /// Every unfinished run of these jobs (orphans and runs to watch on start).
+    /// Every unfinished (`running`, released included) run of these jobs: on start (orphans
+    /// and runs to watch), and every heartbeat as the backups' poll, with the jobs of every
+    /// run the instance backs up (thousands of names at scale). It is on the hot path: it
+    /// must cost about the unfinished runs it returns plus a small term per job, never a
+    /// scan of history, and a store splits a long list of jobs into round trips that keep
+    /// the server responsive.
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>>;
     /// A stream of released runs for fast handover (Redis pub/sub, PostgreSQL NOTIFY), or
     /// `None` where the store has none; backups then poll every heartbeat. Trait objects

@@ -439,6 +439,7 @@ impl Shell {
         h.store_unreachable
             .store(now.store_unreachable, Ordering::Relaxed);
         h.slots_late.store(now.slots_late, Ordering::Relaxed);
+        h.runs_watched.store(now.runs_watched, Ordering::Relaxed);
         if now.last_error != self.published.last_error {
             *h.last_error.lock().unwrap_or_else(|e| e.into_inner()) = now.last_error.clone();
         }

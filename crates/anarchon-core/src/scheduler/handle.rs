@@ -56,6 +56,10 @@ pub struct Health {
     /// a newer slot was already due (an overloaded or paused process), or the store judged
     /// the claim late. Each is also reported as a `skip` event with reason `late`.
     pub slots_late: u64,
+    /// Unfinished runs of other instances this instance backs up now (it takes each over
+    /// if its lease expires). Bounded by the jobs' unfinished and still claimable slots: a
+    /// figure that keeps growing means runs stay `running` in the store.
+    pub runs_watched: u64,
 }
 
 impl Health {
@@ -658,6 +662,7 @@ impl<M: Mode> Scheduler<M> {
                 .clone(),
             store_reachable: !h.store_unreachable.load(Ordering::Relaxed),
             slots_late: h.slots_late.load(Ordering::Relaxed),
+            runs_watched: h.runs_watched.load(Ordering::Relaxed),
         }
     }
 }

@@ -146,6 +146,8 @@ pub(crate) struct HealthState {
     pub(crate) store_unreachable: std::sync::atomic::AtomicBool,
     /// Slots not claimed in time (see [`Health::slots_late`](crate::Health::slots_late)).
     pub(crate) slots_late: AtomicU64,
+    /// Runs backed up now (see [`Health::runs_watched`](crate::Health::runs_watched)).
+    pub(crate) runs_watched: AtomicU64,
 }
 
 /// The driver ended by itself (stopped through the shutdown token): later `stop()` calls

@@ -4,8 +4,9 @@
 //! knows of, however it learned of it: its claim came back `taken`, it skipped the slot as
 //! `overlap` or `late`, its claim failed or timed out (the outcome is unknown), the run was
 //! listed on start, or it lost the run to another instance. A [`Watch`] is that knowledge;
-//! the driver polls the watched runs every heartbeat (and at once on a release
-//! notification), feeds the answers in as [`WatchInput`]s and carries out the
+//! the core polls the watched runs every heartbeat with one `unfinished_runs` call over their
+//! jobs (a run not listed is fed as [`WatchInput::Missing`]; it reads a run at once on a
+//! release notification), feeds the answers in as [`WatchInput`]s and carries out the
 //! [`WatchEffect`]s. No clock is read here: the driver passes [`Facts`].
 //!
 //! Architecture invariant: a watch exists only while its run may still need a backup (not

@@ -42,6 +42,7 @@ macro_rules! __lease_store_tests {
             b16_finish_many_answers_each_result_as_finish_would,
             b17_release_hands_over_without_counting_against_max_attempts,
             b19_unfinished_runs_lists_orphans_and_live_runs,
+            b14_unfinished_runs_of_many_jobs_is_the_backup_sweep,
             b20_store_clock_is_sane,
             b36_history_is_newest_first_with_every_field,
             b37_retention_prunes_runs_beyond_history_size,
@@ -869,6 +870,77 @@ pub async fn b19_unfinished_runs_lists_orphans_and_live_runs(store: Arc<dyn Leas
     assert!(d.is_takeable());
     let live = runs.iter().find(|r| r.run.job == j2).unwrap();
     assert!(!live.is_takeable());
+}
+
+/// [B-14] The backups' poll: `unfinished_runs` over 600 jobs (more than one round trip on
+/// stores that split long lists) lists exactly the runs still `running` — live, expired and
+/// released ones — and none that ended, whatever the jobs' histories hold; unknown job names
+/// are no error.
+pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn LeaseStore>) {
+    let jobs: Vec<JobName> = (0..600).map(|_| unique_job("sweep")).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    // Two earlier runs per job, ended: history the sweep must not list.
+    for back in [2_000, 1_000] {
+        let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t - back, "a", t)).collect();
+        let mut leases = Vec::new();
+        for chunk in claims.chunks(store.limits().claims.max(1)) {
+            for outcome in store.claim_many(chunk).await.expect("claim_many") {
+                match outcome {
+                    ClaimOutcome::Won(lease) => leases.push(lease),
+                    other => panic!("expected to win, got {other:?}"),
+                }
+            }
+        }
+        let writes: Vec<(Lease, Finish)> = leases.into_iter().map(|l| (l, done())).collect();
+        for chunk in writes.chunks(store.limits().finishes.max(1)) {
+            store.finish_many(chunk).await.expect("finish_many");
+        }
+    }
+    // The current slot: jobs 0..150 live, 150..200 released, 200..600 ended. A lease long
+    // enough to stay live however slow the store is.
+    let claims: Vec<LeaseClaim> = jobs
+        .iter()
+        .map(|j| LeaseClaim {
+            lease_ms: 120_000,
+            ..claim(j, t, "a", t)
+        })
+        .collect();
+    let mut leases = Vec::new();
+    for chunk in claims.chunks(store.limits().claims.max(1)) {
+        for outcome in store.claim_many(chunk).await.expect("claim_many") {
+            match outcome {
+                ClaimOutcome::Won(lease) => leases.push(lease),
+                other => panic!("expected to win, got {other:?}"),
+            }
+        }
+    }
+    for lease in &leases[150..200] {
+        assert_eq!(store.release(lease).await.unwrap(), OwnerWrite::Done);
+    }
+    let ended: Vec<(Lease, Finish)> = leases[200..].iter().map(|l| (l.clone(), done())).collect();
+    for chunk in ended.chunks(store.limits().finishes.max(1)) {
+        store.finish_many(chunk).await.expect("finish_many");
+    }
+    let mut asked = jobs.clone();
+    asked.push(unique_job("never"));
+    let views = store
+        .unfinished_runs(&asked)
+        .await
+        .expect("unfinished_runs");
+    let mut listed: Vec<&crate::store::RunKey> = views.iter().map(|v| &v.run).collect();
+    listed.sort();
+    let mut expected: Vec<&crate::store::RunKey> = leases[..200].iter().map(|l| &l.run).collect();
+    expected.sort();
+    assert_eq!(listed.len(), 200, "listed {} runs", listed.len());
+    assert_eq!(listed, expected);
+    for v in &views {
+        assert_eq!(v.status, RunStatus::Running, "{v:?}");
+        assert!(v.store_now >= t, "{v:?}");
+        let released = leases[150..200].iter().any(|l| l.run == v.run);
+        assert_eq!(v.is_takeable(), released, "{v:?}");
+    }
 }
 
 /// [B-20] The store's clock is within a minute of this host's (it is the clock leases use).

@@ -93,8 +93,6 @@ struct Faults {
     takeovers: AtomicUsize,
     /// `take_over_many` calls sent through this handle.
     takeover_batches: AtomicUsize,
-    /// The most runs one `runs` call asked for (the backup poll's size).
-    max_runs_asked: AtomicUsize,
     /// Limits this handle reports instead of the store's (each at most the store's own).
     limits: std::sync::Mutex<Option<BatchLimits>>,
     /// The most claims, results and takeovers one call carried.
@@ -138,10 +136,6 @@ impl Instance {
     /// Delays finishes and releases by `ms` before they reach the store.
     pub fn delay_owner_writes(&self, ms: u64) {
         self.faults.write_delay.store(ms, Ordering::SeqCst);
-    }
-    /// The most runs one `runs` call (a backup poll) asked for so far.
-    pub fn max_runs_asked(&self) -> usize {
-        self.faults.max_runs_asked.load(Ordering::SeqCst)
     }
     /// Reports at most `limits` as this store's batch limits (each no more than the store's
     /// own), so the scheduler sends smaller batches through this handle.
@@ -320,9 +314,6 @@ impl LeaseStore for Instance {
     async fn runs(&self, r: &[RunKey]) -> Result<Vec<RunView>> {
         self.gate().await;
         self.failing()?;
-        self.faults
-            .max_runs_asked
-            .fetch_max(r.len(), Ordering::SeqCst);
         self.inner.runs(r).await
     }
     async fn unfinished_runs(&self, j: &[JobName]) -> Result<Vec<RunView>> {

@@ -39,7 +39,10 @@ impl Core {
         }
     }
 
-    /// The backup poll: one `runs` call for every polled watch.
+    /// The backup poll: one `unfinished_runs` call over the jobs of every polled watch (the
+    /// sweep). A watched run the store does not list as unfinished has ended (or was never
+    /// claimed): it is not read run by run, so a backup's cost per heartbeat follows the
+    /// runs still unfinished, not every run it learned of since the last poll.
     pub(super) fn watch_tick(&mut self) {
         if self.watches.is_empty() {
             self.watch_armed = false;
@@ -53,7 +56,7 @@ impl Core {
             .collect();
         if !self.watch_in_flight && !asked.is_empty() {
             self.watch_in_flight = true;
-            self.read_runs(asked, true);
+            self.sweep(asked);
         }
         let every = self.heartbeat_every();
         self.arm_after(every, Timer::Watch);

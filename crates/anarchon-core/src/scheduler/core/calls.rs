@@ -24,7 +24,7 @@ use crate::scheduler::JobDef;
 use crate::scheduler::run::Failed;
 use crate::scheduler::run::{OwnerInput, WriteAnswer};
 use crate::scheduler::watch::{Watch, WatchInput};
-use crate::store::{Finish, Lease, OwnerWrite, SlotClaim};
+use crate::store::{Finish, Lease, OwnerWrite, RunView, SlotClaim};
 
 /// `queue` in chunks of at most `limit` (at least 1), in order.
 pub(super) fn in_batches<T>(queue: Vec<T>, limit: usize) -> Vec<Vec<T>> {
@@ -183,7 +183,7 @@ impl Core {
         let mut keys = std::mem::take(&mut self.queues.reads);
         keys.sort();
         keys.dedup();
-        self.read_runs(keys, false);
+        self.read_runs(keys);
     }
 
     /// Sends the takeovers queued in this turn, in batches.
@@ -242,14 +242,19 @@ impl Core {
             (Pending::Heartbeat { ids, sent }, Answer::Renewals(result)) => {
                 self.heartbeat_done(ids, sent, result)
             }
-            (Pending::Runs { asked, poll, sent }, Answer::Runs(result)) => {
-                if poll {
-                    self.watch_in_flight = false;
-                }
+            (Pending::Runs { asked, sent }, Answer::Runs(result)) => {
                 self.count(result.is_ok());
                 match result {
                     Ok(views) => self.watched(asked, sent, views),
                     Err(e) => self.error(StoreOperation::Runs, None, &e),
+                }
+            }
+            (Pending::Sweep { asked, sent }, Answer::Runs(result)) => {
+                self.watch_in_flight = false;
+                self.count(result.is_ok());
+                match result {
+                    Ok(views) => self.watched(asked, sent, views),
+                    Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
                 }
             }
             (Pending::Takeovers { keys, sent }, Answer::Takeovers(result)) => {
@@ -308,20 +313,10 @@ impl Core {
                 self.start_recorded(run);
             }
             (Pending::Unfinished, Answer::Runs(result)) => {
-                self.count(result.is_ok());
-                match result {
-                    Ok(views) => {
-                        for v in views {
-                            // Orphans are taken over, the rest watched. [B-19]
-                            let key = v.run.clone();
-                            self.watch(key.clone(), Watch::live());
-                            self.feed_watch(&key, WatchInput::Seen(v));
-                        }
-                    }
-                    Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
-                }
+                self.adopt(result);
                 self.start_catch_up();
             }
+            (Pending::Adopt, Answer::Runs(result)) => self.adopt(result),
             (pending, answer) => {
                 // A shell bug: an answer of the wrong kind. Report it; the call's subject is
                 // left to its timers and watches.
@@ -332,6 +327,22 @@ impl Core {
                 );
                 self.error(StoreOperation::Answer, None, &e);
             }
+        }
+    }
+
+    /// The unfinished runs listed on start or for a job added while running: orphans are
+    /// taken over, the rest watched. [B-19]
+    fn adopt(&mut self, result: Result<Vec<RunView>>) {
+        self.count(result.is_ok());
+        match result {
+            Ok(views) => {
+                for v in views {
+                    let key = v.run.clone();
+                    self.watch(key.clone(), Watch::live());
+                    self.feed_watch(&key, WatchInput::Seen(v));
+                }
+            }
+            Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
         }
     }
 
@@ -358,15 +369,34 @@ impl Core {
         self.call(Request::ClaimSlot(claim), Pending::Slot { job, slot }, None);
     }
 
-    /// Reads watched runs (a poll, or the runs released in this turn).
-    pub(super) fn read_runs(&mut self, asked: Vec<RunKey>, poll: bool) {
+    /// Reads the watched runs released in this turn (the poll is `Core::sweep`).
+    pub(super) fn read_runs(&mut self, asked: Vec<RunKey>) {
         if !self.cfg.lease_store {
             return;
         }
         let sent = self.now.mono;
         self.call(
             Request::Runs(asked.clone()),
-            Pending::Runs { asked, poll, sent },
+            Pending::Runs { asked, sent },
+            None,
+        );
+    }
+
+    /// The backup poll: lists the unfinished runs of the jobs of `asked` in one call; every
+    /// asked run missing from the answer is fed as `WatchInput::Missing` (ended, or not
+    /// claimed yet).
+    pub(super) fn sweep(&mut self, asked: Vec<RunKey>) {
+        if !self.cfg.lease_store {
+            self.watch_in_flight = false;
+            return;
+        }
+        let mut jobs: Vec<JobName> = asked.iter().map(|k| k.job.clone()).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let sent = self.now.mono;
+        self.call(
+            Request::Unfinished(jobs),
+            Pending::Sweep { asked, sent },
             None,
         );
     }

@@ -198,6 +198,16 @@ impl Core {
                 if !self.stopping {
                     self.jobs.insert(job.name.clone(), job.clone());
                     self.schedule_next(&job, self.now_ms());
+                    if self.cfg.lease_store {
+                        // A job added while running backs up its unfinished runs at once, as
+                        // `start` does: a run handed over while the job was registered
+                        // nowhere is continued now, not at the job's next slot. [B-19]
+                        self.call(
+                            Request::Unfinished(vec![job.name.clone()]),
+                            Pending::Adopt,
+                            None,
+                        );
+                    }
                 }
             }
             CoreCommand::Remove(name) => {
@@ -363,6 +373,7 @@ impl Core {
         let now = (self.held.len(), self.watches.len());
         if now != self.gauges {
             self.gauges = now;
+            self.health.runs_watched = now.1 as u64;
             telemetry::gauges(&self.cfg.instance_id, now.0, now.1);
         }
     }

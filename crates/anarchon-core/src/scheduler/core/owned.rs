@@ -8,7 +8,7 @@ use super::Core;
 use super::types::{Effect, HandlerStart, Micros, Owned, Pending, ReplyTo, Request, RunId, Timer};
 use crate::context::{CancelCause, Data};
 use crate::error::{Error, Result};
-use crate::event::{Event, RunInfo, StoreOperation};
+use crate::event::{Event, InterruptCause, RunInfo, StoreOperation};
 use crate::history::{Reason, RunStatus};
 use crate::ids::EpochMs;
 use crate::scheduler::JobDef;
@@ -271,10 +271,22 @@ impl Core {
                 run: info.clone(),
                 error,
             }),
-            Note::Interrupted(cause) => self.emit(Event::Interrupted {
-                run: info.clone(),
-                cause,
-            }),
+            Note::Interrupted(cause) => {
+                self.emit(Event::Interrupted {
+                    run: info.clone(),
+                    cause,
+                });
+                // Handed over after self-fencing (not stopping): this instance still has the
+                // job and knows the run is unfinished, so it backs up the next attempt like
+                // every other instance (`watch` ignores it while stopping). Found by the
+                // simulator, seed 68: the only instance not frozen was the one that had
+                // handed the run over, and nobody continued the expired next attempt.
+                if cause == InterruptCause::HandedOver
+                    && let Some(key) = key
+                {
+                    self.watch(key, Watch::live());
+                }
+            }
             Note::WriteFailed(failed) => {
                 self.emit(Event::Error {
                     operation: StoreOperation::Finish,

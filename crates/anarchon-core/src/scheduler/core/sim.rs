@@ -925,30 +925,16 @@ mod world {
             self.check_quiet();
             // Idle: no job left.
             self.log_world("idle".into());
-            let names: Vec<JobName> = self.jobs.iter().map(|j| j.name.clone()).collect();
-            self.jobs.clear();
-            for node in 0..self.nodes.len() {
-                for name in &names {
-                    if self.nodes[node].core.is_some() {
-                        self.command(node, CoreCommand::Remove(name.clone()));
-                    }
-                }
-            }
-            for _ in 0..40 {
-                if self.check.running.is_empty() {
-                    break;
-                }
-                self.run_for(Duration::from_secs(10));
-            }
-            self.run_for(lease * 2 + Duration::from_secs(12));
+            let defs = std::mem::take(&mut self.jobs);
+            let names: Vec<JobName> = defs.iter().map(|j| j.name.clone()).collect();
+            self.remove_everywhere(&names);
             if self.check.running.is_empty() && self.lease_store {
-                let lease: &dyn LeaseStore = &self.store;
-                let left: Vec<_> = lease
-                    .unfinished_runs(&names)
-                    .now_or_never()
-                    .and_then(|r| r.ok())
-                    .unwrap_or_default();
-                if let Some(v) = left.first() {
+                let left = self.unfinished(&names);
+                // A run handed over (released, no owner) waits for an instance that has its
+                // job (docs/guarantees.md): with the job registered nowhere that is by design,
+                // and registering the job again must continue it. An owned run must have
+                // ended with its handler.
+                if let Some(v) = left.iter().find(|v| v.owner.is_some()) {
                     self.violation(
                         "no record running once the cluster is quiet",
                         Some(&v.run),
@@ -958,6 +944,36 @@ mod world {
                             v.attempt, v.owner
                         ),
                     );
+                }
+                if !left.is_empty() {
+                    *self
+                        .counts
+                        .entry("released runs waiting for their job".into())
+                        .or_default() += left.len() as u64;
+                    let waiting: Vec<JobName> = left.iter().map(|v| v.run.job.clone()).collect();
+                    let node = (0..self.nodes.len()).find(|&n| self.nodes[n].core.is_some());
+                    if let Some(node) = node {
+                        self.log_world(format!("registering {waiting:?} again on n{node}"));
+                        for def in defs.iter().filter(|d| waiting.contains(&d.name)) {
+                            self.jobs.push(def.clone());
+                            self.command(node, CoreCommand::Add(def.clone()));
+                        }
+                        self.run_for(lease * 2 + Duration::from_secs(12));
+                        let still: Vec<_> = self
+                            .unfinished(&waiting)
+                            .into_iter()
+                            .filter(|v| left.iter().any(|l| l.run == v.run))
+                            .collect();
+                        if let Some(v) = still.first() {
+                            self.violation(
+                                "a handed-over run is continued once its job is registered again",
+                                Some(&v.run),
+                                format!("attempt {} is still running: {v:?}", v.attempt),
+                            );
+                        }
+                        self.jobs.clear();
+                        self.remove_everywhere(&names);
+                    }
                 }
             }
             let before: u64 = self.calls_sent.values().sum();
@@ -970,6 +986,35 @@ mod world {
                     format!("{} calls in 10 idle minutes", after - before),
                 );
             }
+        }
+
+        /// Removes the jobs on every instance, then waits for their handlers to end.
+        fn remove_everywhere(&mut self, names: &[JobName]) {
+            for node in 0..self.nodes.len() {
+                for name in names {
+                    if self.nodes[node].core.is_some() {
+                        self.command(node, CoreCommand::Remove(name.clone()));
+                    }
+                }
+            }
+            for _ in 0..40 {
+                if self.check.running.is_empty() {
+                    break;
+                }
+                self.run_for(Duration::from_secs(10));
+            }
+            let lease = self.timing.lease;
+            self.run_for(lease * 2 + Duration::from_secs(12));
+        }
+
+        /// The store's unfinished runs of these jobs.
+        fn unfinished(&self, names: &[JobName]) -> Vec<crate::store::RunView> {
+            let lease: &dyn LeaseStore = &self.store;
+            lease
+                .unfinished_runs(names)
+                .now_or_never()
+                .and_then(|r| r.ok())
+                .unwrap_or_default()
         }
 
         /// After 2 quiet leases: every `running` record has its handler running on its owner.

@@ -15,6 +15,8 @@ use crate::history::{Reason, RunStatus};
 use crate::memory::Health as StoreHealth;
 use crate::options::{CatchUp, JobOptions};
 use crate::slot::Schedule;
+use crate::store::LeaseStore;
+use futures::FutureExt;
 
 // ----- the behaviours -----------------------------------------------------------------------
 
@@ -887,4 +889,203 @@ fn seed_1291_a_claim_answered_after_its_lease_expired_does_not_start_the_handler
         .map(|(n, s)| (*n, s.attempt))
         .collect();
     assert_eq!(starts, vec![(1, 2)], "only the takeover starts");
+}
+
+#[test]
+fn backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one_by_one() {
+    // Three instances back each other up for 100 `every 1s` jobs: every run an instance
+    // loses is watched. The poll is one `unfinished_runs` call over the watched runs' jobs
+    // per heartbeat; ended runs drop out of the watches without a read of their own.
+    let jobs: Vec<Arc<JobDef>> = (0..100)
+        .map(|i| every(&format!("j{i}"), Duration::from_secs(1), opts()))
+        .collect();
+    let mut sim = Sim::new(3, jobs);
+    for n in 0..3 {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(40));
+    let heartbeat_s = sim.core(0).heartbeat_every().as_secs_f64();
+    let polls = sim.calls_sent.get("unfinished_runs").copied().unwrap_or(0);
+    // One listing at start per instance, then one sweep per heartbeat per instance.
+    let most = 3 * (1 + (40.0 / heartbeat_s).ceil() as u64 + 1);
+    assert!(
+        polls >= 3 * 4 && polls <= most,
+        "{polls} sweeps (at most {most}): {:?}",
+        sim.calls_sent
+    );
+    assert!(
+        !sim.calls_sent.contains_key("runs"),
+        "no run read one by one without a release: {:?}",
+        sim.calls_sent
+    );
+    // Every slot started once, and the watches hold only what is still unfinished or
+    // claimable (about one heartbeat of lost slots), not everything lost since the start.
+    let starts = sim.all_starts();
+    let mut slots: HashSet<(String, i64)> = HashSet::new();
+    for (_, s) in &starts {
+        assert!(
+            slots.insert((s.job.to_string(), s.slot.timestamp_millis())),
+            "a slot started twice: {s:?}"
+        );
+    }
+    assert!(starts.len() >= 100 * 38, "{} starts", starts.len());
+    for n in 0..3 {
+        let watched = sim.core(n).watched_runs();
+        assert!(
+            watched <= 100 * (heartbeat_s as usize + 2),
+            "node {n} watches {watched} runs"
+        );
+    }
+}
+
+#[test]
+fn a_crashed_owner_is_taken_over_through_the_sweep_within_lease_and_two_heartbeats() {
+    let mut sim =
+        Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(120),
+            result: Ok(()),
+            obeys_cancel: true,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_millis(500));
+    sim.start(1);
+    sim.run_for(Duration::from_secs(3));
+    let owner = sim.all_starts()[0].0;
+    sim.crash(owner);
+    let lease = sim.core(1 - owner).lease_ms();
+    let heartbeat = sim.core(1 - owner).heartbeat_every();
+    sim.run_for(Duration::from_millis(lease) + 2 * heartbeat + Duration::from_secs(1));
+    let attempts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![(owner, 1), (1 - owner, 2)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert!(sim.calls_sent.contains_key("unfinished_runs"));
+    assert!(!sim.calls_sent.contains_key("runs"), "{:?}", sim.calls_sent);
+}
+
+/// Simulator seed 68 (`cargo xtask simulate --seed 68 --hours 1 --nodes 3`): an instance that
+/// fenced itself handed its run over and then did not back up the next attempt; when that
+/// attempt's owner died, nobody continued it (the third instance was frozen).
+#[test]
+fn seed_68_an_instance_that_handed_its_run_over_backs_up_the_next_attempt() {
+    let mut sim =
+        Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(600),
+            result: Ok(()),
+            obeys_cancel: true,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_millis(200));
+    sim.start(1);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(sim.all_starts().len(), 1);
+    let owner = sim.all_starts()[0].0;
+    // The owner's heartbeats fail until its lease is gone: it fences itself and hands over.
+    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
+    sim.fail_next.insert("heartbeat", beats as u32);
+    sim.run_for(Duration::from_millis(sim.timing.lease_ms()) + Duration::from_secs(2));
+    let starts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(owner, 1), (1 - owner, 2)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert!(
+        sim.core(owner).watched_runs() >= 1,
+        "the handing-over instance backs it up"
+    );
+    // The new owner dies: the instance that handed the run over continues it.
+    sim.crash(1 - owner);
+    let bound = Duration::from_millis(sim.timing.lease_ms())
+        + 2 * Duration::from_millis(sim.timing.heartbeat_ms())
+        + Duration::from_secs(1);
+    sim.run_for(bound);
+    let starts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(owner, 1), (1 - owner, 2), (owner, 3)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
+
+/// Simulator seed 3948 (`cargo xtask simulate --seed 3948 --nodes 9 --hours 1`): a handler
+/// whose instance had fenced itself ignored the cancellation and returned an error after
+/// every instance had removed its job; the run was handed over with no instance to take it.
+/// It stays `running` (released) while its job is registered nowhere, by design (another
+/// instance may still have the job); registering the job again continues it at once.
+#[test]
+fn seed_3948_a_run_handed_over_while_its_job_is_registered_nowhere_is_continued_when_it_returns() {
+    let def = every("j", Duration::from_secs(3_600), opts());
+    let mut sim = Sim::new(2, vec![def.clone()]).behave(|i| Behaviour {
+        takes: if i.attempt == 1 {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(1)
+        },
+        result: Err("boom".into()),
+        obeys_cancel: false,
+    });
+    sim.start(0);
+    sim.run_for(Duration::from_millis(200));
+    sim.start(1);
+    sim.run_for(Duration::from_secs(2));
+    let owner = sim.all_starts()[0].0;
+    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
+    sim.fail_next.insert("heartbeat", beats as u32);
+    // The owner fences itself a heartbeat before its lease ends; the job is removed
+    // everywhere before the lease ends (no backup took it over).
+    sim.run_for(Duration::from_millis(sim.timing.lease_ms()) - Duration::from_secs(4));
+    assert!(
+        sim.events(owner)
+            .iter()
+            .any(|e| matches!(e, Event::Fenced(_)))
+    );
+    for n in 0..2 {
+        sim.command(n, CoreCommand::Remove(def.name.clone()));
+    }
+    // The handler ignores its cancellation and returns its error at 60 s: handed over.
+    sim.run_for(Duration::from_secs(40));
+    let lease: &dyn LeaseStore = &sim.store;
+    let left = lease
+        .unfinished_runs(std::slice::from_ref(&def.name))
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    assert_eq!(left.len(), 1, "{left:?}\n{}", sim.timeline.join("\n"));
+    assert_eq!(left[0].owner, None, "released");
+    assert_eq!(
+        sim.all_starts().len(),
+        1,
+        "nobody continued it: the job is nowhere"
+    );
+    sim.command(1 - owner, CoreCommand::Add(def.clone()));
+    sim.run_for(Duration::from_secs(5));
+    let starts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(owner, 1), (1 - owner, 2)],
+        "{}",
+        sim.timeline.join("\n")
+    );
 }

@@ -176,6 +176,8 @@ pub(crate) struct CoreHealth {
     pub(crate) last_error: Option<String>,
     /// Slots not claimed in time, in all.
     pub(crate) slots_late: u64,
+    /// Runs of other instances backed up now.
+    pub(crate) runs_watched: u64,
 }
 
 /// Consecutive failed store calls after which the store counts as unreachable.
@@ -355,9 +357,14 @@ pub(super) enum Pending {
         ids: Vec<RunId>,
         sent: Micros,
     },
+    /// Targeted reads of runs named by release notifications.
     Runs {
         asked: Vec<RunKey>,
-        poll: bool,
+        sent: Micros,
+    },
+    /// The backup poll: the unfinished runs of the asked runs' jobs.
+    Sweep {
+        asked: Vec<RunKey>,
         sent: Micros,
     },
     Takeovers {
@@ -378,6 +385,8 @@ pub(super) enum Pending {
         job: JobName,
     },
     Unfinished,
+    /// The unfinished runs of a job added while running (no catch-up follows).
+    Adopt,
 }
 
 /// A claim waiting for the end of the turn (or for room in flight).

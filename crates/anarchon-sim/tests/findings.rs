@@ -1,7 +1,5 @@
-//! Violations the simulator found that the core does not fix yet, each replayed from its
-//! shrunk configuration. They are ignored until the fix lands (run them with
-//! `cargo test -p anarchon-sim --test open_findings -- --ignored`); the fix un-ignores its
-//! test, and moves it beside the core's tests named after the seed.
+//! Violations the simulator found, each replayed from its shrunk configuration after its fix
+//! (the core's own regression test, named after the seed, sits beside the core's tests).
 
 use anarchon_sim::{Faults, SimConfig, run};
 
@@ -10,10 +8,12 @@ use anarchon_sim::{Faults, SimConfig, run};
 /// itself (lease not renewed) ignored the cancellation and returned an error after every
 /// instance had removed its job (the idle check removes every job); its instance handed the
 /// run over (`run.rs`: an error after a cause that hands over is `Write::Release`), and with
-/// the job registered nowhere no backup takes it: the record stays `running` with no owner.
+/// the job registered nowhere no backup takes it: the record stays `running` with no owner
+/// while the job is registered nowhere (by design: an instance may still have the job), and
+/// registering the job again now continues it at once (the simulator's idle check does so
+/// and fails if it is not continued).
 #[test]
-#[ignore = "open: a run of a job removed everywhere, handed over after self-fencing, stays running"]
-fn seed_3948_a_handed_over_run_of_a_removed_job_does_not_stay_running() {
+fn seed_3948_a_handed_over_run_of_a_removed_job_is_continued_when_the_job_returns() {
     let mut cfg = SimConfig::new(3948, 5, 1.0);
     cfg.faults = Faults::only([
         "lost-answer",
