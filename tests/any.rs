@@ -4,24 +4,7 @@
 
 use anarchon::any::{self, AnyOptions, AnyStore, StoreKind};
 
-/// The URL in `var`, or `None` after saying why (a panic when servers are required).
-#[allow(dead_code)]
-fn url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ if std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1") => {
-            panic!(
-                "{var} is not set and ANARCHON_REQUIRE_SERVERS=1: run `cargo xtask test-servers --brokers`"
-            )
-        }
-        _ => {
-            eprintln!(
-                "SKIP {var} is not set: start the servers with `cargo xtask test-servers --brokers`"
-            );
-            None
-        }
-    }
-}
+use anarchon_test_support::server_url as url;
 
 /// Opens `url`, checks the shape and kind, reads the job list, closes.
 #[allow(dead_code)]
