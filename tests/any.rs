@@ -132,3 +132,118 @@ async fn a_nats_url_opens_the_claim_only_nats_store() {
     )
     .await;
 }
+
+/// [B-36] A reader opens the store an application prepared and lists its jobs; a namespace
+/// under which no store lives is refused naming `option`, and the broker stores refuse a
+/// claim.
+#[allow(dead_code)]
+async fn reads(url: &str, store: AnyOptions, missing: AnyOptions, option: &str) {
+    use anarchon::store::{RunKey, SlotClaim};
+    let job = anarchon::JobName::new(unique("read-")).unwrap();
+    let writer = any::open_with(url, store.clone()).await.unwrap();
+    writer
+        .history()
+        .prepare(&anarchon::store::Prepare {
+            jobs: vec![job.clone()],
+            instance_id: "any-test".into(),
+            call_timeout: std::time::Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    let reader = any::open_read_only(url, store).await.unwrap();
+    assert_eq!(
+        reader.history().known_jobs().await.unwrap(),
+        vec![job.clone()]
+    );
+    if let AnyStore::Claim(claims) = &reader {
+        let claim = SlotClaim {
+            run: RunKey::new(job, 0),
+            instance_id: "any-test".into(),
+            not_after: i64::MAX,
+        };
+        let err = claims.claim_slot(&claim).await.unwrap_err().to_string();
+        assert!(err.contains("read-only"), "{err}");
+    }
+    reader.close().await.unwrap();
+    writer.close().await.unwrap();
+    match any::open_read_only(url, missing).await {
+        Err(anarchon::Error::InvalidOption { option: o, reason }) => {
+            assert_eq!(o, option, "{reason}");
+        }
+        other => panic!("a namespace with no store opened: {other:?}"),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_file_is_not_opened_read_only_by_any() {
+    let err = any::open_read_only("jobs.db", AnyOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, anarchon::Error::StoreUrl { .. }), "{err}");
+    assert!(!std::path::Path::new("jobs.db").exists());
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn b36_postgres_opens_read_only_and_names_a_missing_table() {
+    let Some(url) = url("ANARCHON_POSTGRES_URL") else {
+        return;
+    };
+    let table = unique("any_ro_");
+    reads(
+        &url,
+        AnyOptions::default().table(&table),
+        AnyOptions::default().table(format!("{table}_typo")),
+        "table",
+    )
+    .await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn b36_redis_opens_read_only_and_refuses_a_missing_prefix() {
+    let Some(url) = url("ANARCHON_REDIS_URL") else {
+        return;
+    };
+    let prefix = unique("any-ro:");
+    reads(
+        &url,
+        AnyOptions::default().prefix(&prefix),
+        AnyOptions::default().prefix(format!("{prefix}typo:")),
+        "prefix",
+    )
+    .await;
+}
+
+#[cfg(feature = "amqp")]
+#[tokio::test]
+async fn b36_rabbitmq_opens_read_only_refuses_claims_and_a_missing_prefix() {
+    let Some(url) = url("ANARCHON_AMQP_URL") else {
+        return;
+    };
+    let prefix = unique("any-ro-");
+    reads(
+        &url,
+        AnyOptions::default().prefix(&prefix),
+        AnyOptions::default().prefix(format!("{prefix}-typo")),
+        "prefix",
+    )
+    .await;
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn b36_nats_opens_read_only_refuses_claims_and_a_missing_prefix() {
+    let Some(url) = url("ANARCHON_NATS_URL") else {
+        return;
+    };
+    let prefix = unique("any-ro-");
+    reads(
+        &url,
+        AnyOptions::default().prefix(&prefix),
+        AnyOptions::default().prefix(format!("{prefix}-typo")),
+        "prefix",
+    )
+    .await;
+}
