@@ -129,7 +129,7 @@ impl AmqpOptions {
         if let Err(reason) = claim_only::check_prefix(&self.prefix) {
             return Err(AmqpError::InvalidOption {
                 option: "prefix",
-                reason: format!("{reason}"),
+                reason,
             });
         }
         within(

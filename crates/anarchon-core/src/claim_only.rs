@@ -194,7 +194,8 @@ pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 /// ```
 /// use anarchon_core::claim_only::cap_text;
 /// assert_eq!(cap_text("short", 64, "NATS"), "short");
-/// let cut = cap_text(&"é".repeat(100), 51, "NATS");
+/// let long = "é".repeat(100);
+/// let cut = cap_text(&long, 51, "NATS");
 /// assert!(cut.starts_with(&"é".repeat(25)) && cut.contains("150 more bytes cut"));
 /// ```
 pub fn cap_text<'a>(text: &'a str, max: usize, store: &str) -> Cow<'a, str> {
@@ -281,8 +282,7 @@ pub fn keep_newest_runs(records: &mut Vec<RunRecord>, keep: usize) {
 /// assert_eq!(records.iter().map(|r| r.started_at).collect::<Vec<_>>(), [3, 2]);
 /// ```
 pub fn newest_first(mut records: Vec<RunRecord>, count: usize) -> Vec<RunRecord> {
-    records
-        .sort_by(|a, b| (b.started_at, b.slot, b.attempt).cmp(&(a.started_at, a.slot, a.attempt)));
+    records.sort_by_key(|r| std::cmp::Reverse((r.started_at, r.slot, r.attempt)));
     records.truncate(count);
     records
 }
@@ -543,7 +543,8 @@ mod tests {
     #[test]
     fn long_text_is_cut_at_a_char_boundary_and_says_so() {
         assert_eq!(cap_text("short\0text", 64, "x"), "short\0text");
-        let cut = cap_text(&"é".repeat(100), 51, "x");
+        let long = "é".repeat(100); // 200 bytes
+        let cut = cap_text(&long, 51, "x");
         assert!(cut.starts_with(&"é".repeat(25)), "{cut}");
         assert!(cut.contains("150 more bytes cut"), "{cut}");
         assert!(cut.contains("at most 51 bytes"), "{cut}");
