@@ -184,66 +184,46 @@ async fn a_sqlite_file_is_not_opened_read_only_by_any() {
     assert!(!std::path::Path::new("jobs.db").exists());
 }
 
+/// [`reads`] on the server in `var`, the store under a fresh `namespace` (`table` or
+/// `prefix`), the missing one under a name nothing uses.
+#[allow(dead_code)]
+async fn reads_fresh(var: &str, namespace: &str) {
+    let Some(url) = url(var) else {
+        return;
+    };
+    let (name, typo) = match namespace {
+        "table" => (unique("any_ro_"), "_typo"),
+        _ if var.contains("REDIS") => (unique("any-ro:"), "typo:"),
+        _ => (unique("any-ro-"), "-typo"),
+    };
+    let options = |name: String| match namespace {
+        "table" => AnyOptions::default().table(name),
+        _ => AnyOptions::default().prefix(name),
+    };
+    let missing = options(format!("{name}{typo}"));
+    reads(&url, options(name), missing, namespace).await;
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn b36_postgres_opens_read_only_and_names_a_missing_table() {
-    let Some(url) = url("ANARCHON_POSTGRES_URL") else {
-        return;
-    };
-    let table = unique("any_ro_");
-    reads(
-        &url,
-        AnyOptions::default().table(&table),
-        AnyOptions::default().table(format!("{table}_typo")),
-        "table",
-    )
-    .await;
+    reads_fresh("ANARCHON_POSTGRES_URL", "table").await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn b36_redis_opens_read_only_and_refuses_a_missing_prefix() {
-    let Some(url) = url("ANARCHON_REDIS_URL") else {
-        return;
-    };
-    let prefix = unique("any-ro:");
-    reads(
-        &url,
-        AnyOptions::default().prefix(&prefix),
-        AnyOptions::default().prefix(format!("{prefix}typo:")),
-        "prefix",
-    )
-    .await;
+    reads_fresh("ANARCHON_REDIS_URL", "prefix").await;
 }
 
 #[cfg(feature = "amqp")]
 #[tokio::test]
 async fn b36_rabbitmq_opens_read_only_refuses_claims_and_a_missing_prefix() {
-    let Some(url) = url("ANARCHON_AMQP_URL") else {
-        return;
-    };
-    let prefix = unique("any-ro-");
-    reads(
-        &url,
-        AnyOptions::default().prefix(&prefix),
-        AnyOptions::default().prefix(format!("{prefix}-typo")),
-        "prefix",
-    )
-    .await;
+    reads_fresh("ANARCHON_AMQP_URL", "prefix").await;
 }
 
 #[cfg(feature = "nats")]
 #[tokio::test]
 async fn b36_nats_opens_read_only_refuses_claims_and_a_missing_prefix() {
-    let Some(url) = url("ANARCHON_NATS_URL") else {
-        return;
-    };
-    let prefix = unique("any-ro-");
-    reads(
-        &url,
-        AnyOptions::default().prefix(&prefix),
-        AnyOptions::default().prefix(format!("{prefix}-typo")),
-        "prefix",
-    )
-    .await;
+    reads_fresh("ANARCHON_NATS_URL", "prefix").await;
 }
