@@ -14,6 +14,9 @@
 //! a key prefix) and a libSQL auth token go in [`AnyOptions`]; an option the store does not
 //! take is refused rather than ignored.
 //!
+//! [`open_read_only`] opens a server store to read it (a dashboard, the `anarchon` command):
+//! it writes nothing and refuses a namespace under which no store lives.
+//!
 //! ```no_run
 //! # async fn demo() -> anarchon::Result<()> {
 //! use anarchon::any::{self, AnyOptions, AnyStore};
@@ -27,8 +30,11 @@
 //! # let _ = scheduler; Ok(()) }
 //! ```
 
+mod read_only;
+
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anarchon_core::store::{ClaimStore, HistoryStore, LeaseStore};
 use anarchon_core::{Error, Result, redact_url};
@@ -186,6 +192,7 @@ pub struct AnyOptions {
     schema: Option<String>,
     prefix: Option<String>,
     auth_token: Option<String>,
+    timeout: Option<Duration>,
 }
 
 impl fmt::Debug for AnyOptions {
@@ -195,6 +202,7 @@ impl fmt::Debug for AnyOptions {
             .field("schema", &self.schema)
             .field("prefix", &self.prefix)
             .field("auth_token", &self.auth_token.as_ref().map(|_| "***"))
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -221,6 +229,19 @@ impl AnyOptions {
     /// The auth token (libSQL).
     pub fn auth_token(mut self, token: impl Into<String>) -> Self {
         self.auth_token = Some(token.into());
+        self
+    }
+
+    /// The bound of connecting and of each call to the store (every store: its connect and
+    /// call or operation timeouts). Without it, each store's defaults apply.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = anarchon::any::AnyOptions::default().timeout(Duration::from_secs(3));
+    /// assert!(format!("{options:?}").contains("3s"));
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -363,6 +384,9 @@ async fn connect(kind: StoreKind, url: &str, options: AnyOptions) -> Result<AnyS
                 if let Some(t) = options.table {
                     o = o.table(t);
                 }
+                if let Some(t) = options.timeout {
+                    o = o.call_timeout(t);
+                }
                 let store = anarchon_sqlite::SqliteStore::connect_with(path, o).await?;
                 return Ok(AnyStore::Lease(Arc::new(store)));
             }
@@ -377,6 +401,9 @@ async fn connect(kind: StoreKind, url: &str, options: AnyOptions) -> Result<AnyS
                 if let Some(t) = options.auth_token {
                     o = o.auth_token(t);
                 }
+                if let Some(t) = options.timeout {
+                    o = o.call_timeout(t);
+                }
                 let store = anarchon_libsql::LibsqlStore::connect_with(url, o).await?;
                 return Ok(AnyStore::Lease(Arc::new(store)));
             }
@@ -384,52 +411,186 @@ async fn connect(kind: StoreKind, url: &str, options: AnyOptions) -> Result<AnyS
         StoreKind::Postgres => {
             #[cfg(feature = "postgres")]
             {
-                let mut o = anarchon_postgres::PostgresOptions::default();
-                if let Some(t) = options.table {
-                    o = o.table(t);
-                }
-                if let Some(s) = options.schema {
-                    o = o.schema(s);
-                }
-                let store = anarchon_postgres::PostgresStore::connect_with(url, o).await?;
+                let store =
+                    anarchon_postgres::PostgresStore::connect_with(url, postgres(&options)).await?;
                 return Ok(AnyStore::Lease(Arc::new(store)));
             }
         }
         StoreKind::Redis => {
             #[cfg(feature = "redis")]
             {
-                let mut o = anarchon_redis::RedisOptions::default();
-                if let Some(p) = options.prefix {
-                    o = o.prefix(p);
-                }
-                let store = anarchon_redis::RedisStore::connect_with(url, o).await?;
+                let store = anarchon_redis::RedisStore::connect_with(url, redis(&options)).await?;
                 return Ok(AnyStore::Lease(Arc::new(store)));
             }
         }
         StoreKind::Amqp => {
             #[cfg(feature = "amqp")]
             {
-                let mut o = anarchon_amqp::AmqpOptions::default();
-                if let Some(p) = options.prefix {
-                    o = o.prefix(p);
-                }
-                let store = anarchon_amqp::AmqpStore::connect_with(url, o).await?;
+                let store = anarchon_amqp::AmqpStore::connect_with(url, amqp(&options)).await?;
                 return Ok(AnyStore::Claim(Arc::new(store)));
             }
         }
         StoreKind::Nats => {
             #[cfg(feature = "nats")]
             {
-                let mut o = anarchon_nats::NatsOptions::default();
-                if let Some(p) = options.prefix {
-                    o = o.prefix(p);
-                }
-                let store = anarchon_nats::NatsStore::connect_with(url, o).await?;
+                let store = anarchon_nats::NatsStore::connect_with(url, nats(&options)).await?;
                 return Ok(AnyStore::Claim(Arc::new(store)));
             }
         }
     }
     unreachable!("open_with checked that the {kind} feature is on")
+}
+
+/// The PostgreSQL options `options` give.
+#[cfg(feature = "postgres")]
+fn postgres(options: &AnyOptions) -> anarchon_postgres::PostgresOptions {
+    let mut o = anarchon_postgres::PostgresOptions::default();
+    if let Some(t) = &options.table {
+        o = o.table(t.clone());
+    }
+    if let Some(s) = &options.schema {
+        o = o.schema(s.clone());
+    }
+    if let Some(t) = options.timeout {
+        o = o.timeout(t).connect_timeout(t);
+    }
+    o
+}
+
+/// The Redis options `options` give.
+#[cfg(feature = "redis")]
+fn redis(options: &AnyOptions) -> anarchon_redis::RedisOptions {
+    let mut o = anarchon_redis::RedisOptions::default();
+    if let Some(p) = &options.prefix {
+        o = o.prefix(p.clone());
+    }
+    if let Some(t) = options.timeout {
+        o = o.command_timeout(t).connect_timeout(t);
+    }
+    o
+}
+
+/// The RabbitMQ options `options` give.
+#[cfg(feature = "amqp")]
+fn amqp(options: &AnyOptions) -> anarchon_amqp::AmqpOptions {
+    let mut o = anarchon_amqp::AmqpOptions::default();
+    if let Some(p) = &options.prefix {
+        o = o.prefix(p.clone());
+    }
+    if let Some(t) = options.timeout {
+        o = o.operation_timeout(t).connect_timeout(t);
+    }
+    o
+}
+
+/// The NATS options `options` give.
+#[cfg(feature = "nats")]
+fn nats(options: &AnyOptions) -> anarchon_nats::NatsOptions {
+    let mut o = anarchon_nats::NatsOptions::default();
+    if let Some(p) = &options.prefix {
+        o = o.prefix(p.clone());
+    }
+    if let Some(t) = options.timeout {
+        o = o.operation_timeout(t).connect_timeout(t);
+    }
+    o
+}
+
+/// Opens the server store `url` names to read it, writing nothing: for a dashboard or the
+/// `anarchon` command, beside (or instead of) the application that writes it.
+///
+/// - PostgreSQL: connects (reading the server version) and checks that the schema holds the
+///   store's tables of the table prefix; the tables are never created.
+/// - Redis: connects and checks that a store lives under the key prefix (its `meta` or
+///   `jobs` key exists); when none does, the error names the prefixes of the anarchon
+///   stores the server holds, nearest first.
+/// - RabbitMQ and NATS: their `open_read_only`, which declares, creates and publishes
+///   nothing and needs the store's queue of known jobs (RabbitMQ) or its stream (NATS).
+///
+/// The brokers' stores refuse every write (a claim, a record, `prepare`); the PostgreSQL and
+/// Redis stores are the ordinary ones, whose reads write nothing: use them to read, not to
+/// run a scheduler. SQLite and libSQL are refused: their `connect` creates and migrates the
+/// tables (the `anarchon` command reads them with readers of its own).
+///
+/// # Errors
+/// As [`open_with`]; a namespace under which no store lives is an
+/// [`Error::InvalidOption`] for `prefix` (Redis, RabbitMQ, NATS) or `table` (PostgreSQL),
+/// saying what is missing.
+///
+/// ```no_run
+/// # async fn demo() -> anarchon::Result<()> {
+/// use anarchon::any::{self, AnyOptions};
+///
+/// let store = any::open_read_only("nats://127.0.0.1:4222", AnyOptions::default().prefix("billing"))
+///     .await?;
+/// println!("{:?}", store.history().known_jobs().await?);
+/// # Ok(()) }
+/// ```
+pub async fn open_read_only(url: &str, options: AnyOptions) -> Result<AnyStore> {
+    let kind = StoreKind::of(url)?;
+    if !kind.is_enabled() {
+        return open_with(url, options).await;
+    }
+    options.check(kind)?;
+    read(kind, url.trim(), options).await
+}
+
+#[allow(unused_variables, unreachable_code)]
+async fn read(kind: StoreKind, url: &str, options: AnyOptions) -> Result<AnyStore> {
+    match kind {
+        StoreKind::Sqlite | StoreKind::Libsql => {
+            return Err(url_error(
+                url,
+                &format!(
+                    "the {kind} store cannot be opened read-only here: its connect creates and                      migrates the tables; open it with any::open_with to write, or read the                      file with the `anarchon` command"
+                ),
+            ));
+        }
+        StoreKind::Postgres => {
+            #[cfg(feature = "postgres")]
+            {
+                // A reader needs no notifications and few connections.
+                let o = postgres(&options).pool_size(2).fast_handover(false);
+                let store = anarchon_postgres::PostgresStore::connect_with(url, o).await?;
+                if let Err(e) = read_only::check_postgres_tables(&store).await {
+                    let _ = anarchon_core::store::Store::close(&store).await;
+                    return Err(e);
+                }
+                return Ok(AnyStore::Lease(Arc::new(store)));
+            }
+        }
+        StoreKind::Redis => {
+            #[cfg(feature = "redis")]
+            {
+                let o = redis(&options);
+                let prefix = o.key_prefix().to_owned();
+                let store = anarchon_redis::RedisStore::connect_with(url, o).await?;
+                if let Err(e) = read_only::check_redis_prefix(&store, &prefix).await {
+                    let _ = anarchon_core::store::Store::close(&store).await;
+                    return Err(e);
+                }
+                return Ok(AnyStore::Lease(Arc::new(store)));
+            }
+        }
+        StoreKind::Amqp => {
+            #[cfg(feature = "amqp")]
+            {
+                // The gate queues' ttl is only checked against the timeout: a reader claims
+                // nothing.
+                let o = amqp(&options).slot_ttl(anarchon_amqp::AmqpOptions::MAX_SLOT_TTL);
+                let store = anarchon_amqp::AmqpStore::open_read_only(url, o).await?;
+                return Ok(AnyStore::Claim(Arc::new(store)));
+            }
+        }
+        StoreKind::Nats => {
+            #[cfg(feature = "nats")]
+            {
+                let store = anarchon_nats::NatsStore::open_read_only(url, nats(&options)).await?;
+                return Ok(AnyStore::Claim(Arc::new(store)));
+            }
+        }
+    }
+    unreachable!("open_read_only checked that the {kind} feature is on")
 }
 
 #[cfg(test)]

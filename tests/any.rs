@@ -4,24 +4,7 @@
 
 use anarchon::any::{self, AnyOptions, AnyStore, StoreKind};
 
-/// The URL in `var`, or `None` after saying why (a panic when servers are required).
-#[allow(dead_code)]
-fn url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ if std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1") => {
-            panic!(
-                "{var} is not set and ANARCHON_REQUIRE_SERVERS=1: run `cargo xtask test-servers --brokers`"
-            )
-        }
-        _ => {
-            eprintln!(
-                "SKIP {var} is not set: start the servers with `cargo xtask test-servers --brokers`"
-            );
-            None
-        }
-    }
-}
+use anarchon_test_support::server_url as url;
 
 /// Opens `url`, checks the shape and kind, reads the job list, closes.
 #[allow(dead_code)]
@@ -148,4 +131,99 @@ async fn a_nats_url_opens_the_claim_only_nats_store() {
         false,
     )
     .await;
+}
+
+/// [B-36] A reader opens the store an application prepared and lists its jobs; a namespace
+/// under which no store lives is refused naming `option`, and the broker stores refuse a
+/// claim.
+#[allow(dead_code)]
+async fn reads(url: &str, store: AnyOptions, missing: AnyOptions, option: &str) {
+    use anarchon::store::{RunKey, SlotClaim};
+    let job = anarchon::JobName::new(unique("read-")).unwrap();
+    let writer = any::open_with(url, store.clone()).await.unwrap();
+    writer
+        .history()
+        .prepare(&anarchon::store::Prepare {
+            jobs: vec![job.clone()],
+            instance_id: "any-test".into(),
+            call_timeout: std::time::Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    let reader = any::open_read_only(url, store).await.unwrap();
+    assert_eq!(
+        reader.history().known_jobs().await.unwrap(),
+        vec![job.clone()]
+    );
+    if let AnyStore::Claim(claims) = &reader {
+        let claim = SlotClaim {
+            run: RunKey::new(job, 0),
+            instance_id: "any-test".into(),
+            not_after: i64::MAX,
+        };
+        let err = claims.claim_slot(&claim).await.unwrap_err().to_string();
+        assert!(err.contains("read-only"), "{err}");
+    }
+    reader.close().await.unwrap();
+    writer.close().await.unwrap();
+    match any::open_read_only(url, missing).await {
+        Err(anarchon::Error::InvalidOption { option: o, reason }) => {
+            assert_eq!(o, option, "{reason}");
+        }
+        other => panic!("a namespace with no store opened: {other:?}"),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_file_is_not_opened_read_only_by_any() {
+    let err = any::open_read_only("jobs.db", AnyOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, anarchon::Error::StoreUrl { .. }), "{err}");
+    assert!(!std::path::Path::new("jobs.db").exists());
+}
+
+/// [`reads`] on the server in `var`, the store under a fresh `namespace` (`table` or
+/// `prefix`), the missing one under a name nothing uses.
+#[allow(dead_code)]
+async fn reads_fresh(var: &str, namespace: &str) {
+    let Some(url) = url(var) else {
+        return;
+    };
+    let (name, typo) = match namespace {
+        "table" => (unique("any_ro_"), "_typo"),
+        _ if var.contains("REDIS") => (unique("any-ro:"), "typo:"),
+        _ => (unique("any-ro-"), "-typo"),
+    };
+    let options = |name: String| match namespace {
+        "table" => AnyOptions::default().table(name),
+        _ => AnyOptions::default().prefix(name),
+    };
+    let missing = options(format!("{name}{typo}"));
+    reads(&url, options(name), missing, namespace).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn b36_postgres_opens_read_only_and_names_a_missing_table() {
+    reads_fresh("ANARCHON_POSTGRES_URL", "table").await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn b36_redis_opens_read_only_and_refuses_a_missing_prefix() {
+    reads_fresh("ANARCHON_REDIS_URL", "prefix").await;
+}
+
+#[cfg(feature = "amqp")]
+#[tokio::test]
+async fn b36_rabbitmq_opens_read_only_refuses_claims_and_a_missing_prefix() {
+    reads_fresh("ANARCHON_AMQP_URL", "prefix").await;
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn b36_nats_opens_read_only_refuses_claims_and_a_missing_prefix() {
+    reads_fresh("ANARCHON_NATS_URL", "prefix").await;
 }

@@ -31,9 +31,9 @@ use support::{Cluster, HandlerLine, NodeConfig, TempDb, now_ms, read_handler_log
 enum Store {
     Sqlite(TempDb),
     #[cfg(feature = "redis")]
-    Redis(support::servers::OwnRedis),
+    Redis(anarchon_test_support::OwnRedis),
     #[cfg(feature = "postgres")]
-    Postgres(support::servers::OwnPostgres),
+    Postgres(anarchon_test_support::OwnPostgres),
 }
 
 impl Store {
@@ -41,10 +41,12 @@ impl Store {
         match kind {
             "sqlite" => Store::Sqlite(TempDb::new("chaos")),
             #[cfg(feature = "redis")]
-            "redis" => Store::Redis(support::servers::OwnRedis::start().expect("redis-server")),
+            "redis" => {
+                Store::Redis(anarchon_test_support::OwnRedis::start().expect("redis-server"))
+            }
             #[cfg(feature = "postgres")]
             "postgres" => {
-                Store::Postgres(support::servers::OwnPostgres::start().expect("PostgreSQL"))
+                Store::Postgres(anarchon_test_support::OwnPostgres::start().expect("PostgreSQL"))
             }
             other => panic!(
                 "ANARCHON_CHAOS_STORE={other}: expected sqlite, redis or postgres (the latter two \

@@ -303,7 +303,7 @@ fn b45_exactly_once_on_sqlite_under_kills_stops_and_handovers() {
 #[test]
 #[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
 fn b45_exactly_once_on_postgres_under_kills_stops_handovers_and_connection_kills() {
-    let Some(url) = support::server_url("exactly_once", "ANARCHON_POSTGRES_URL") else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_POSTGRES_URL") else {
         return;
     };
     let plan = format!("{PLAN},pgkill,none,pgkill");

@@ -598,7 +598,7 @@ fn s9_lease_on_sqlite() {
 #[test]
 #[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_redis() {
-    let Some(url) = support::server_url("scenarios redis", "ANARCHON_REDIS_URL") else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_REDIS_URL") else {
         return;
     };
     Env::new(
@@ -615,8 +615,7 @@ fn s9_lease_on_redis() {
 #[test]
 #[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_redis_cluster() {
-    let Some(url) = support::server_url("scenarios redis cluster", "ANARCHON_REDIS_CLUSTER_URL")
-    else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_REDIS_CLUSTER_URL") else {
         return;
     };
     Env::new(
@@ -631,7 +630,7 @@ fn s9_lease_on_redis_cluster() {
 #[test]
 #[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_naive_on_redis_stream_id() {
-    let Some(url) = support::server_url("scenarios redis naive", "ANARCHON_REDIS_URL") else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_REDIS_URL") else {
         return;
     };
     Env::new(
@@ -646,7 +645,7 @@ fn s9_naive_on_redis_stream_id() {
 #[test]
 #[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_naive_on_rabbitmq() {
-    let Some(url) = support::server_url("scenarios rabbitmq naive", "ANARCHON_AMQP_URL") else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_AMQP_URL") else {
         return;
     };
     Env::new("rabbitmq", format!("amqp-naive:{url}"), Mode::Naive).run_all();
@@ -656,7 +655,7 @@ fn s9_naive_on_rabbitmq() {
 #[test]
 #[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_naive_on_nats() {
-    let Some(url) = support::server_url("scenarios nats naive", "ANARCHON_NATS_URL") else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_NATS_URL") else {
         return;
     };
     Env::new("nats", format!("nats-naive:{url}"), Mode::Naive).run_all();
@@ -677,7 +676,7 @@ fn s9_broker_stores_need_their_features() {
 #[test]
 #[ignore = "failure scenario (slow suite): ANARCHON_SLOW=1 cargo xtask test, or cargo xtask scenarios"]
 fn s9_lease_on_postgres() {
-    let Some(url) = support::server_url("scenarios postgres", "ANARCHON_POSTGRES_URL") else {
+    let Some(url) = anarchon_test_support::server_url("ANARCHON_POSTGRES_URL") else {
         return;
     };
     Env::new("postgres", format!("postgres:{url}"), Mode::Lease).run_all();

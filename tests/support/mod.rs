@@ -11,7 +11,6 @@
 #![allow(dead_code)]
 
 pub(crate) mod examples;
-pub(crate) mod servers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read};
@@ -20,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anarchon::store::{HistoryStore, RunRecord as HistoryRecord};
+use anarchon::store::RunRecord as HistoryRecord;
 use anarchon::{Event, JobName, Leased, Mode, Scheduler};
 
 /// The environment variable that carries a child node's configuration.
@@ -31,24 +30,6 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The URL in `var`; without it a `SKIP` line, or a panic under
-/// `ANARCHON_REQUIRE_SERVERS=1`.
-pub(crate) fn server_url(suite: &str, var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ => {
-            if std::env::var("ANARCHON_REQUIRE_SERVERS").is_ok_and(|v| v == "1") {
-                panic!(
-                    "{var} is not set and ANARCHON_REQUIRE_SERVERS=1: start the servers with \
-                     `cargo xtask test-servers`"
-                );
-            }
-            eprintln!("SKIP {suite}: {var} is not set (cargo xtask test-servers)");
-            None
-        }
-    }
 }
 
 /// A job name unique to this run.
@@ -63,13 +44,34 @@ pub(crate) fn redis_target(url: &str) -> String {
     )
 }
 
-/// Splits [`redis_target`]'s `<url>#<prefix>` into the store's URL and options.
-#[cfg(feature = "redis")]
-fn redis_parts(target: &str) -> (&str, anarchon::redis::RedisOptions) {
-    match target.split_once('#') {
-        Some((url, prefix)) => (url, anarchon::redis::RedisOptions::default().prefix(prefix)),
-        None => (target, anarchon::redis::RedisOptions::default()),
+/// Opens the store of a [`StoreSpec`]: `redis-naive:` is the Redis claim-only `stream-id`
+/// strategy, which no URL names; every other spec is `<kind>:<url>[#<prefix>]`, opened by
+/// `anarchon::any` from the URL (the kind only labels it).
+async fn open_store(spec: &str) -> anyhow::Result<anarchon::any::AnyStore> {
+    use anarchon::any::{self, AnyOptions, AnyStore};
+    let (kind, target) = spec
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("bad store spec {spec:?}"))?;
+    let (url, prefix) = target.split_once('#').unwrap_or((target, ""));
+    if kind == "redis-naive" {
+        #[cfg(feature = "redis")]
+        {
+            let store = anarchon::redis::RedisClaimStore::connect_with(
+                url,
+                anarchon::redis::Strategy::StreamId,
+                anarchon::redis::RedisOptions::default().prefix(prefix),
+            )
+            .await?;
+            return Ok(AnyStore::Claim(std::sync::Arc::new(store)));
+        }
+        #[cfg(not(feature = "redis"))]
+        anyhow::bail!("store {kind:?} is not built into this test binary");
     }
+    let mut options = AnyOptions::default();
+    if !prefix.is_empty() {
+        options = options.prefix(prefix);
+    }
+    Ok(any::open_with(url, options).await?)
 }
 
 pub(crate) fn unique_job(prefix: &str) -> String {
@@ -234,71 +236,25 @@ async fn node(id: &str, cfg: NodeConfig) -> anyhow::Result<()> {
     // Registered before anything else, so an early SIGTERM/SIGINT is a graceful stop.
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let (kind, target) = cfg
-        .store
-        .split_once(':')
-        .ok_or_else(|| anyhow::anyhow!("bad store spec {:?}", cfg.store))?;
     let stop = async move {
         tokio::select! {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         }
     };
-    match kind {
-        "sqlite" => {
-            let store = anarchon::sqlite::SqliteStore::connect(target).await?;
-            serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
+    match open_store(&cfg.store).await? {
+        anarchon::any::AnyStore::Lease(store) => {
+            let builder = Scheduler::leased_shared(store);
+            serve(id, &cfg, leased(builder, id, &cfg)?, stop).await
         }
-        #[cfg(feature = "redis")]
-        "redis-lease" => {
-            let (url, options) = redis_parts(target);
-            let store = anarchon::redis::RedisStore::connect_with(url, options).await?;
-            serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
-        }
-        #[cfg(feature = "redis")]
-        "redis-naive" => {
-            let (url, options) = redis_parts(target);
-            let store = anarchon::redis::RedisClaimStore::connect_with(
-                url,
-                anarchon::redis::Strategy::StreamId,
-                options,
-            )
-            .await?;
-            let scheduler = Scheduler::claim_only(store)
+        anarchon::any::AnyStore::Claim(store) => {
+            let scheduler = Scheduler::claim_only_shared(store)
                 .instance_id(id)
                 .clock(node_clock(id, &cfg))
                 .jitter(Duration::from_millis(0))
                 .build()?;
             serve(id, &cfg, scheduler, stop).await
         }
-        #[cfg(feature = "amqp")]
-        "amqp-naive" => {
-            let store = anarchon::amqp::AmqpStore::connect(target).await?;
-            let scheduler = Scheduler::claim_only(store)
-                .instance_id(id)
-                .jitter(Duration::from_millis(0))
-                .build()?;
-            serve(id, &cfg, scheduler, stop).await
-        }
-        #[cfg(feature = "nats")]
-        "nats-naive" => {
-            let store = anarchon::nats::NatsStore::connect(target).await?;
-            let scheduler = Scheduler::claim_only(store)
-                .instance_id(id)
-                .jitter(Duration::from_millis(0))
-                .build()?;
-            serve(id, &cfg, scheduler, stop).await
-        }
-        #[cfg(feature = "postgres")]
-        "postgres" => {
-            let store = anarchon::postgres::PostgresStore::connect_with(
-                target,
-                anarchon::postgres::PostgresOptions::default(),
-            )
-            .await?;
-            serve(id, &cfg, leased(Scheduler::leased(store), id, &cfg)?, stop).await
-        }
-        other => anyhow::bail!("store {other:?} is not built into this test binary"),
     }
 }
 
@@ -805,59 +761,8 @@ pub(crate) fn history(store: &str, job: &str, count: usize) -> Vec<HistoryRecord
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let (kind, target) = store.split_once(':').expect("store spec");
         let job = JobName::new(job).expect("job name");
-        let store: Box<dyn HistoryStore> = match kind {
-            "sqlite" => Box::new(
-                anarchon::sqlite::SqliteStore::connect(target)
-                    .await
-                    .expect("open sqlite"),
-            ),
-            #[cfg(feature = "redis")]
-            "redis-lease" => {
-                let (url, options) = redis_parts(target);
-                Box::new(
-                    anarchon::redis::RedisStore::connect_with(url, options)
-                        .await
-                        .expect("redis"),
-                )
-            }
-            #[cfg(feature = "redis")]
-            "redis-naive" => {
-                let (url, options) = redis_parts(target);
-                Box::new(
-                    anarchon::redis::RedisClaimStore::connect_with(
-                        url,
-                        anarchon::redis::Strategy::StreamId,
-                        options,
-                    )
-                    .await
-                    .expect("redis"),
-                )
-            }
-            #[cfg(feature = "amqp")]
-            "amqp-naive" => Box::new(
-                anarchon::amqp::AmqpStore::connect(target)
-                    .await
-                    .expect("rabbitmq"),
-            ),
-            #[cfg(feature = "nats")]
-            "nats-naive" => Box::new(
-                anarchon::nats::NatsStore::connect(target)
-                    .await
-                    .expect("nats"),
-            ),
-            #[cfg(feature = "postgres")]
-            "postgres" => Box::new(
-                anarchon::postgres::PostgresStore::connect_with(
-                    target,
-                    anarchon::postgres::PostgresOptions::default(),
-                )
-                .await
-                .expect("postgres"),
-            ),
-            other => panic!("store {other:?} is not built into this test binary"),
-        };
+        let store = open_store(store).await.expect("open the store").history();
         let records = store.history(&job, count).await.expect("history");
         let _ = store.close().await;
         records

@@ -1,13 +1,13 @@
 //! Claim benchmark of the RabbitMQ store: claims per second and p50/p99 of a won and a lost
 //! claim, beside a plain publish with confirm of the same size on a connection of its own
-//! in the same run, and the history write and read.
+//! in the same run, and the history write and read. The body is the brokers' shared one
+//! (`anarchon_core::claim_only::bench`).
 //!
 //! `cargo xtask bench amqp [--json]` (or `cargo bench -p anarchon-amqp --bench claim`) with
 //! `ANARCHON_AMQP_URL`. `ANARCHON_BENCH_OPS` / `ANARCHON_BENCH_WARMUP` shorten a run.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use anarchon_amqp::amqprs::callbacks::ChannelCallback;
 use anarchon_amqp::amqprs::channel::{
@@ -20,22 +20,10 @@ use anarchon_amqp::amqprs::{
     Nack, Return,
 };
 use anarchon_amqp::{AmqpOptions, AmqpStore};
-use anarchon_core::bench::{BenchConfig, Measurement, json_requested, measure, report};
-use anarchon_core::store::RunRecord;
-use anarchon_core::store::{
-    HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
-};
-use anarchon_core::{ClaimStore, JobName, Reason, RunStatus};
+use anarchon_core::bench::{BenchConfig, json_requested};
+use anarchon_core::claim_only::bench::{self, INSTANCE, Rows};
+use anarchon_core::store::Store;
 use tokio::sync::oneshot;
-
-const INSTANCE: &str = "bench-instance";
-
-fn host_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 type Pending = Arc<Mutex<(u64, BTreeMap<u64, oneshot::Sender<bool>>)>>;
 
@@ -98,7 +86,7 @@ fn connection_args(url: &str) -> OpenConnectionArguments {
     OpenConnectionArguments::new(host, port, &user, &pass)
 }
 
-async fn bench(url: &str, cfg: &BenchConfig, json: bool) {
+async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     let opts = AmqpOptions::default()
         .prefix(format!("anarchon-bench-{:08x}", rand::random::<u32>()))
         .slot_ttl(std::time::Duration::from_secs(60))
@@ -111,15 +99,6 @@ async fn bench(url: &str, cfg: &BenchConfig, json: bool) {
         }
     };
     let server = store.server().await.unwrap();
-    let job = JobName::new(format!("bench-{:08x}", rand::random::<u32>())).unwrap();
-    store
-        .prepare(&Prepare {
-            jobs: vec![job.clone()],
-            instance_id: "bench".into(),
-            call_timeout: std::time::Duration::from_secs(5),
-        })
-        .await
-        .expect("prepare");
 
     // The baseline: a persistent publish with confirm of the same payload to a queue that
     // keeps the last 1000 messages, on a connection and channel of its own.
@@ -143,15 +122,15 @@ async fn bench(url: &str, cfg: &BenchConfig, json: bool) {
     .await
     .unwrap();
 
-    let base = host_ms() - 10_000_000;
-    let claim = |slot: i64, instance: &str| SlotClaim {
-        run: RunKey::new(job.clone(), slot),
-        instance_id: instance.into(),
-        not_after: host_ms() + 3_600_000,
+    let rows = Rows {
+        title: format!("anarchon-amqp claim bench ({server})"),
+        baseline: "publish + confirm (baseline)",
+        record: "record (append)",
+        history: format!("history (stream of {} records)", cfg.warmup + cfg.ops),
+        history_ops: 100,
+        ratio_note: " (a claim also declares its gate queue)",
     };
-    let (mut plain, mut won) = (Vec::with_capacity(cfg.ops), Vec::with_capacity(cfg.ops));
-    for i in 0..cfg.warmup + cfg.ops {
-        let started = Instant::now();
+    bench::run(&store, rows, cfg, json, |_, _| {
         let rx = {
             let (tx, rx) = oneshot::channel();
             let mut p = pending.lock().unwrap();
@@ -160,104 +139,21 @@ async fn bench(url: &str, cfg: &BenchConfig, json: bool) {
             p.1.insert(tag, tx);
             rx
         };
-        ch.basic_publish(
-            BasicProperties::default()
-                .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
-                .finish(),
-            INSTANCE.as_bytes().to_vec(),
-            BasicPublishArguments::new("", &plain_queue),
-        )
-        .await
-        .unwrap();
-        assert!(rx.await.unwrap());
-        let plain_took = started.elapsed();
-        let started = Instant::now();
-        let outcome = store
-            .claim_slot(&claim(base + i as i64, INSTANCE))
+        let (ch, queue) = (&ch, &plain_queue);
+        async move {
+            ch.basic_publish(
+                BasicProperties::default()
+                    .with_delivery_mode(DELIVERY_MODE_PERSISTENT)
+                    .finish(),
+                INSTANCE.as_bytes().to_vec(),
+                BasicPublishArguments::new("", queue),
+            )
             .await
             .unwrap();
-        let won_took = started.elapsed();
-        assert_eq!(
-            outcome,
-            SlotOutcome::Won,
-            "claim {i} of slot {}",
-            base + i as i64
-        );
-        if i >= cfg.warmup {
-            plain.push(plain_took);
-            won.push(won_took);
+            assert!(rx.await.unwrap());
         }
-    }
-    let mut rows = vec![
-        Measurement::from_samples("publish + confirm (baseline)", &plain),
-        Measurement::from_samples("claim (won)", &won),
-    ];
-    let taken = base;
-    rows.push(
-        measure("claim (taken)", cfg, |_| {
-            let c = claim(taken, "other");
-            let store = &store;
-            async move {
-                assert_eq!(store.claim_slot(&c).await.unwrap(), SlotOutcome::Taken);
-            }
-        })
-        .await,
-    );
-    let keep = Retention {
-        size: 100,
-        ttl_ms: None,
-    };
-    rows.push(
-        measure("record (append)", cfg, |i| {
-            let rec = RunRecord {
-                job: job.clone(),
-                slot: base + i as i64,
-                scheduled_at: base + i as i64,
-                instance_id: INSTANCE.into(),
-                manual: false,
-                attempt: 1,
-                reason: Reason::Scheduled,
-                status: RunStatus::Succeeded,
-                fence: 0,
-                started_at: base + i as i64,
-                finished_at: Some(base + i as i64 + 1),
-                error: None,
-            };
-            let store = &store;
-            async move { store.record(&rec, keep).await.unwrap() }
-        })
-        .await,
-    );
-    let small = BenchConfig {
-        warmup: cfg.warmup.min(10),
-        ops: cfg.ops.min(100),
-    };
-    let stream_len = cfg.warmup + cfg.ops;
-    rows.push(
-        measure(
-            &format!("history (stream of {stream_len} records)"),
-            &small,
-            |_| {
-                let (store, job) = (&store, &job);
-                async move {
-                    assert_eq!(store.history(job, 100).await.unwrap().len(), 100);
-                }
-            },
-        )
-        .await,
-    );
-    let title = format!("anarchon-amqp claim bench ({server})");
-    report(&title, &rows, "publish + confirm (baseline)", json);
-    if !json {
-        let p50 = |name: &str| rows.iter().find(|r| r.name == name).map(|r| r.p50);
-        if let (Some(c), Some(b)) = (p50("claim (won)"), p50("publish + confirm (baseline)")) {
-            println!(
-                "claim (won) p50 / publish + confirm p50 = {:.2} (a claim also declares its gate queue)",
-                c.as_secs_f64() / b.as_secs_f64()
-            );
-        }
-        println!();
-    }
+    })
+    .await;
     let _ = ch
         .queue_delete(QueueDeleteArguments::new(&plain_queue))
         .await;
@@ -271,13 +167,7 @@ fn main() {
         ops: 2_000,
     });
     let json = json_requested();
-    let Some(url) = std::env::var("ANARCHON_AMQP_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    else {
-        eprintln!(
-            "SKIP ANARCHON_AMQP_URL is not set: nothing to bench (cargo xtask test-servers --brokers, then cargo xtask bench amqp)"
-        );
+    let Some(url) = bench::url("ANARCHON_AMQP_URL", "amqp") else {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -285,5 +175,5 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(bench(&url, &cfg, json));
+    rt.block_on(run(&url, &cfg, json));
 }

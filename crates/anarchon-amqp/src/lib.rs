@@ -41,7 +41,6 @@
 mod error;
 mod options;
 mod store;
-mod text;
 mod url;
 
 /// The store kind in errors and logs.

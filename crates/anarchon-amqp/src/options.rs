@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use anarchon_core::claim_only;
+
 use crate::error::AmqpError;
 
 /// How a RabbitMQ store names its queues, how long a gate queue lives, how much history it
@@ -124,19 +126,10 @@ impl AmqpOptions {
     /// constructors of [`AmqpStore`](crate::AmqpStore) call it first. An option out of
     /// range is an [`AmqpError::OutOfRange`] naming it, its value and the range.
     pub fn validate(&self) -> Result<(), AmqpError> {
-        let p = &self.prefix;
-        if p.is_empty()
-            || p.len() > 64
-            || !p
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
+        if let Err(reason) = claim_only::check_prefix(&self.prefix) {
             return Err(AmqpError::InvalidOption {
                 option: "prefix",
-                reason: format!(
-                    "{:?} must be 1 to 64 ASCII letters, digits, '_' or '-'",
-                    p.chars().take(80).collect::<String>()
-                ),
+                reason,
             });
         }
         within(
@@ -195,12 +188,9 @@ fn within(
     min: Duration,
     max: Duration,
 ) -> Result<(), AmqpError> {
-    if (min..=max).contains(&value) {
-        return Ok(());
-    }
-    Err(AmqpError::OutOfRange {
+    claim_only::check_within(value, min, max).map_err(|allowed| AmqpError::OutOfRange {
         option,
         value: format!("{value:?}"),
-        allowed: format!("from {min:?} to {max:?}"),
+        allowed,
     })
 }

@@ -1,6 +1,6 @@
 //! [`AmqpStore`]: the connection, the gate queue claim, history streams and known jobs.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +15,7 @@ use amqprs::{
     Ack, BasicProperties, Cancel, Close, CloseChannel, DELIVERY_MODE_PERSISTENT,
     DELIVERY_MODE_TRANSIENT, FieldTable, FieldValue, Nack, Return,
 };
+use anarchon_core::claim_only::{self, Delivery, host_now};
 use anarchon_core::store::RunRecord;
 use anarchon_core::store::{HistoryStore, Prepare, Retention, SlotClaim, SlotOutcome, Store};
 use anarchon_core::{ClaimStore, EpochMs, Error, JobName, Result, redact_url};
@@ -33,13 +34,6 @@ const MAX_SEGMENT_BYTES: i64 = 3_000_000_000;
 const MIN_VERSION: (u32, u32) = (3, 9);
 
 type AmqpResult<T> = std::result::Result<T, amqprs::error::Error>;
-
-fn host_now() -> EpochMs {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as EpochMs)
-        .unwrap_or(0)
-}
 
 fn field(name: &str) -> amqprs::FieldName {
     name.try_into().expect("a short field name")
@@ -464,11 +458,10 @@ impl AmqpStore {
     /// Refuses `operation` on a read-only store.
     fn writable(&self, operation: &'static str) -> Result<()> {
         if self.read_only {
-            return Err(Error::store(
+            return Err(claim_only::read_only_refusal(
                 STORE,
                 operation,
-                "this store was opened read-only (AmqpStore::open_read_only) and writes \
-                 nothing; open it with AmqpStore::connect_with to run jobs",
+                "AmqpStore::connect_with",
             ));
         }
         Ok(())
@@ -858,7 +851,8 @@ impl AmqpStore {
         let queue = self.history_queue(&record.job);
         let body = serde_json::to_vec(&Entry {
             keep: retention.size,
-            record: crate::text::storable(record, "RabbitMQ").into_owned(),
+            record: claim_only::storable(record, "RabbitMQ", claim_only::MAX_ERROR_BYTES)
+                .into_owned(),
         })
         .map_err(|e| Error::store(STORE, "record", e))?;
         let props = BasicProperties::default()
@@ -1044,27 +1038,18 @@ impl HistoryStore for AmqpStore {
             .read_stream("history", &self.history_queue(job))
             .await?;
         let mut keep = u32::MAX;
-        let mut latest: HashMap<(EpochMs, u32, bool, String), RunRecord> = HashMap::new();
-        for (kind, body) in messages {
-            if kind != "record" {
-                continue;
-            }
-            let Ok(entry) = serde_json::from_slice::<Entry>(&body) else {
-                continue;
-            };
-            keep = entry.keep.max(1);
-            let r = entry.record;
-            latest.insert((r.slot, r.attempt, r.manual, r.instance_id.clone()), r);
-        }
-        let mut records: Vec<RunRecord> = latest.into_values().collect();
+        let written = messages
+            .into_iter()
+            .filter(|(kind, _)| kind == "record")
+            .filter_map(|(_, body)| serde_json::from_slice::<Entry>(&body).ok())
+            .map(|entry| {
+                keep = entry.keep.max(1);
+                entry.record
+            });
+        let mut records = claim_only::latest_per_attempt(written);
         // Retention by count: the newest `keep` runs, as the newest writer asked.
-        records.sort_by_key(|r| std::cmp::Reverse((r.slot, r.attempt)));
-        records.truncate(keep as usize);
-        records.sort_by(|a, b| {
-            (b.started_at, b.slot, b.attempt).cmp(&(a.started_at, a.slot, a.attempt))
-        });
-        records.truncate(count);
-        Ok(records)
+        claim_only::keep_newest_runs(&mut records, keep as usize);
+        Ok(claim_only::newest_first(records, count))
     }
 
     async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
@@ -1089,45 +1074,42 @@ impl ClaimStore for AmqpStore {
     async fn claim_slot(&self, c: &SlotClaim) -> Result<SlotOutcome> {
         self.writable("claim")?;
         let live = self.live().await?;
-        if host_now() > c.not_after {
-            return Ok(SlotOutcome::Late);
-        }
-        let queue = format!("{}.gate.{}.{}", self.opts.prefix, c.run.job, c.run.slot);
-        self.bounded("claim", async {
-            let _one = live.rpc.lock().await;
-            live.channel
-                .queue_declare(
-                    QueueDeclareArguments::new(&queue)
-                        .durable(self.opts.durable_gates)
-                        .arguments(self.gate_args())
-                        .finish(),
-                )
-                .await
-                .map_err(|e| self.channel_err(&live, "claim", &queue, e))
-        })
-        .await?;
-        let props = BasicProperties::default()
-            .with_delivery_mode(if self.opts.durable_gates {
-                DELIVERY_MODE_PERSISTENT
-            } else {
-                DELIVERY_MODE_TRANSIENT
+        claim_only::claim_slot(c, || async {
+            let queue = format!("{}.gate.{}.{}", self.opts.prefix, c.run.job, c.run.slot);
+            self.bounded("claim", async {
+                let _one = live.rpc.lock().await;
+                live.channel
+                    .queue_declare(
+                        QueueDeclareArguments::new(&queue)
+                            .durable(self.opts.durable_gates)
+                            .arguments(self.gate_args())
+                            .finish(),
+                    )
+                    .await
+                    .map_err(|e| self.channel_err(&live, "claim", &queue, e))
             })
-            .finish();
-        // A publish that could not be handed to the connection was not sent: an error.
-        let rx = live
-            .publish(&queue, props, c.instance_id.as_bytes().to_vec())
-            .await
-            .map_err(|e| self.channel_err(&live, "claim", &queue, e))?;
-        match self.await_confirm(&live, "claim", &queue, rx).await {
-            Ok(true) => Ok(SlotOutcome::Won),
-            Ok(false) => Ok(SlotOutcome::Taken),
-            // The publish may have reached the queue and its confirm was lost (connection
-            // or channel gone, timeout): skip rather than risk a duplicate. [B-29]
-            _ => {
-                tracing::warn!(run = %c.run, "the confirm of a claim was lost; the slot is skipped");
-                Ok(SlotOutcome::Unknown)
-            }
-        }
+            .await?;
+            let props = BasicProperties::default()
+                .with_delivery_mode(if self.opts.durable_gates {
+                    DELIVERY_MODE_PERSISTENT
+                } else {
+                    DELIVERY_MODE_TRANSIENT
+                })
+                .finish();
+            // A publish that could not be handed to the connection was not sent: an error.
+            let rx = live
+                .publish(&queue, props, c.instance_id.as_bytes().to_vec())
+                .await
+                .map_err(|e| self.channel_err(&live, "claim", &queue, e))?;
+            Ok(match self.await_confirm(&live, "claim", &queue, rx).await {
+                Ok(true) => Delivery::First,
+                Ok(false) => Delivery::Duplicate,
+                // The publish may have reached the queue and its confirm was lost
+                // (connection or channel gone, timeout).
+                Err(_) => Delivery::AnswerLost,
+            })
+        })
+        .await
     }
 
     async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {

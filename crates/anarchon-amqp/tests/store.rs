@@ -1,27 +1,19 @@
 //! RabbitMQ store behaviour beyond the kit: a lost confirm, reconnecting after an outage,
 //! bad input and the options a claim-only store refuses. [B-22, B-26, B-28, B-29, B-36]
 
-mod common;
-
 use std::time::Duration;
 
 use anarchon_amqp::amqprs::channel::{QueueDeclareArguments, QueueDeleteArguments};
 use anarchon_amqp::amqprs::connection::{Connection, OpenConnectionArguments};
 use anarchon_amqp::{AmqpError, AmqpOptions, AmqpStore};
+use anarchon_core::claim_only::host_now;
 use anarchon_core::store::RunRecord;
 use anarchon_core::store::{
     HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
 };
 use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_core::{ClaimStore, Error, JobConfig, JobName, Reason, RunStatus, Scheduler};
-use common::Proxy;
-
-fn host_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+use anarchon_test_support::FaultProxy;
 
 fn options() -> AmqpOptions {
     AmqpOptions::default()
@@ -34,7 +26,7 @@ fn claim(job: &JobName, slot: i64, instance: &str) -> SlotClaim {
     SlotClaim {
         run: RunKey::new(job.clone(), slot),
         instance_id: instance.into(),
-        not_after: host_ms() + 60_000,
+        not_after: host_now() + 60_000,
     }
 }
 
@@ -120,7 +112,7 @@ async fn b29_lost_confirm_skips_the_slot_and_the_store_reconnects() {
     let Some(url) = server_url("ANARCHON_AMQP_URL") else {
         return;
     };
-    let proxy = Proxy::start(port_of(&url)).await;
+    let proxy = FaultProxy::start(port_of(&url)).await;
     let opts = options().operation_timeout(Duration::from_secs(2));
     let through = AmqpStore::connect_with(&via(&url, proxy.port), opts.clone())
         .await
@@ -129,7 +121,7 @@ async fn b29_lost_confirm_skips_the_slot_and_the_store_reconnects() {
     let job = unique_job("lost");
     through.prepare(&prep(&job)).await.unwrap();
 
-    let slot = host_ms();
+    let slot = host_now();
     let marker = format!("cut-here-{:08x}", rand::random::<u32>());
     proxy.arm(marker.as_bytes());
     let outcome = through.claim_slot(&claim(&job, slot, &marker)).await;
@@ -157,7 +149,7 @@ async fn b29_after_an_outage_the_next_slots_are_claimed_again() {
     let Some(url) = server_url("ANARCHON_AMQP_URL") else {
         return;
     };
-    let proxy = Proxy::start(port_of(&url)).await;
+    let proxy = FaultProxy::start(port_of(&url)).await;
     let opts = options()
         .operation_timeout(Duration::from_secs(1))
         .connect_timeout(Duration::from_secs(1));
@@ -166,7 +158,7 @@ async fn b29_after_an_outage_the_next_slots_are_claimed_again() {
         .unwrap();
     let job = unique_job("outage");
     store.prepare(&prep(&job)).await.unwrap();
-    let base = host_ms();
+    let base = host_now();
     assert_eq!(
         store.claim_slot(&claim(&job, base, "a")).await.unwrap(),
         SlotOutcome::Won
@@ -218,7 +210,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
     let writer = AmqpStore::connect_with(&url, opts.clone()).await.unwrap();
     let job = unique_job("api");
     writer.prepare(&prep(&job)).await.unwrap();
-    let slot = host_ms();
+    let slot = host_now();
     let mut rec = record(&job, slot, "w");
     rec.status = RunStatus::Running;
     rec.finished_at = None;
@@ -263,7 +255,7 @@ async fn b26_existing_queue_with_other_settings_is_refused() {
 
     // Two instances with different slot TTLs meet on one gate queue.
     let job = unique_job("ttl");
-    let slot = host_ms();
+    let slot = host_now();
     let a = AmqpStore::connect_with(&url, opts.clone()).await.unwrap();
     assert_eq!(
         a.claim_slot(&claim(&job, slot, "a")).await.unwrap(),

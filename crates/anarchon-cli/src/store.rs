@@ -1,10 +1,13 @@
-//! Opening a store from its URL: the scheme picks the store crate (each behind its cargo
-//! feature), and every call goes through [`Opened::call`], which bounds it by `--timeout`.
+//! Opening a store from its URL: the scheme picks the store through `anarchon::any` (each
+//! store behind its cargo feature), the server stores open read-only there, SQLite and
+//! libSQL through the command's own readers ([`crate::readonly`]); every call goes through
+//! [`Opened::call`], which bounds it by `--timeout`.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anarchon::any::{self, AnyOptions, AnyStore, StoreKind};
 use anarchon_core::JobName;
 use anarchon_core::redact_url;
 use anarchon_core::store::{ClaimStore, LeaseStore, RunKey, RunRecord, RunView};
@@ -28,94 +31,63 @@ pub(crate) struct StoreArgs {
     pub(crate) auth_token: Option<String>,
 }
 
-/// Which store a URL names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// A SQLite file at this path.
-    Sqlite(String),
-    /// A libSQL server.
-    Libsql,
-    /// A PostgreSQL server.
-    Postgres,
-    /// A Redis or Valkey server (the lease strategy).
-    Redis,
-    /// A RabbitMQ server (claim-only).
-    Amqp,
-    /// A NATS server (claim-only).
-    Nats,
-}
-
-/// Whether `text` reads as a libpq `key=value` connection string (`host=db user=app`)
-/// rather than a file path: its first word is a known libpq key followed by `=`.
-fn is_key_value(text: &str) -> bool {
-    const KEYS: [&str; 9] = [
-        "host",
-        "hostaddr",
-        "port",
-        "user",
-        "password",
-        "dbname",
-        "sslmode",
-        "options",
-        "application_name",
-    ];
-    let Some((key, _)) = text.split_once('=') else {
-        return false;
-    };
-    KEYS.contains(&key.trim().to_ascii_lowercase().as_str())
-}
-
-/// The schemes of the server stores.
-const SERVER_SCHEMES: [&str; 12] = [
-    "libsql",
-    "http",
-    "https",
-    "postgres",
-    "postgresql",
-    "redis",
-    "rediss",
-    "amqp",
-    "amqps",
-    "nats",
-    "tls",
-    "valkey",
-];
-
-/// Reads the scheme of `url` (a bare path is a SQLite file; a libpq `key=value` string is
-/// PostgreSQL, unless a file of that name exists).
-pub(crate) fn kind_of(url: &str) -> Result<Kind, CliError> {
+/// Reads which store `url` names ([`StoreKind::of`]): a bare path is a SQLite file, and so
+/// is any text that names an existing file (a file called `host=db` too). A store this
+/// build leaves out is refused here.
+pub(crate) fn kind_of(url: &str) -> Result<StoreKind, CliError> {
     let url = url.trim();
-    let Some((scheme, rest)) = url.split_once("://") else {
-        let is_file = std::path::Path::new(url).is_file();
-        if is_key_value(url) && !is_file {
-            return Ok(Kind::Postgres);
-        }
-        if let Some((scheme, _)) = url.split_once(':')
-            && !is_file
-            && SERVER_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str())
-        {
-            return Err(CliError::SchemeWithoutSlashes {
-                scheme: scheme.to_owned(),
-                url: redact_url(url),
-            });
-        }
-        let path = url.strip_prefix("sqlite:").unwrap_or(url);
-        return Ok(Kind::Sqlite(path.to_owned()));
+    let kind = if std::path::Path::new(url).is_file() {
+        StoreKind::Sqlite
+    } else {
+        StoreKind::of(url).map_err(|source| {
+            let shown = redact_url(url);
+            match (url.split_once("://"), url.split_once(':')) {
+                (Some((scheme, _)), _) => CliError::UnknownScheme {
+                    scheme: scheme.to_owned(),
+                    url: shown,
+                },
+                (None, Some((scheme, _))) => CliError::SchemeWithoutSlashes {
+                    scheme: scheme.to_owned(),
+                    url: shown,
+                },
+                (None, None) => CliError::InvalidStore { url: shown, source },
+            }
+        })?
     };
-    Ok(match scheme.to_ascii_lowercase().as_str() {
-        "sqlite" => Kind::Sqlite(rest.to_owned()),
-        "libsql" | "http" | "https" => Kind::Libsql,
-        "postgres" | "postgresql" => Kind::Postgres,
-        "redis" | "rediss" => Kind::Redis,
-        "amqp" | "amqps" => Kind::Amqp,
-        "nats" | "tls" => Kind::Nats,
-        _ => {
-            return Err(CliError::UnknownScheme {
-                scheme: scheme.to_owned(),
-                url: redact_url(url),
-            });
-        }
-    })
+    let enabled = match kind {
+        StoreKind::Sqlite => cfg!(feature = "sqlite"),
+        StoreKind::Libsql => cfg!(feature = "libsql"),
+        // The server stores come with `anarchon`'s features, which this crate's turn on.
+        server => server.is_enabled(),
+    };
+    if !enabled {
+        return Err(CliError::StoreDisabled {
+            url: redact_url(url),
+            store: name(kind),
+            feature: kind.feature(),
+        });
+    }
+    Ok(kind)
+}
+
+/// The store's name in messages.
+fn name(kind: StoreKind) -> &'static str {
+    match kind {
+        StoreKind::Sqlite => "SQLite",
+        StoreKind::Libsql => "libSQL",
+        StoreKind::Postgres => "PostgreSQL",
+        StoreKind::Redis => "Redis",
+        StoreKind::Amqp => "RabbitMQ",
+        StoreKind::Nats => "NATS",
+        _ => "unknown",
+    }
+}
+
+/// The file path of a SQLite URL (`sqlite://PATH`, `sqlite:PATH` or a bare path).
+fn sqlite_path(url: &str) -> &str {
+    url.strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url)
 }
 
 /// An open store: one with leases, or a claim-only one.
@@ -287,491 +259,160 @@ async fn bounded<T>(
     }
 }
 
-/// Sorts a connection error: a refused URL or option is bad input, anything else a store
-/// failure.
-fn connect_error(shown: &str, err: CliError) -> CliError {
+/// Sorts the error of a read-only open: a namespace with no store under it names the flag
+/// to pass, a refused URL or option is bad input, anything else a store failure.
+fn open_error(
+    kind: StoreKind,
+    args: &StoreArgs,
+    shown: &str,
+    err: anarchon_core::Error,
+) -> CliError {
+    use anarchon_core::Error;
     match err {
-        CliError::Store { source, .. }
-            if matches!(
-                source,
-                anarchon_core::Error::InvalidOption { .. }
-                    | anarchon_core::Error::OutOfRange { .. }
-            ) =>
-        {
-            CliError::InvalidStore {
+        Error::InvalidOption {
+            option: "prefix",
+            reason,
+        } if matches!(kind, StoreKind::Redis | StoreKind::Amqp | StoreKind::Nats) => {
+            CliError::NothingStored {
                 url: shown.to_owned(),
-                source,
+                store: name(kind),
+                prefix: args
+                    .prefix
+                    .clone()
+                    .unwrap_or_else(|| "(the default)".into()),
+                reason: format!("{reason}; pass the application's --prefix"),
             }
         }
-        other => other,
+        Error::InvalidOption {
+            option: "table",
+            reason,
+        } if kind == StoreKind::Postgres => CliError::NotAStore {
+            path: shown.to_owned(),
+            table: format!(
+                "{}.{}",
+                args.schema.as_deref().unwrap_or("public"),
+                args.table.as_deref().unwrap_or("anarchon_runs")
+            ),
+            reason: format!(
+                "{reason}; pass the application's --schema and --table (the defaults are public \
+                 and anarchon_runs)"
+            ),
+        },
+        source @ (Error::InvalidOption { .. }
+        | Error::OutOfRange { .. }
+        | Error::StoreUrl { .. }) => CliError::InvalidStore {
+            url: shown.to_owned(),
+            source,
+        },
+        Error::Timeout { .. } => CliError::Timeout {
+            url: shown.to_owned(),
+            action: "connect",
+            after: args.timeout,
+        },
+        source => CliError::Store {
+            url: shown.to_owned(),
+            action: "connect",
+            source,
+        },
     }
 }
 
-/// Opens the store `args.url` names.
+/// Opens the store `args.url` names, to read it.
 pub(crate) async fn open(args: &StoreArgs) -> Result<Opened, CliError> {
     let kind = kind_of(&args.url)?;
     let shown = redact_url(&args.url);
-    let handle = connect(&kind, args, &shown)
-        .await
-        .map_err(|e| connect_error(&shown, e))?;
+    let url = args.url.trim();
+    let timeout = args.timeout;
+    let handle = match kind {
+        #[cfg(feature = "sqlite")]
+        StoreKind::Sqlite => {
+            // Read-only: the command never creates, migrates or switches a file to WAL.
+            let reader = crate::readonly::SqliteReader::open(
+                sqlite_path(url),
+                &shown,
+                args.table.as_deref(),
+                timeout,
+            )?;
+            Handle::Sqlite(Box::new(reader))
+        }
+        #[cfg(feature = "libsql")]
+        StoreKind::Libsql => {
+            // Read without writing: `LibsqlStore::connect` would create the tables.
+            let reader = tokio::time::timeout(
+                timeout,
+                crate::readonly::LibsqlReader::open(
+                    url,
+                    &shown,
+                    args.auth_token.as_deref(),
+                    args.table.as_deref(),
+                ),
+            )
+            .await
+            .map_err(|_| CliError::Timeout {
+                url: shown.clone(),
+                action: "connect",
+                after: timeout,
+            })??;
+            Handle::Libsql(Box::new(reader))
+        }
+        _ => {
+            let mut options = AnyOptions::default().timeout(timeout);
+            if let Some(prefix) = &args.prefix {
+                options = options.prefix(prefix.clone());
+            }
+            if let Some(table) = &args.table {
+                options = options.table(table.clone());
+            }
+            if let Some(schema) = &args.schema {
+                options = options.schema(schema.clone());
+            }
+            if let Some(token) = &args.auth_token {
+                options = options.auth_token(token.clone());
+            }
+            // Connecting, then the check that a store lives there: a few round trips.
+            let opened =
+                tokio::time::timeout(timeout.saturating_mul(3), any::open_read_only(url, options))
+                    .await
+                    .map_err(|_| CliError::Timeout {
+                        url: shown.clone(),
+                        action: "connect",
+                        after: timeout,
+                    })?;
+            match opened.map_err(|e| open_error(kind, args, &shown, e))? {
+                AnyStore::Lease(store) => Handle::Lease(store),
+                AnyStore::Claim(store) => Handle::Claim(store),
+            }
+        }
+    };
     Ok(Opened {
         handle,
         shown,
-        timeout: args.timeout,
+        timeout,
     })
-}
-
-#[cfg_attr(
-    all(
-        feature = "sqlite",
-        feature = "libsql",
-        feature = "postgres",
-        feature = "redis",
-        feature = "amqp",
-        feature = "nats"
-    ),
-    allow(dead_code, reason = "every store is in this build")
-)]
-fn disabled(shown: &str, store: &'static str, feature: &'static str) -> CliError {
-    CliError::StoreDisabled {
-        url: shown.to_owned(),
-        store,
-        feature,
-    }
-}
-
-async fn connect(kind: &Kind, args: &StoreArgs, shown: &str) -> Result<Handle, CliError> {
-    let timeout = args.timeout;
-    let url = args.url.trim();
-    match kind {
-        Kind::Sqlite(path) => {
-            #[cfg(feature = "sqlite")]
-            {
-                // Read-only: the command never creates, migrates or switches a file to WAL.
-                let reader = crate::readonly::SqliteReader::open(
-                    path,
-                    shown,
-                    args.table.as_deref(),
-                    timeout,
-                )?;
-                Ok(Handle::Sqlite(Box::new(reader)))
-            }
-            #[cfg(not(feature = "sqlite"))]
-            Err(disabled(shown, "SQLite", "sqlite"))
-        }
-        Kind::Libsql => {
-            #[cfg(feature = "libsql")]
-            {
-                // Read without writing: `LibsqlStore::connect` would create the tables.
-                let reader = tokio::time::timeout(
-                    timeout,
-                    crate::readonly::LibsqlReader::open(
-                        url,
-                        shown,
-                        args.auth_token.as_deref(),
-                        args.table.as_deref(),
-                    ),
-                )
-                .await
-                .map_err(|_| CliError::Timeout {
-                    url: shown.to_owned(),
-                    action: "connect",
-                    after: timeout,
-                })??;
-                Ok(Handle::Libsql(Box::new(reader)))
-            }
-            #[cfg(not(feature = "libsql"))]
-            Err(disabled(shown, "libSQL", "libsql"))
-        }
-        Kind::Postgres => {
-            #[cfg(feature = "postgres")]
-            {
-                use anarchon_postgres::{PostgresOptions, PostgresStore};
-                let mut options = PostgresOptions::default()
-                    .timeout(timeout)
-                    .connect_timeout(timeout)
-                    .pool_size(2)
-                    .fast_handover(false);
-                if let Some(schema) = &args.schema {
-                    options = options.schema(schema.clone());
-                }
-                if let Some(table) = &args.table {
-                    options = options.table(table.clone());
-                }
-                // `connect_with` only reads the server version: the tables are created by
-                // `prepare`, which the command never calls.
-                let store = bounded(
-                    shown,
-                    timeout,
-                    "connect",
-                    PostgresStore::connect_with(url, options),
-                )
-                .await?;
-                check_postgres_tables(&store, shown, timeout).await?;
-                Ok(Handle::Lease(Arc::new(store)))
-            }
-            #[cfg(not(feature = "postgres"))]
-            Err(disabled(shown, "PostgreSQL", "postgres"))
-        }
-        Kind::Redis => {
-            #[cfg(feature = "redis")]
-            {
-                use anarchon_redis::{RedisOptions, RedisStore};
-                let mut options = RedisOptions::default()
-                    .command_timeout(timeout)
-                    .connect_timeout(timeout);
-                if let Some(prefix) = &args.prefix {
-                    options = options.prefix(prefix.clone());
-                }
-                let store = bounded(
-                    shown,
-                    timeout,
-                    "connect",
-                    RedisStore::connect_with(url, options),
-                )
-                .await?;
-                let prefix = args
-                    .prefix
-                    .clone()
-                    .unwrap_or_else(|| RedisOptions::default().key_prefix().to_owned());
-                check_redis_prefix(&store, &prefix, shown, timeout).await?;
-                Ok(Handle::Lease(Arc::new(store)))
-            }
-            #[cfg(not(feature = "redis"))]
-            Err(disabled(shown, "Redis", "redis"))
-        }
-        Kind::Amqp => {
-            #[cfg(feature = "amqp")]
-            {
-                use anarchon_amqp::{AmqpError, AmqpOptions, AmqpStore};
-                // The gate queues' ttl is only checked against the timeout: the command
-                // claims nothing.
-                let mut options = AmqpOptions::default()
-                    .connect_timeout(timeout)
-                    .operation_timeout(timeout)
-                    .slot_ttl(AmqpOptions::MAX_SLOT_TTL);
-                if let Some(prefix) = &args.prefix {
-                    options = options.prefix(prefix.clone());
-                }
-                let prefix = options.queue_prefix().to_owned();
-                // Read-only: looked up with passive declares; nothing is declared or
-                // published.
-                let opened = tokio::time::timeout(
-                    timeout.saturating_mul(2),
-                    AmqpStore::open_read_only(url, options),
-                )
-                .await
-                .map_err(|_| CliError::Timeout {
-                    url: shown.to_owned(),
-                    action: "connect",
-                    after: timeout,
-                })?;
-                match opened {
-                    Ok(store) => Ok(Handle::Claim(Arc::new(store))),
-                    Err(AmqpError::NotAStore { queue, .. }) => Err(CliError::NothingStored {
-                        url: shown.to_owned(),
-                        store: "RabbitMQ",
-                        prefix,
-                        reason: format!(
-                            "the queue {queue:?} of its known jobs does not exist in this \
-                             virtual host; pass the application's --prefix (default \
-                             \"anarchon\") and virtual host"
-                        ),
-                    }),
-                    Err(e) => Err(CliError::Store {
-                        url: shown.to_owned(),
-                        action: "connect",
-                        source: e.into(),
-                    }),
-                }
-            }
-            #[cfg(not(feature = "amqp"))]
-            Err(disabled(shown, "RabbitMQ", "amqp"))
-        }
-        Kind::Nats => {
-            #[cfg(feature = "nats")]
-            {
-                use anarchon_nats::{NatsError, NatsOptions, NatsStore};
-                let mut options = NatsOptions::default()
-                    .connect_timeout(timeout)
-                    .operation_timeout(timeout);
-                if let Some(prefix) = &args.prefix {
-                    options = options.prefix(prefix.clone());
-                }
-                let prefix = options.stream_name().to_owned();
-                // Read-only: the stream is looked up, never created.
-                let opened = tokio::time::timeout(
-                    timeout.saturating_mul(3),
-                    NatsStore::open_read_only(url, options),
-                )
-                .await
-                .map_err(|_| CliError::Timeout {
-                    url: shown.to_owned(),
-                    action: "connect",
-                    after: timeout,
-                })?;
-                match opened {
-                    Ok(store) => Ok(Handle::Claim(Arc::new(store))),
-                    Err(NatsError::NotAStore { stream, .. }) => Err(CliError::NothingStored {
-                        url: shown.to_owned(),
-                        store: "NATS",
-                        prefix,
-                        reason: format!(
-                            "there is no JetStream stream {stream:?}; pass the application's \
-                             --prefix (default \"anarchon\")"
-                        ),
-                    }),
-                    Err(e) => Err(CliError::Store {
-                        url: shown.to_owned(),
-                        action: "connect",
-                        source: e.into(),
-                    }),
-                }
-            }
-            #[cfg(not(feature = "nats"))]
-            Err(disabled(shown, "NATS", "nats"))
-        }
-    }
-}
-
-/// How many keys one `SCAN` of [`check_redis_prefix`] asks for, and how many pages it reads
-/// at most (about 100,000 keys, a few ms each page): enough to name the prefixes of a server
-/// that holds a few stores beside other data, without walking a large keyspace.
-#[cfg(feature = "redis")]
-const REDIS_SCAN: (u32, usize) = (1_000, 100);
-
-/// The number of single-character edits between `a` and `b` (Levenshtein), to name the
-/// prefixes nearest a mistyped one first.
-#[cfg(feature = "redis")]
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
-/// Refuses a Redis prefix under which no anarchon store lives (neither `<prefix>meta`, which
-/// every store writes when it starts, nor `<prefix>jobs` exists), so a `--prefix` typo says
-/// so instead of answering "no jobs". It only reads: `EXISTS`, then a short `SCAN` for the
-/// `*meta` keys of other prefixes to name them.
-#[cfg(feature = "redis")]
-async fn check_redis_prefix(
-    store: &anarchon_redis::RedisStore,
-    prefix: &str,
-    shown: &str,
-    timeout: Duration,
-) -> Result<(), CliError> {
-    use anarchon_redis::fred::interfaces::ClientLike;
-    use anarchon_redis::fred::types::{ClusterHash, CustomCommand, Value};
-
-    let client = store.client();
-    let failed = |e: anarchon_redis::fred::error::Error| CliError::Store {
-        url: shown.to_owned(),
-        action: "check the prefix",
-        source: anarchon_core::Error::store("redis", "check the prefix", e.to_string()),
-    };
-    let check = async {
-        let mut found = 0i64;
-        // One key at a time: in a cluster the two keys may live on different nodes.
-        for key in [format!("{prefix}meta"), format!("{prefix}jobs")] {
-            let n: i64 = client
-                .custom(
-                    CustomCommand::new_static("EXISTS", ClusterHash::FirstKey, false),
-                    vec![key],
-                )
-                .await
-                .map_err(failed)?;
-            found += n;
-        }
-        if found > 0 {
-            return Ok(());
-        }
-        let mut cursor = "0".to_owned();
-        let mut seen = std::collections::BTreeSet::new();
-        for _ in 0..REDIS_SCAN.1 {
-            let page: Vec<Value> = client
-                .custom(
-                    CustomCommand::new_static("SCAN", ClusterHash::Random, false),
-                    vec![
-                        cursor.clone(),
-                        "MATCH".into(),
-                        "*meta".into(),
-                        "COUNT".into(),
-                        REDIS_SCAN.0.to_string(),
-                    ],
-                )
-                .await
-                .map_err(failed)?;
-            let mut page = page.into_iter();
-            cursor = page
-                .next()
-                .and_then(|v| v.into_string())
-                .unwrap_or_else(|| "0".into());
-            let keys: Vec<String> = match page.next() {
-                Some(Value::Array(keys)) => {
-                    keys.into_iter().filter_map(|k| k.into_string()).collect()
-                }
-                _ => Vec::new(),
-            };
-            for key in keys {
-                if let Some(other) = key.strip_suffix("meta")
-                    && !other.is_empty()
-                    && other.len() <= 64
-                {
-                    seen.insert(other.to_owned());
-                }
-            }
-            if cursor == "0" || seen.len() >= 1_000 {
-                break;
-            }
-        }
-        // The prefixes nearest the one given first (a typo is a few edits away), then only
-        // the keys that are an anarchon store's meta hash (it holds `format`).
-        let mut seen: Vec<String> = seen.into_iter().collect();
-        seen.sort_by_key(|other| (edit_distance(other, prefix), other.clone()));
-        let mut stores = Vec::new();
-        for other in seen.into_iter().take(10) {
-            let is_ours: i64 = client
-                .custom(
-                    CustomCommand::new_static("HEXISTS", ClusterHash::FirstKey, false),
-                    vec![format!("{other}meta"), "format".to_owned()],
-                )
-                .await
-                .unwrap_or(0);
-            if is_ours == 1 {
-                stores.push(format!("{:?}", crate::output::escape(&other)));
-            }
-        }
-        let reason = if stores.is_empty() {
-            "neither its meta nor its jobs key exists, and no other anarchon prefix was seen \
-             on this server (database); check the URL's database number and the \
-             application's key prefix"
-                .to_owned()
-        } else {
-            format!(
-                "neither its meta nor its jobs key exists; this server holds anarchon stores \
-                 under {}: pass --prefix {}",
-                stores.join(", "),
-                stores[0]
-            )
-        };
-        Err(CliError::NothingStored {
-            url: shown.to_owned(),
-            store: "Redis",
-            prefix: prefix.to_owned(),
-            reason,
-        })
-    };
-    match tokio::time::timeout(timeout, check).await {
-        Ok(result) => result,
-        Err(_) => Err(CliError::Timeout {
-            url: shown.to_owned(),
-            action: "check the prefix",
-            after: timeout,
-        }),
-    }
-}
-
-/// Refuses a PostgreSQL schema that holds no anarchon tables of the `--table` prefix, so a
-/// typo says so instead of failing on the first query (or answering "no jobs").
-#[cfg(feature = "postgres")]
-async fn check_postgres_tables(
-    store: &anarchon_postgres::PostgresStore,
-    shown: &str,
-    timeout: Duration,
-) -> Result<(), CliError> {
-    let (schema, table) = (store.schema(), store.table());
-    let names: Vec<String> = ["_meta", "", "_attempts"]
-        .iter()
-        .map(|suffix| format!("\"{schema}\".\"{table}{suffix}\""))
-        .collect();
-    let failed = |e: String| CliError::Store {
-        url: shown.to_owned(),
-        action: "check the tables",
-        source: anarchon_core::Error::store("postgres", "check the tables", e),
-    };
-    let check = async {
-        let client = store
-            .pool()
-            .get()
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        let row = client
-            .query_one(
-                "SELECT to_regclass($1)::text, to_regclass($2)::text, to_regclass($3)::text",
-                &[&names[0], &names[1], &names[2]],
-            )
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        for (i, name) in names.iter().enumerate() {
-            if row.get::<_, Option<String>>(i).is_none() {
-                return Err(CliError::NotAStore {
-                    path: shown.to_owned(),
-                    table: format!("{schema}.{table}"),
-                    reason: format!(
-                        "it has no table {name}: pass the --schema and --table of the store \
-                         (the defaults are public and anarchon_runs); the command never \
-                         creates tables, the application does when it starts"
-                    ),
-                });
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(timeout, check).await {
-        Ok(result) => result,
-        Err(_) => Err(CliError::Timeout {
-            url: shown.to_owned(),
-            action: "check the tables",
-            after: timeout,
-        }),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[cfg(feature = "redis")]
-    #[test]
-    fn prefixes_nearest_a_typo_come_first() {
-        assert_eq!(edit_distance("myapp:", "myapp:"), 0);
-        assert_eq!(edit_distance("myap:", "myapp:"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        let mut seen = ["zzz:", "other:", "myapp:"];
-        seen.sort_by_key(|o| edit_distance(o, "mypp:"));
-        assert_eq!(seen[0], "myapp:");
-    }
-
     #[test]
     fn schemes_pick_the_store() {
-        assert_eq!(kind_of("jobs.db").unwrap(), Kind::Sqlite("jobs.db".into()));
-        assert_eq!(
-            kind_of("sqlite:///tmp/j.db").unwrap(),
-            Kind::Sqlite("/tmp/j.db".into())
-        );
-        assert_eq!(
-            kind_of("sqlite://jobs.db").unwrap(),
-            Kind::Sqlite("jobs.db".into())
-        );
-        assert_eq!(kind_of("postgresql://a@b/c").unwrap(), Kind::Postgres);
-        assert_eq!(kind_of("REDIS://h").unwrap(), Kind::Redis);
-        assert_eq!(kind_of("rediss://h").unwrap(), Kind::Redis);
-        assert_eq!(kind_of("https://db.example").unwrap(), Kind::Libsql);
-        assert_eq!(kind_of("nats://h:4222").unwrap(), Kind::Nats);
+        assert_eq!(kind_of("jobs.db").unwrap(), StoreKind::Sqlite);
+        assert_eq!(sqlite_path("sqlite:///tmp/j.db"), "/tmp/j.db");
+        assert_eq!(sqlite_path("sqlite://jobs.db"), "jobs.db");
+        assert_eq!(kind_of("postgresql://a@b/c").unwrap(), StoreKind::Postgres);
+        assert_eq!(kind_of("REDIS://h").unwrap(), StoreKind::Redis);
+        assert_eq!(kind_of("rediss://h").unwrap(), StoreKind::Redis);
+        assert_eq!(kind_of("https://db.example").unwrap(), StoreKind::Libsql);
+        assert_eq!(kind_of("nats://h:4222").unwrap(), StoreKind::Nats);
         let err = kind_of("mysql://u:pw1234@h/db").unwrap_err().to_string();
         assert!(
             err.contains("\"mysql\"") && !err.contains("pw1234"),
+            "{err}"
+        );
+        let err = kind_of("redis:pw1234@h").unwrap_err();
+        assert!(
+            matches!(err, CliError::SchemeWithoutSlashes { .. }),
             "{err}"
         );
     }

@@ -568,7 +568,8 @@ async fn cli_names_a_redis_prefix_typo_and_the_prefixes_it_sees() {
         let out = cli(&all);
         refused_prefix(&out, "Redis", &typo);
         assert!(
-            out.stderr.contains(&format!("pass --prefix \"{prefix}\"")),
+            out.stderr
+                .contains(&format!("stores under the prefix \"{prefix}\"")),
             "the prefix the server holds is not named: {}",
             out.stderr
         );

@@ -51,6 +51,8 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod bench;
 mod cancel;
+/// Shared by the claim-only broker stores (RabbitMQ, NATS), written once.
+pub mod claim_only;
 pub mod context;
 pub mod error;
 pub mod event;

@@ -37,7 +37,6 @@
 mod error;
 mod options;
 mod store;
-mod text;
 mod url;
 
 /// The store kind in errors and logs.

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use anarchon_core::claim_only;
+
 use crate::error::NatsError;
 
 /// Where the store keeps its stream's messages (JetStream storage).
@@ -109,20 +111,10 @@ impl NatsOptions {
     /// constructors of [`NatsStore`](crate::NatsStore) call it first. An option out of range
     /// is a [`NatsError::OutOfRange`] naming it, its value and the range.
     pub fn validate(&self) -> Result<(), NatsError> {
-        let p = &self.prefix;
-        if p.is_empty()
-            || p.len() > 64
-            || !p
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
+        if let Err(reason) = claim_only::check_prefix(&self.prefix) {
             return Err(NatsError::InvalidOption {
                 option: "prefix",
-                reason: format!(
-                    "{:?} must be 1 to 64 ASCII letters, digits, '_' or '-' (it names a stream \
-                     and starts every subject)",
-                    p.chars().take(80).collect::<String>()
-                ),
+                reason: format!("{reason} (it names a stream and starts every subject)"),
             });
         }
         within(
@@ -154,12 +146,9 @@ fn within(
     min: Duration,
     max: Duration,
 ) -> Result<(), NatsError> {
-    if (min..=max).contains(&value) {
-        return Ok(());
-    }
-    Err(NatsError::OutOfRange {
+    claim_only::check_within(value, min, max).map_err(|allowed| NatsError::OutOfRange {
         option,
         value: format!("{value:?}"),
-        allowed: format!("from {min:?} to {max:?}"),
+        allowed,
     })
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use anarchon_core::claim_only::{self, Delivery, host_now};
 use anarchon_core::store::RunRecord;
 use anarchon_core::store::{HistoryStore, Prepare, Retention, SlotClaim, SlotOutcome, Store};
 use anarchon_core::{ClaimStore, EpochMs, Error, JobName, Result, redact_url};
@@ -73,13 +74,6 @@ impl std::fmt::Debug for NatsStore {
             .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
-}
-
-fn host_now() -> EpochMs {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as EpochMs)
-        .unwrap_or(0)
 }
 
 fn hex(s: &str) -> String {
@@ -181,11 +175,10 @@ impl NatsStore {
     /// Refuses `operation` on a read-only store.
     fn writable(&self, operation: &'static str) -> Result<()> {
         if self.read_only {
-            return Err(Error::store(
+            return Err(claim_only::read_only_refusal(
                 STORE,
                 operation,
-                "this store was opened read-only (NatsStore::open_read_only) and writes \
-                 nothing; open it with NatsStore::connect_with to run jobs",
+                "NatsStore::connect_with",
             ));
         }
         Ok(())
@@ -612,9 +605,9 @@ impl NatsStore {
     /// settle it; what still does not fit is refused by the publish as `OutOfRange`.
     fn record_body(&self, record: &RunRecord) -> Result<Vec<u8>> {
         let max_payload = self.client.server_info().max_payload;
-        let mut cap = crate::text::MAX_ERROR_BYTES;
+        let mut cap = claim_only::MAX_ERROR_BYTES;
         loop {
-            let stored = crate::text::storable(record, "NATS", cap);
+            let stored = claim_only::storable(record, "NATS", cap);
             let body = serde_json::to_vec(stored.as_ref())
                 .map_err(|e| Error::store(STORE, "record", e))?;
             let over = body.len().saturating_sub(max_payload);
@@ -697,7 +690,7 @@ impl HistoryStore for NatsStore {
             .subjects(&stream, format!("{}.>", self.subject("hist", job)))
             .await?;
         let stream = &stream;
-        let mut records: Vec<RunRecord> = self
+        let records: Vec<RunRecord> = self
             .bounded("history", async {
                 futures::stream::iter(subjects)
                     .map(|subject| async move {
@@ -721,11 +714,7 @@ impl HistoryStore for NatsStore {
                     .await
             })
             .await?;
-        records.sort_by(|a, b| {
-            (b.started_at, b.slot, b.attempt).cmp(&(a.started_at, a.slot, a.attempt))
-        });
-        records.truncate(count);
-        Ok(records)
+        Ok(claim_only::newest_first(records, count))
     }
 
     async fn record_manual(&self, record: &RunRecord, retention: Retention) -> Result<()> {
@@ -752,31 +741,27 @@ impl ClaimStore for NatsStore {
     async fn claim_slot(&self, c: &SlotClaim) -> Result<SlotOutcome> {
         self.writable("claim")?;
         self.ensure().await?;
-        if host_now() > c.not_after {
-            return Ok(SlotOutcome::Late);
-        }
-        // Nothing is sent while the client is between connections: an error, not a claim
-        // that might arrive later.
-        if self.client.connection_state() == State::Disconnected {
-            return Err(self.unavailable("the connection to the server is down; reconnecting"));
-        }
-        let message = PublishMessage::build()
-            .message_id(c.run.to_string())
-            .payload(c.instance_id.clone().into_bytes().into());
-        match self
-            .publish("claim", self.subject("claim", &c.run.job), message)
-            .await
-        {
-            Ok(ack) if ack.duplicate => Ok(SlotOutcome::Taken),
-            Ok(_) => Ok(SlotOutcome::Won),
-            // The publish may have reached the stream: skip rather than risk a duplicate.
-            // [B-29]
-            Err(Error::Timeout { .. }) => {
-                tracing::warn!(run = %c.run, "the answer to a claim was lost; the slot is skipped");
-                Ok(SlotOutcome::Unknown)
+        claim_only::claim_slot(c, || async {
+            // Nothing is sent while the client is between connections: an error, not a
+            // claim that might arrive later.
+            if self.client.connection_state() == State::Disconnected {
+                return Err(self.unavailable("the connection to the server is down; reconnecting"));
             }
-            Err(e) => Err(e),
-        }
+            let message = PublishMessage::build()
+                .message_id(c.run.to_string())
+                .payload(c.instance_id.clone().into_bytes().into());
+            match self
+                .publish("claim", self.subject("claim", &c.run.job), message)
+                .await
+            {
+                Ok(ack) if ack.duplicate => Ok(Delivery::Duplicate),
+                Ok(_) => Ok(Delivery::First),
+                // The publish may have reached the stream.
+                Err(Error::Timeout { .. }) => Ok(Delivery::AnswerLost),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     async fn record(&self, record: &RunRecord, retention: Retention) -> Result<()> {

@@ -4,8 +4,6 @@
 //! bidi characters or of any size recorded as it was (or cut, saying so), and a record the
 //! server refuses for its size reported as `OutOfRange` at once, not retried.
 
-mod common;
-
 use std::time::Duration;
 
 use anarchon_core::store::{HistoryStore, Prepare, Retention, RunKey, RunRecord, SlotClaim};
@@ -13,7 +11,7 @@ use anarchon_core::store::{SlotOutcome, Store};
 use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_core::{ClaimStore, Error, JobName, Reason, RunStatus};
 use anarchon_nats::{NatsError, NatsOptions, NatsStore, Storage};
-use common::OwnNats;
+use anarchon_test_support::OwnNats;
 use proptest::prelude::*;
 
 fn durations() -> impl Strategy<Value = Duration> {
@@ -104,7 +102,7 @@ proptest! {
             }
             (got, want) => prop_assert!(false, "validate gave {:?}, expected {:?}", got, want),
         }
-        let port = common::free_port();
+        let port = anarchon_test_support::spare_port();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         // A short connect timeout keeps valid sets quick; the value under test was checked
         // above, and below it goes through `connect_with` as given when it is refused.

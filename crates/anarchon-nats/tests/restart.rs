@@ -1,15 +1,13 @@
 //! Slow suite (`ANARCHON_SLOW=1`): a nats-server this test starts itself is killed and
 //! restarted while two schedulers run a job every 500 ms. [B-11, B-27, B-29]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anarchon_core::{Event, Scheduler};
 use anarchon_nats::{NatsOptions, NatsStore};
-use common::OwnNats;
+use anarchon_test_support::OwnNats;
 
 /// The server is SIGKILLed after a few slots and started again 2 s later on the same port
 /// and storage folder. Neither scheduler is restarted: the clients reconnect by themselves

@@ -5,8 +5,6 @@
 //! line, no error's `Display` or `Debug` and no store `Debug`, whether the connect fails or
 //! succeeds.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +14,7 @@ use anarchon_core::store::{SlotOutcome, Store};
 use anarchon_core::testkit::unique_job;
 use anarchon_core::{ClaimStore, Error, Reason, RunStatus};
 use anarchon_nats::{NatsOptions, NatsStore, Storage};
-use common::{OwnNats, free_port};
+use anarchon_test_support::{OwnNats, spare_port};
 
 /// The halves of the password and the token on both sides of URL delimiters: either one
 /// found anywhere means some of a secret leaked, even cut at a delimiter.
@@ -141,7 +139,7 @@ async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
     let Some(tokens) = OwnNats::start(&["-js", "--auth", &tok]) else {
         return;
     };
-    let (up, tp, free) = (users.port, tokens.port, free_port());
+    let (up, tp, free) = (users.port, tokens.port, spare_port());
     let (pass_enc, tok_enc) = (encoded(&pass), encoded(&tok));
     let mut shown = Vec::new();
     for url in [

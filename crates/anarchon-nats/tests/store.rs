@@ -1,10 +1,9 @@
 //! NATS store behaviour beyond the kit: a lost answer, reconnecting, bad input and the
 //! options a claim-only store refuses. [B-22, B-27, B-28, B-29, B-36]
 
-mod common;
-
 use std::time::Duration;
 
+use anarchon_core::claim_only::host_now;
 use anarchon_core::store::RunRecord;
 use anarchon_core::store::{
     HistoryStore, Prepare, Retention, RunKey, SlotClaim, SlotOutcome, Store,
@@ -12,14 +11,7 @@ use anarchon_core::store::{
 use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_core::{ClaimStore, Error, JobConfig, Reason, RunStatus, Scheduler};
 use anarchon_nats::{NatsError, NatsOptions, NatsStore, Storage};
-use common::{OwnNats, Proxy, free_port};
-
-fn host_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+use anarchon_test_support::{FaultProxy, OwnNats, spare_port};
 
 fn options() -> NatsOptions {
     NatsOptions::default()
@@ -31,7 +23,7 @@ fn claim(job: &anarchon_core::JobName, slot: i64, instance: &str) -> SlotClaim {
     SlotClaim {
         run: RunKey::new(job.clone(), slot),
         instance_id: instance.into(),
-        not_after: host_ms() + 60_000,
+        not_after: host_now() + 60_000,
     }
 }
 
@@ -66,7 +58,7 @@ async fn b29_lost_answer_skips_the_slot_and_the_next_one_is_claimed() {
         .next()
         .and_then(|p| p.trim_end_matches('/').parse().ok())
         .expect("ANARCHON_NATS_URL ends with a port");
-    let proxy = Proxy::start(upstream).await;
+    let proxy = FaultProxy::start(upstream).await;
     let opts = options().operation_timeout(Duration::from_secs(2));
     let through =
         NatsStore::connect_with(&format!("nats://127.0.0.1:{}", proxy.port), opts.clone())
@@ -77,7 +69,7 @@ async fn b29_lost_answer_skips_the_slot_and_the_next_one_is_claimed() {
     through.prepare(&prep(&job)).await.unwrap();
     direct.prepare(&prep(&job)).await.unwrap();
 
-    let slot = host_ms();
+    let slot = host_now();
     proxy.arm(format!("{}.claim.{job}", opts.stream_name()).as_bytes());
     let outcome = through.claim_slot(&claim(&job, slot, "a")).await;
     assert_eq!(proxy.cuts(), 1, "the proxy cut the connection");
@@ -118,7 +110,7 @@ async fn b36_history_is_readable_from_a_process_without_jobs() {
     let writer = NatsStore::connect_with(&url, opts.clone()).await.unwrap();
     let job = unique_job("api");
     writer.prepare(&prep(&job)).await.unwrap();
-    let slot = host_ms();
+    let slot = host_now();
     assert_eq!(
         writer.claim_slot(&claim(&job, slot, "w")).await.unwrap(),
         SlotOutcome::Won
@@ -171,7 +163,7 @@ async fn b27_existing_stream_with_another_window_is_refused() {
     let job = unique_job("w");
     assert_eq!(
         first
-            .claim_slot(&claim(&job, host_ms(), "a"))
+            .claim_slot(&claim(&job, host_now(), "a"))
             .await
             .unwrap(),
         SlotOutcome::Won
@@ -215,7 +207,7 @@ async fn bad_urls_are_refused_without_echoing_secrets() {
 /// A refused connection is an error at once (the connection is eager), and nothing hangs.
 #[tokio::test]
 async fn refused_connection_is_an_error() {
-    let port = free_port();
+    let port = spare_port();
     let began = std::time::Instant::now();
     let err = NatsStore::connect_with(
         &format!("nats://127.0.0.1:{port}"),
@@ -260,7 +252,7 @@ async fn jetstream_disabled_is_a_clear_error() {
     assert!(err.to_string().contains("-js"), "{err}");
     // A claim says the same, it does not hang or pretend.
     let err = store
-        .claim_slot(&claim(&unique_job("nojs"), host_ms(), "a"))
+        .claim_slot(&claim(&unique_job("nojs"), host_now(), "a"))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("JetStream"), "{err}");

@@ -1,43 +1,124 @@
-//! Store servers a slow test starts for itself on spare loopback ports, so it can pause
-//! (SIGSTOP), kill and restart them without touching the shared test servers: a
+//! Servers a test starts for itself on spare loopback ports, so it can pause (SIGSTOP),
+//! kill and restart them without touching the shared test servers: a nats-server, a
 //! `redis-server` with an append-only file, a PostgreSQL cluster (`initdb` as user
 //! `postgres`), and for SQLite a process that holds the file's write lock. Each is stopped
-//! by its PID when dropped.
+//! by its PID when dropped. Without the program, `start` says so through [`unobtainable`]
+//! and gives `None`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::now_ms;
+use crate::servers::{spare_port, unobtainable, wait_port};
 
-/// A free TCP port on 127.0.0.1 (bound and released at once).
-pub(crate) fn spare_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a spare loopback port")
-}
-
+/// A folder of its own under the system's temporary folder.
 fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
-        "anarchon-{name}-{}-{}",
+        "anarchon-{name}-{}-{:08x}",
         std::process::id(),
-        now_ms()
+        rand::random::<u32>()
     ));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
 
-fn wait_port(port: u16, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return true;
+/// Finds nats-server: `ANARCHON_NATS_SERVER`, then `nats-server` on `PATH`, then
+/// `/usr/sbin/nats-server`; without one, [`unobtainable`].
+fn nats_server_binary() -> Option<String> {
+    let candidates = std::env::var("ANARCHON_NATS_SERVER")
+        .ok()
+        .into_iter()
+        .chain(["nats-server".to_owned(), "/usr/sbin/nats-server".to_owned()]);
+    for c in candidates {
+        let ok = Command::new(&c)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(c);
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    false
+    unobtainable(
+        "nats-server is not installed",
+        "install it (apt-get install nats-server) or point ANARCHON_NATS_SERVER at one; the \
+         test starts a server of its own",
+    );
+    None
+}
+
+/// A nats-server this test started on a spare loopback port; SIGKILLed (by its PID) and
+/// its folder removed on drop.
+#[derive(Debug)]
+pub struct OwnNats {
+    binary: String,
+    /// The port it listens on.
+    pub port: u16,
+    /// Its storage folder (`-sd`).
+    pub dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl OwnNats {
+    /// Starts nats-server with these extra arguments (`-js` for JetStream); `None` after
+    /// [`unobtainable`] when it is not installed.
+    pub fn start(extra: &[&str]) -> Option<OwnNats> {
+        let binary = nats_server_binary()?;
+        let port = spare_port();
+        let dir = scratch_dir("nats-test");
+        let mut s = OwnNats {
+            binary,
+            port,
+            dir,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        s.spawn();
+        Some(s)
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(cmd.spawn().expect("start nats-server"));
+        assert!(
+            wait_port(self.port, Duration::from_secs(10)),
+            "nats-server did not listen on {}",
+            self.port
+        );
+    }
+
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and storage folder.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 fn kill(pid: u32, sig: &str) {
@@ -48,7 +129,7 @@ fn kill(pid: u32, sig: &str) {
 
 /// A `redis-server` of this test, persisting every write (`appendfsync always`), so a kill
 /// and restart loses nothing that was acknowledged.
-pub(crate) struct OwnRedis {
+pub struct OwnRedis {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
@@ -56,14 +137,17 @@ pub(crate) struct OwnRedis {
 
 impl OwnRedis {
     /// Starts one; `None` (with a `SKIP` line) when `redis-server` is not installed.
-    pub(crate) fn start() -> Option<Self> {
+    pub fn start() -> Option<Self> {
         if Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
             .status()
             .is_err()
         {
-            eprintln!("SKIP: redis-server is not installed (cargo xtask test-servers --install)");
+            unobtainable(
+                "redis-server is not installed",
+                "cargo xtask test-servers --install; the test starts a server of its own",
+            );
             return None;
         }
         let mut r = OwnRedis {
@@ -104,19 +188,19 @@ impl OwnRedis {
     }
 
     /// `redis://127.0.0.1:<port>`.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Freezes (`true`) or thaws the server: while frozen no call is answered.
-    pub(crate) fn freeze(&self, frozen: bool) {
+    pub fn freeze(&self, frozen: bool) {
         if let Some(c) = &self.child {
             kill(c.id(), if frozen { "STOP" } else { "CONT" });
         }
     }
 
     /// SIGKILL, then a new server on the same port and data.
-    pub(crate) fn kill_and_restart(&mut self) {
+    pub fn kill_and_restart(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -137,7 +221,7 @@ impl Drop for OwnRedis {
 }
 
 /// A PostgreSQL cluster of this test, run as user `postgres` from the Debian binaries.
-pub(crate) struct OwnPostgres {
+pub struct OwnPostgres {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
@@ -146,7 +230,7 @@ pub(crate) struct OwnPostgres {
 impl OwnPostgres {
     /// Creates and starts one; `None` (with a `SKIP` line) when the binaries or the
     /// `postgres` user are missing.
-    pub(crate) fn start() -> Option<Self> {
+    pub fn start() -> Option<Self> {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .ok()?
             .filter_map(|e| e.ok())
@@ -154,7 +238,10 @@ impl OwnPostgres {
             .filter(|p| p.join("initdb").is_file())
             .max();
         let Some(bin) = bin else {
-            eprintln!("SKIP: no PostgreSQL server binaries (cargo xtask test-servers --install)");
+            unobtainable(
+                "no PostgreSQL server binaries under /usr/lib/postgresql",
+                "cargo xtask test-servers --install; the test starts a cluster of its own",
+            );
             return None;
         };
         let dir = scratch_dir("pg");
@@ -173,7 +260,10 @@ impl OwnPostgres {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("SKIP: initdb as user postgres failed");
+            unobtainable(
+                "initdb as user postgres failed",
+                "the test needs the user postgres and runuser (run it as root)",
+            );
             let _ = std::fs::remove_dir_all(&dir);
             return None;
         }
@@ -213,7 +303,7 @@ impl OwnPostgres {
     }
 
     /// `postgres://postgres@127.0.0.1:<port>/postgres`.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
@@ -250,14 +340,14 @@ impl OwnPostgres {
     }
 
     /// Freezes (`true`) or thaws every process of the cluster.
-    pub(crate) fn freeze(&self, frozen: bool) {
+    pub fn freeze(&self, frozen: bool) {
         for pid in self.pids() {
             kill(pid, if frozen { "STOP" } else { "CONT" });
         }
     }
 
     /// An immediate shutdown (as a crash: recovery from the WAL), then a start.
-    pub(crate) fn crash_and_restart(&self) {
+    pub fn crash_and_restart(&self) {
         self.freeze(false);
         self.ctl(&["stop", "-m", "immediate", "-w"]);
         self.ctl(&["start", "-w", "-t", "20"]);
@@ -282,13 +372,13 @@ impl Drop for OwnPostgres {
 
 /// A process that holds an SQLite file's write lock (`BEGIN EXCLUSIVE`) until released: an
 /// outage of the SQLite store as its other processes see it.
-pub(crate) struct SqliteLock {
+pub struct SqliteLock {
     child: Child,
 }
 
 impl SqliteLock {
     /// Takes the lock (Python's sqlite3 module); `None` with a `SKIP` line without python3.
-    pub(crate) fn take(path: &Path) -> Option<Self> {
+    pub fn take(path: &Path) -> Option<Self> {
         let script = "import sqlite3, sys\n\
             c = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\n\
             c.execute('BEGIN EXCLUSIVE')\n\
@@ -305,7 +395,10 @@ impl SqliteLock {
         {
             Ok(c) => c,
             Err(_) => {
-                eprintln!("SKIP: python3 is needed to hold an SQLite lock");
+                unobtainable(
+                    "python3 is not installed",
+                    "the test holds an SQLite lock from another process with Python's sqlite3",
+                );
                 return None;
             }
         };
