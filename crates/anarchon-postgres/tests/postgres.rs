@@ -626,6 +626,56 @@ async fn a_taken_claim_does_not_lock_the_job() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-19] `unfinished_runs` over more jobs than one statement asks about (1024): every
+/// running run of the jobs asked about is answered, whichever statement its job fell in,
+/// finished runs and runs of other jobs are not, sorted by run.
+#[tokio::test(flavor = "multi_thread")]
+async fn b19_unfinished_runs_of_many_jobs_spans_statements() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let jobs: Vec<JobName> = (0..2500).map(|i| job(&format!("many{i}"))).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    store.prepare(&prep(&refs)).await.unwrap();
+    let now = store.now().await.unwrap();
+    // Running runs in the first, second and third statement's share of jobs, one finished.
+    let picked = [0usize, 1023, 1024, 2047, 2048, 2499];
+    let claims: Vec<LeaseClaim> = picked
+        .iter()
+        .map(|&i| claim(&jobs[i], now - 1000, "a", now))
+        .collect();
+    let leases: Vec<Lease> = store
+        .claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(won)
+        .collect();
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    assert_eq!(
+        store.finish(&leases[2], &f).await.unwrap(),
+        OwnerWrite::Done
+    );
+    // Asked about all but job 2499.
+    let views = store.unfinished_runs(&jobs[..2499]).await.unwrap();
+    let mut expected: Vec<RunKey> = [0usize, 1023, 2047, 2048]
+        .iter()
+        .map(|&i| RunKey::new(jobs[i].clone(), now - 1000))
+        .collect();
+    expected.sort();
+    let got: Vec<RunKey> = views.iter().map(|v| v.run.clone()).collect();
+    assert_eq!(got, expected);
+    assert!(
+        views
+            .iter()
+            .all(|v| v.status == RunStatus::Running && v.store_now >= now)
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
     let Some(url) = common::url() else { return };
