@@ -34,8 +34,10 @@ pub(crate) const SCHEMA_VERSION: i64 = 2;
 /// when it has not seen the job's count yet). The set-based claim statement prunes only the
 /// jobs whose won claim carries the flag.
 ///
-/// `finish` still prunes exactly every time, so after a finish the job holds at most `size`
-/// runs, as before. Between finishes, for runs that never finish (taken over until
+/// `finish` prunes only when the job's count is above `size / 8` (at most `PRUNE_EVERY - 1`,
+/// see [`finish_slack`]) or the finished run lies below the job's cut (see [`below_cut`]),
+/// and then sets the count to 0, so after a finish the job holds at most
+/// `size + size / 8` runs (exactly `size` below 8). Between finishes, for runs that never finish (taken over until
 /// exhausted, interrupted by the next slot) and for runs a fenced transaction finished
 /// (which does not prune, see [`fenced_finish_sql`]), a job holds about `size + PRUNE_EVERY` runs at
 /// most (plus any older run still running, which pruning always keeps); with several
@@ -189,6 +191,9 @@ pub(crate) struct Sql {
     pub(crate) prune: [String; 2],
     /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
     pub(crate) lock_jobs: String,
+    /// Locks the `_jobs` rows of a claim batch's jobs whose runs do not exist yet (see
+    /// [`lock_claims_sql`]).
+    pub(crate) lock_claims: String,
     /// The claim of a round of one claim: no pruning (see [`claim_sql`]).
     pub(crate) claim: String,
     /// The claim of a round of one claim that also prunes, indexed like `prune`.
@@ -435,11 +440,22 @@ fn finish_sql(names: &Names, ttl: bool) -> String {
     let Names {
         runs,
         attempts,
+        jobs,
         retry,
         ..
     } = names;
     let now = NOW_MS;
     // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
+    let due = if ttl {
+        "true".to_owned()
+    } else {
+        format!(
+            "((SELECT j.unpruned FROM {jobs} j WHERE j.job = $1) > {} OR {})",
+            finish_slack("$7"),
+            below_cut(names, "$1", "$2", "$7")
+        )
+    };
+    let gate = format!("EXISTS (SELECT 1 FROM chk) AND {due}");
     format!(
         "WITH n AS (SELECT {now} AS ms),
 chk AS (
@@ -448,6 +464,7 @@ chk AS (
       AND r.status = 'running'
 ),
 {prune}
+reset AS (UPDATE {jobs} j SET unpruned = 0 WHERE j.job = $1 AND {gate}),
 f AS (
     UPDATE {runs} r SET status = $5, owner = NULL
     FROM chk
@@ -477,7 +494,7 @@ SELECT EXISTS (SELECT 1 FROM chk) AS done,
        END AS retry",
         prune = prune_ctes(
             names,
-            "EXISTS (SELECT 1 FROM chk)",
+            &gate,
             NO_KEYS,
             "SELECT slot FROM chk",
             NO_SLOTS,
@@ -665,6 +682,29 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
     )
 }
 
+/// The lock that opens a claim batch: [`lock_jobs_sql`]'s, but only for the jobs of claims
+/// whose run does not exist yet (`$2` holds the claims' slots). A claim whose run exists is
+/// `Taken` whatever happens next (a run is only deleted by pruning, long after its slot),
+/// so the two instances that lose a slot no longer lock (and write a lock into) the job's
+/// row and no longer queue behind the winner: only the claims that may insert lock. If the
+/// run appears after this statement's snapshot, the claim statement's later snapshot sees
+/// it (a run committed before the lock was granted) or waits on the lock as before. The
+/// jobs locked are a subset of the batch's, still sorted: the lock order is unchanged.
+fn lock_claims_sql(names: &Names) -> String {
+    let Names { jobs, runs, .. } = names;
+    let now = NOW_MS;
+    // $1 jobs, $2 slots.
+    format!(
+        "INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
+SELECT k.job, 0, {now}, 0 FROM (
+    SELECT DISTINCT u.job FROM unnest($1::text[], $2::int8[]) AS u(job, slot)
+    WHERE NOT EXISTS (SELECT 1 FROM {runs} r WHERE r.job = u.job AND r.slot = u.slot)
+) k
+ORDER BY k.job
+ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
+    )
+}
+
 /// The set-based claim: one statement for a batch in which each job appears at most once
 /// (the store splits a batch that holds several slots of a job into such rounds), run after
 /// [`lock_jobs_sql`] in the same transaction. Each claim is judged by the single claim's
@@ -821,6 +861,7 @@ fn finish_set_sql(names: &Names) -> String {
     let Names {
         runs,
         attempts,
+        jobs,
         retry,
         ..
     } = names;
@@ -845,8 +886,12 @@ chk AS (
                   WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt
                     AND r.owner = b.owner AND r.status = 'running')
 ),
-pj AS (SELECT c.job, c.slot, c.size, c.ttl FROM chk c),
+pj AS (
+    SELECT c.job, c.slot, c.size, c.ttl FROM chk c JOIN {jobs} j ON j.job = c.job
+    WHERE c.ttl IS NOT NULL OR j.unpruned > {slack} OR {below}
+),
 {prune}
+reset AS (UPDATE {jobs} j SET unpruned = 0 FROM pj WHERE j.job = pj.job),
 f AS (
     UPDATE {runs} r SET status = c.status, owner = NULL
     FROM chk c
@@ -884,7 +929,37 @@ SELECT b.ord, b.ord IN (SELECT c.ord FROM chk c) AS done, verdict.retry
 FROM b CROSS JOIN verdict
 ORDER BY b.ord",
         prune = prune_set_ctes(names, false, &kept),
+        slack = finish_slack("c.size"),
+        below = below_cut(names, "c.job", "c.slot", "c.size"),
     )
+}
+
+/// Whether the run (`job`, `slot`) lies below its job's cut: at least `size` history keys
+/// are newer than its own. A run that was running when the job was last pruned was kept
+/// there, so its finish must prune even when no claim came since. An ordered index scan
+/// upwards from the run's key, of at most `size` keys: in the common case the finished run
+/// is the newest or next-newest key and the scan reads one or two entries.
+fn below_cut(names: &Names, job: &str, slot: &str, size: &str) -> String {
+    let Names { attempts, .. } = names;
+    format!(
+        "(SELECT count(*) FROM (
+        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
+        WHERE a.job = {job} AND (a.slot, a.manual) > ({slot}, false)
+        LIMIT greatest({size}, 1)
+    ) x) >= greatest({size}, 1)"
+    )
+}
+
+/// How many won claims since the job was last pruned a finish lets pass without pruning,
+/// as SQL over the retention size `size`: `size / 8`, at most `PRUNE_EVERY - 1` (so 0 below
+/// a size of 8, where every finish after a won claim prunes). A finish prunes only when the
+/// job's `unpruned` count is above it, the finished run lies below the job's cut (see
+/// [`below_cut`]) or a TTL is set, and then sets the count to 0: after a finish a job holds
+/// at most `size + size / 8` runs besides its running ones (exactly `size` below 8), and the
+/// ordered scan of `size` keys that finds the cut runs once in `size / 8 + 1` finishes,
+/// not on every one (see [`PRUNE_EVERY`]).
+fn finish_slack(size: &str) -> String {
+    format!("least({size} / 8, {})", PRUNE_EVERY - 1)
 }
 
 /// The CTEs `prune_set_ctes` defines and the claim reads, empty: nothing is pruned. A
@@ -1120,8 +1195,7 @@ ORDER BY k.ord"
             "WITH n AS (SELECT {now} AS ms)
 SELECT r.job, r.slot, r.status, r.attempt, r.owner, r.expires_at, n.ms
 FROM {runs} r CROSS JOIN n
-WHERE r.status = 'running' AND r.job = ANY($1::text[])
-ORDER BY r.job COLLATE \"C\", r.slot"
+WHERE r.status = 'running' AND r.job = ANY($1::text[])"
         );
 
         Sql {
@@ -1133,6 +1207,7 @@ ORDER BY r.job COLLATE \"C\", r.slot"
             record_manual,
             prune: [prune_sql(names, false), prune_sql(names, true)],
             lock_jobs: lock_jobs_sql(names),
+            lock_claims: lock_claims_sql(names),
             claim: claim_sql(names, false, false),
             claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
             finish: [finish_sql(names, false), finish_sql(names, true)],

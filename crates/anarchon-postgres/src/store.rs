@@ -96,6 +96,11 @@ pub(crate) const BATCH_FINISHES: usize = 256;
 /// The most takeovers one batch carries (`BatchLimits::takeovers`).
 pub(crate) const BATCH_TAKEOVERS: usize = 256;
 
+/// The most jobs one `unfinished_runs` statement asks about: one index descent into the
+/// partial `running` index per job, so a statement stays within about a millisecond of
+/// server time; a longer list is sent as several statements, one after the other.
+pub(crate) const UNFINISHED_JOBS: usize = 1024;
+
 /// The parameter types of the claim statements.
 const CLAIM_TYPES: [Type; 10] = [
     Type::TEXT,
@@ -548,6 +553,7 @@ impl Inner {
         &self,
         operation: &'static str,
         jobs: &[&str],
+        slots: Option<&[i64]>,
         steps: &[Step<'_>],
         deadline: Option<i64>,
     ) -> Result<Batch> {
@@ -557,9 +563,21 @@ impl Inner {
             // Statements this connection has not prepared yet cost a round trip each.
             let cached = client.statement_cache.size();
             let begin = client.prepare_typed_cached("BEGIN", &[]).await?;
-            let lock = client
-                .prepare_typed_cached(&self.sql.lock_jobs, &[Type::TEXT_ARRAY])
-                .await?;
+            let lock = match slots {
+                Some(_) => {
+                    client
+                        .prepare_typed_cached(
+                            &self.sql.lock_claims,
+                            &[Type::TEXT_ARRAY, Type::INT8_ARRAY],
+                        )
+                        .await?
+                }
+                None => {
+                    client
+                        .prepare_typed_cached(&self.sql.lock_jobs, &[Type::TEXT_ARRAY])
+                        .await?
+                }
+            };
             let guard = match deadline {
                 Some(_) => Some(
                     client
@@ -578,7 +596,10 @@ impl Inner {
                 .fetch_add(prepared as u64, Ordering::Relaxed);
             let deadline = deadline.unwrap_or(i64::MAX);
             let guard_params: [Param<'_>; 1] = [&deadline];
-            let lock_params: [Param<'_>; 1] = [&jobs];
+            let lock_params: Vec<Param<'_>> = match &slots {
+                Some(slots) => vec![&jobs, slots],
+                None => vec![&jobs],
+            };
             let mut tries = 0;
             loop {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
@@ -688,9 +709,10 @@ impl Inner {
             })
             .collect();
         let jobs: Vec<&str> = claims.iter().map(|c| c.run.job.as_str()).collect();
+        let slots: Vec<i64> = claims.iter().map(|c| c.run.slot).collect();
         let deadline = claims.iter().map(|c| c.not_after).max().unwrap_or(0);
         let (rows, committed) = match self
-            .locked_batch("claim", &jobs, &steps, Some(deadline))
+            .locked_batch("claim", &jobs, Some(&slots), &steps, Some(deadline))
             .await?
         {
             Batch::Committed(rows) => (rows, true),
@@ -763,7 +785,10 @@ impl Inner {
             })
             .collect();
         let jobs: Vec<&str> = writes.iter().map(|(l, _)| l.run.job.as_str()).collect();
-        let rows = match self.locked_batch("finish", &jobs, &steps, None).await? {
+        let rows = match self
+            .locked_batch("finish", &jobs, None, &steps, None)
+            .await?
+        {
             Batch::Committed(rows) | Batch::RolledBack(rows) => rows,
         };
         let mut out = vec![OwnerWrite::Lost; writes.len()];
@@ -807,7 +832,7 @@ impl Inner {
         let jobs: Vec<&str> = takeovers.iter().map(|t| t.run.job.as_str()).collect();
         let deadline = takeovers.iter().map(|t| t.not_after).max().unwrap_or(0);
         let (rows, committed) = match self
-            .locked_batch("take_over", &jobs, &steps, Some(deadline))
+            .locked_batch("take_over", &jobs, None, &steps, Some(deadline))
             .await?
         {
             Batch::Committed(rows) => (rows, true),
@@ -1198,17 +1223,22 @@ impl LeaseStore for PostgresStore {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let list: Vec<&str> = jobs.iter().map(JobName::as_str).collect();
-        let rows = self
-            .inner
-            .query(
-                "unfinished_runs",
-                &self.inner.sql.unfinished,
-                &[Type::TEXT_ARRAY],
-                &[&list],
-            )
-            .await?;
-        let mut views = rows.iter().map(view).collect::<Result<Vec<_>>>()?;
+        let mut views = Vec::new();
+        for chunk in jobs.chunks(UNFINISHED_JOBS) {
+            let list: Vec<&str> = chunk.iter().map(JobName::as_str).collect();
+            let rows = self
+                .inner
+                .query(
+                    "unfinished_runs",
+                    &self.inner.sql.unfinished,
+                    &[Type::TEXT_ARRAY],
+                    &[&list],
+                )
+                .await?;
+            for row in &rows {
+                views.push(view(row)?);
+            }
+        }
         views.sort_by(|a, b| a.run.cmp(&b.run));
         Ok(views)
     }

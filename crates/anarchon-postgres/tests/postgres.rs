@@ -523,6 +523,159 @@ async fn b37_a_taken_claim_tells_the_count_too() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-37] A finish prunes only when more than `size / 8` (at most 15) won claims went by
+/// since the job was last pruned, and then sets the count to 0: with `history_size` 16 the
+/// job holds at most 18 runs after a finish, and reaches it, where pruning every finish kept
+/// it at 16 (an ordered scan of the 16 newest keys on every finish).
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_finish_prunes_once_in_size_by_8_finishes() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("slack");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let keep = Retention {
+        size: 16,
+        ttl_ms: None,
+    };
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    let now = store.now().await.unwrap();
+    let mut lengths = Vec::new();
+    let mut counts = Vec::new();
+    for i in 0..40 {
+        let mut c = claim(&j, now - 100_000 + i * 1000, "a", now);
+        c.retention = keep;
+        let l = won(store.claim(&c).await.unwrap());
+        assert_eq!(store.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+        lengths.push(store.history(&j, 1000).await.unwrap().len());
+        counts.push(unpruned(&url, &store, &j).await);
+    }
+    assert!(lengths.iter().all(|&n| n <= 18), "{lengths:?}");
+    assert_eq!(lengths.iter().max(), Some(&18), "{lengths:?}");
+    // The count goes 1, 2, then a finish prunes and sets it to 0.
+    assert!(counts.iter().all(|&n| n <= 2), "{counts:?}");
+    assert_eq!(&counts[16..19], &[1, 2, 0], "{counts:?}");
+    common::drop_schema(&url, store.schema()).await;
+}
+
+/// A claim whose run exists is `Taken` without locking the job's row: the instances that
+/// lose a slot do not queue behind a transaction that holds the job (here one left open
+/// holding the row lock), and do not write a lock into its row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taken_claim_does_not_lock_the_job() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("nolock");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let now = store.now().await.unwrap();
+    won(store.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .execute(
+            &format!(
+                "SELECT 1 FROM \"{}\".anarchon_runs_jobs WHERE job = $1 FOR UPDATE",
+                store.schema()
+            ),
+            &[&j.as_str()],
+        )
+        .await
+        .unwrap();
+    // A batch of the taken claim and a claim of another job: neither waits.
+    let other = job("free");
+    let started = Instant::now();
+    let out = tokio::time::timeout(
+        Duration::from_secs(3),
+        store.claim_many(&[
+            claim(&j, now - 1000, "b", now),
+            claim(&other, now - 1000, "b", now),
+        ]),
+    )
+    .await
+    .expect("a taken claim waited for the job's lock")
+    .unwrap();
+    assert_eq!(out[0], ClaimOutcome::Taken);
+    won(out[1].clone());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A claim that may insert still waits for the lock (until it is released).
+    let waiting = {
+        let store = store.clone();
+        let c = claim(&j, now, "b", now);
+        tokio::spawn(async move { store.claim(&c).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a claim that may insert did not wait"
+    );
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap(),
+        ClaimOutcome::Overlap {
+            running_slot: now - 1000
+        }
+    );
+    drop(client);
+    let _ = task.await;
+    common::drop_schema(&url, store.schema()).await;
+}
+
+/// [B-19] `unfinished_runs` over more jobs than one statement asks about (1024): every
+/// running run of the jobs asked about is answered, whichever statement its job fell in,
+/// finished runs and runs of other jobs are not, sorted by run.
+#[tokio::test(flavor = "multi_thread")]
+async fn b19_unfinished_runs_of_many_jobs_spans_statements() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let jobs: Vec<JobName> = (0..2500).map(|i| job(&format!("many{i}"))).collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    store.prepare(&prep(&refs)).await.unwrap();
+    let now = store.now().await.unwrap();
+    // Running runs in the first, second and third statement's share of jobs, one finished.
+    let picked = [0usize, 1023, 1024, 2047, 2048, 2499];
+    let claims: Vec<LeaseClaim> = picked
+        .iter()
+        .map(|&i| claim(&jobs[i], now - 1000, "a", now))
+        .collect();
+    let leases: Vec<Lease> = store
+        .claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(won)
+        .collect();
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    assert_eq!(
+        store.finish(&leases[2], &f).await.unwrap(),
+        OwnerWrite::Done
+    );
+    // Asked about all but job 2499.
+    let views = store.unfinished_runs(&jobs[..2499]).await.unwrap();
+    let mut expected: Vec<RunKey> = [0usize, 1023, 2047, 2048]
+        .iter()
+        .map(|&i| RunKey::new(jobs[i].clone(), now - 1000))
+        .collect();
+    expected.sort();
+    let got: Vec<RunKey> = views.iter().map(|v| v.run.clone()).collect();
+    assert_eq!(got, expected);
+    assert!(
+        views
+            .iter()
+            .all(|v| v.status == RunStatus::Running && v.store_now >= now)
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
     let Some(url) = common::url() else { return };
