@@ -95,6 +95,12 @@ impl StoreKind {
         }
     }
 
+    /// Whether the bench reads the store server's call counters (Redis `INFO commandstats`,
+    /// PostgreSQL `pg_stat_database` / `pg_stat_statements`); SQLite has no server.
+    pub(crate) fn has_counters(self) -> bool {
+        matches!(self, StoreKind::Redis | StoreKind::Postgres)
+    }
+
     /// Whether the node has a bare client for this store (the ceiling and the floor).
     pub(crate) fn has_raw_client(self) -> bool {
         !matches!(self, StoreKind::Libsql)
