@@ -28,7 +28,8 @@
 //!   connected, scheduler built, log buffer touched, no job yet), `REGISTERED rss_kb= ms=`
 //!   (jobs registered, not started; registration time), `READY pid= t= rss_kb= start_ms=`
 //!   (`start()` time), then every second `SAMPLE t= rss_kb= ticks= held= late=` (its own
-//!   VmRSS, utime + stime, runs held under a lease, slots reported late), and after the stop
+//!   VmRSS, utime + stime, the most runs held under a lease at any 10 ms reading of the
+//!   second, slots reported late), and after the stop
 //!   `GRID jobs= off_grid=` (jobs whose next slot is not on the grid the judge assumes),
 //!   `COUNTS ...` (events by kind, skips by reason, store errors by operation, lagged events,
 //!   `health().slots_late`) and `EXIT`.
@@ -476,23 +477,32 @@ async fn run(args: &Args) -> Result<()> {
         now_us() / 1000,
         rss_kb()
     );
-    // The node's own readings once a second: RSS, CPU ticks, runs it holds under a lease
-    // (in flight), slots it reported late.
+    // The node's own readings once a second: RSS, CPU ticks, the most runs it held under a
+    // lease (in flight) at any 10 ms reading of that second, slots it reported late. Runs
+    // of handlers that return at once are held for tens of ms after their slot: a reading
+    // once a second would mostly see none.
     let sampler = tokio::spawn({
         let scheduler = scheduler.clone();
         async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut next = Instant::now() + Duration::from_secs(1);
+            let mut held = 0;
             loop {
                 tick.tick().await;
                 let health = scheduler.health();
-                say(format_args!(
-                    "SAMPLE t={} rss_kb={} ticks={} held={} late={}",
-                    now_us() / 1000,
-                    rss_kb(),
-                    cpu_ticks(),
-                    health.leases_held,
-                    health.slots_late
-                ));
+                held = held.max(health.leases_held);
+                if Instant::now() >= next {
+                    next += Duration::from_secs(1);
+                    say(format_args!(
+                        "SAMPLE t={} rss_kb={} ticks={} held={held} late={}",
+                        now_us() / 1000,
+                        rss_kb(),
+                        cpu_ticks(),
+                        health.slots_late
+                    ));
+                    held = 0;
+                }
             }
         }
     });

@@ -403,11 +403,11 @@ impl Minute {
 
     /// KiB per run in flight: the minute's highest RSS above the node's RSS with its jobs
     /// registered, over the most runs it held at once in the minute; mean of the nodes that
-    /// held any.
-    fn kib_per_run(&self, session: &Session) -> f64 {
+    /// held at least a tenth of the jobs at once (with fewer, the growth is not the runs').
+    fn kib_per_run(&self, session: &Session, jobs: u32) -> f64 {
         mean(session.nodes.iter().zip(&self.nodes).filter_map(|(n, m)| {
             let m = m.as_ref()?;
-            (m.held_max > 0)
+            (m.held_max > 0 && m.held_max * 10 >= u64::from(jobs))
                 .then(|| (m.rss_max_kb as f64 - n.rss_registered as f64) / m.held_max as f64)
         }))
     }
@@ -466,7 +466,7 @@ impl Calls {
                 }
             }
         }
-        by_command.sort_by(|a, b| b.1.cmp(&a.1));
+        by_command.sort_by_key(|e| std::cmp::Reverse(e.1));
         Some(Calls {
             baseline: call_rate(c, |_, to| to <= session.spawned_ms),
             running: call_rate(c, |from, to| {
@@ -701,10 +701,17 @@ impl<'a> Report<'a> {
                     .collect::<Vec<_>>()
                     .join(" / ")
             };
-            let (mp50, mp99) = s.lag_ms.map_or((f64::NAN, f64::NAN), |l| (l.p50, l.p99));
+            let lag = s.lag_ms.map_or("-".to_owned(), |l| {
+                format!("{:.1} / {:.1} ms", l.p50, l.p99)
+            });
+            let within = if s.slots == 0 {
+                "- (no slot)".to_owned()
+            } else {
+                format!("{:.2} %", s.within_percent())
+            };
             let _ = writeln!(
                 out,
-                "| {}{} | {} | {:.2} % | {} | {} | {:.1} / {:.1} ms | {} | {:.2} | {} | {:.2} | {} | {} | {} |",
+                "| {}{} | {} | {within} | {} | {} | {lag} | {} | {:.2} | {} | {} | {} | {} | {} |",
                 s.minute + 1,
                 if s.to_ms - s.from_ms < 59_000 {
                     format!(" ({} s)", (s.to_ms - s.from_ms) / 1000 + 1)
@@ -712,15 +719,14 @@ impl<'a> Report<'a> {
                     String::new()
                 },
                 grouped(s.slots),
-                s.within_percent(),
                 grouped(s.missed),
                 s.duplicates,
-                mp50,
-                mp99,
                 per_node(&|n| format!("{:.1}", n.rss_end_kb as f64 / 1024.0)),
                 m.kib_per_job(session, jobs),
                 per_node(&|n| grouped(n.held_max)),
-                m.kib_per_run(session),
+                Some(m.kib_per_run(session, jobs))
+                    .filter(|k| k.is_finite())
+                    .map_or("- (< jobs / 10 held)".to_owned(), |k| format!("{k:.2}")),
                 per_node(&|n| format!("{:.0} %", n.cores * 100.0)),
                 per_node(&|n| grouped(n.late)),
                 m.load.map_or("?".to_owned(), |l| format!("{l:.2}")),
@@ -738,7 +744,8 @@ impl<'a> Report<'a> {
              start, above the node's RSS before it registered any; mean of the nodes); per minute \
              above: KiB per job = RSS at the minute's end above that base / jobs; KiB per run in \
              flight = the minute's highest RSS above the registered RSS / the most runs the node \
-             held at once (its own `health().leases_held` each second)"
+             held at once (its own `health().leases_held`, read every 10 ms; only for nodes that \
+             held at least a tenth of the jobs at once)"
         );
         let _ = writeln!(
             out,
@@ -914,7 +921,7 @@ impl<'a> Report<'a> {
                     "duplicates": s.duplicates,
                     "lag_ms": s.lag_ms.map(|l| json!({"p50": l.p50, "p99": l.p99, "max": l.max})),
                     "kib_per_job": m.kib_per_job(session, args.jobs),
-                    "kib_per_run_in_flight": m.kib_per_run(session),
+                    "kib_per_run_in_flight": Some(m.kib_per_run(session, args.jobs)).filter(|k| k.is_finite()),
                     "load": m.load,
                     "nodes": session.nodes.iter().zip(&m.nodes).map(|(n, r)| node(n, r)).collect::<Vec<_>>(),
                 })
