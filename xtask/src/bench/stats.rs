@@ -718,18 +718,23 @@ mod tests {
             .map(|i| Sample {
                 t_ms: i * 1000,
                 rss_kb: 1000 + (i as u64) * 10,
-                ticks: (i as u64) * 50,
+                // Half a core, and a burst of 100 ticks between 2 s and 3 s.
+                ticks: (i as u64) * 50 + if i >= 3 { 100 } else { 0 },
                 held: if i == 4 { 7 } else { 1 },
                 late: if i >= 8 { 2 } else { 0 },
             })
             .collect();
-        // 100 ticks/s: 50 ticks a second is half a core.
+        // 100 ticks/s; the stretch 3-8 s counts from the reading before it (2 s), so the
+        // burst that ended at 3 s is in it: 400 ticks over 6 s.
         let s = node_stretch(&samples, 3_000, 8_000, 100.0).unwrap();
         assert_eq!(
             (s.rss_end_kb, s.rss_max_kb, s.held_max, s.late),
             (1080, 1080, 7, 2)
         );
-        assert_eq!(s.cores, 0.5);
+        assert!((s.cores - 4.0 / 6.0).abs() < 1e-9, "{}", s.cores);
+        // From the first reading on, nothing before it: 350 ticks over 5 s.
+        let first = node_stretch(&samples, 0, 5_000, 100.0).unwrap();
+        assert_eq!(first.cores, 350.0 / 100.0 / 5.0);
         assert!(node_stretch(&samples, 20_000, 30_000, 100.0).is_none());
     }
 
