@@ -245,8 +245,19 @@ pub(crate) fn build_node() -> Result<PathBuf> {
         "bench-node-{:016x}",
         std::hash::Hasher::finish(&hasher)
     ));
-    std::fs::copy(&path, &own)
-        .with_context(|| format!("copying {} to {}", path.display(), own.display()))?;
+    // Copied beside it and renamed over it: a bench of the same checkout that is still
+    // running keeps its inode (copying onto a running binary fails with "text file busy").
+    let part = own.with_file_name(format!(
+        "{}.part-{}",
+        own.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("bench-node"),
+        std::process::id()
+    ));
+    std::fs::copy(&path, &part)
+        .with_context(|| format!("copying {} to {}", path.display(), part.display()))?;
+    std::fs::rename(&part, &own)
+        .with_context(|| format!("renaming {} to {}", part.display(), own.display()))?;
     Ok(own)
 }
 
