@@ -4,22 +4,35 @@
 //! its arguments, its stdout lines and the files it writes.
 //!
 //! ```text
-//! bench-node run     --store SPEC --jobs N --id ID --log FILE
+//! bench-node run     --store SPEC --jobs N --id ID --log FILE [--workload every1s|tenants|tenants-cron]
+//!                    [--history-size H] [--cron EXPR --grid-ms P]
 //! bench-node ceiling --store SPEC --callers K --seconds S
 //! bench-node floor   --store SPEC --log FILE
 //! bench-node clean   --store SPEC
+//! bench-node counters --store SPEC [--every-ms 5000]
 //! bench-node handover --store SPEC --id ID [--every-ms 5000] [--hold-ms 3000]
 //! ```
 //!
 //! SPEC is `sqlite:<path>`, `redis:<url>#<key prefix>`, `postgres:<url>#<schema>` or
 //! `libsql:<url>#<table prefix>`.
 //!
-//! - `run`: one leased scheduler with N distinct `every 1s` jobs (jitter 0, other options at
-//!   their defaults). Each handler start appends `<job> <slot ms> <start µs> <attempt> <id>`
-//!   to FILE through a fixed 256 KiB buffer (flushed after SIGTERM/SIGINT). Prints `BASE rss_kb=` (store connected,
-//!   scheduler built, no job yet), `REGISTERED rss_kb=` (jobs registered, not started),
-//!   `READY pid= t= rss_kb=`, and after the stop `COUNTS ...` (events by kind, skips by
-//!   reason, store errors by operation, lagged events) and `EXIT`.
+//! - `run`: one leased scheduler (jitter 0) with N distinct jobs of the workload:
+//!   `every1s` (default) N `every 1s` jobs `j00000..`; `tenants` N `every 1m` jobs `t000000..`
+//!   with offsets `j * 60 s / N` spread over the minute; `tenants-cron` N cron jobs
+//!   `c000000..` (`--cron`, default `*/5 * * * *`) cycling through 16 IANA timezones
+//!   (`--grid-ms`: the UTC grid of its slots, checked in `GRID`).
+//!   `--history-size` sets every job's `history_size` (else the default). Each handler start
+//!   appends `<job> <slot ms> <start µs> <attempt> <id>` to FILE through a fixed 256 KiB
+//!   buffer touched before `BASE` (flushed after SIGTERM/SIGINT); the event buffer is a
+//!   fixed 4096 (the counts may lag at 10,000 jobs: `lagged=`). Prints `BASE rss_kb=` (store
+//!   connected, scheduler built, log buffer touched, no job yet), `REGISTERED rss_kb= ms=`
+//!   (jobs registered, not started; registration time), `READY pid= t= rss_kb= start_ms=`
+//!   (`start()` time), then every second `SAMPLE t= rss_kb= ticks= held= late=` (its own
+//!   VmRSS, utime + stime, the most runs held under a lease at any 10 ms reading of the
+//!   second, slots reported late), and after the stop
+//!   `GRID jobs= off_grid=` (jobs whose next slot is not on the grid the judge assumes),
+//!   `COUNTS ...` (events by kind, skips by reason, store errors by operation, lagged events,
+//!   `health().slots_late`) and `EXIT`.
 //! - `ceiling`: the store's own ceiling for batched claims without the scheduler: K callers,
 //!   each repeating one round trip that writes 256 new keys/rows (Redis: a pipeline of 256
 //!   `SET NX`; PostgreSQL: one `INSERT .. SELECT unnest(..) ON CONFLICT DO NOTHING`,
@@ -37,6 +50,10 @@
 //!   `EVENT us= name= slot= attempt= [cause=|op=]` for the scheduler's start, interrupted
 //!   (`cause=handed-over`: the release was answered), lost, fenced and error events,
 //!   and `EXIT us=` after the stop.
+//! - `counters`: every `--every-ms` until SIGTERM, `COUNTERS t= calls= commits= detail=`:
+//!   the store server's calls so far (Redis: `INFO commandstats` summed, without `info`,
+//!   detail by command; PostgreSQL: `pg_stat_statements` calls of the database if the
+//!   extension is there, `pg_stat_database.xact_commit`); server-wide, so other clients count.
 //! - `clean`: deletes what the run left (Redis keys under the prefix, the PostgreSQL schema;
 //!   the SQLite file is removed by xtask).
 
@@ -206,7 +223,7 @@ impl Counts {
 
     /// `COUNTS start=.. ... errors=<n> error_ops=claim:3,finish:1`, then one
     /// `FIRST_ERROR op=.. <message>` line per failing operation.
-    fn print(&self) {
+    fn print(&self, slots_late: u64) {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let errors = self.errors.lock().expect("counts");
         let total: u64 = errors.iter().map(|(_, n, _)| n).sum();
@@ -217,7 +234,7 @@ impl Counts {
         println!(
             "COUNTS start={} success={} failure={} interrupted={} skip_taken={} skip_late={} \
              skip_overlap={} skip_unknown={} lost={} fenced={} stalled={} lagged={} errors={} \
-             error_ops={}",
+             error_ops={} slots_late={}",
             n(&self.start),
             n(&self.success),
             n(&self.failure),
@@ -235,7 +252,8 @@ impl Counts {
                 "-".to_owned()
             } else {
                 ops.join(",")
-            }
+            },
+            slots_late
         );
         for (op, _, message) in errors.iter() {
             println!("FIRST_ERROR op={op} {}", message.replace('\n', " "));
@@ -243,21 +261,173 @@ impl Counts {
     }
 }
 
+/// The jobs of a `run` node: `--workload` and its options.
+struct Workload {
+    kind: String,
+    jobs: usize,
+    history_size: Option<u32>,
+    cron: String,
+    /// The cron jobs' slot period the judge assumes (`--grid-ms`, default 5 minutes).
+    cron_grid_ms: i64,
+}
+
+/// IANA zones the `tenants-cron` jobs cycle through: whole, half and quarter hours either
+/// side of UTC (every zone's offset is a multiple of 5 minutes, so `*/5` slots of all of
+/// them fall on the same UTC 5-minute marks, which the judge checks as a grid).
+const ZONES: [&str; 16] = [
+    "UTC",
+    "Europe/Berlin",
+    "Europe/London",
+    "America/New_York",
+    "America/Los_Angeles",
+    "America/Sao_Paulo",
+    "America/St_Johns",
+    "Asia/Kolkata",
+    "Asia/Kathmandu",
+    "Asia/Tokyo",
+    "Asia/Shanghai",
+    "Australia/Adelaide",
+    "Australia/Eucla",
+    "Pacific/Chatham",
+    "Pacific/Auckland",
+    "Africa/Nairobi",
+];
+
+impl Workload {
+    fn parse(args: &Args) -> Result<Workload> {
+        let kind = args.get("workload").unwrap_or("every1s").to_owned();
+        if !matches!(kind.as_str(), "every1s" | "tenants" | "tenants-cron") {
+            bail!("--workload {kind}: expected every1s, tenants or tenants-cron");
+        }
+        let history_size = match args.get("history-size") {
+            Ok(_) => Some(u32::try_from(args.num("history-size")?)?),
+            Err(_) => None,
+        };
+        Ok(Workload {
+            kind,
+            jobs: args.num("jobs")? as usize,
+            history_size,
+            cron: args.get("cron").unwrap_or("*/5 * * * *").to_owned(),
+            cron_grid_ms: args.num("grid-ms").unwrap_or(300_000).max(1) as i64,
+        })
+    }
+
+    /// The grid job `j`'s slots lie on (period, offset in ms), as the judge assumes it.
+    fn grid(&self, j: usize) -> (i64, i64) {
+        match self.kind.as_str() {
+            "every1s" => (1000, 0),
+            "tenants" => (60_000, j as i64 * 60_000 / self.jobs.max(1) as i64),
+            _ => (self.cron_grid_ms, 0),
+        }
+    }
+
+    fn name(&self, j: usize) -> String {
+        match self.kind.as_str() {
+            "every1s" => format!("j{j:05}"),
+            "tenants" => format!("t{j:06}"),
+            _ => format!("c{j:06}"),
+        }
+    }
+
+    /// Registers job `j` with `handler`.
+    fn register<F, Fut>(&self, scheduler: &Scheduler, j: usize, handler: F) -> Result<()>
+    where
+        F: Fn(anarchon::JobContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<(), anarchon::HandlerError>>
+            + Send
+            + 'static,
+    {
+        let name = self.name(j);
+        match self.kind.as_str() {
+            "every1s" | "tenants" => {
+                let (period, offset) = self.grid(j);
+                let mut job = scheduler
+                    .every(&name, Duration::from_millis(period as u64))
+                    .offset(Duration::from_millis(offset as u64));
+                if let Some(n) = self.history_size {
+                    job = job.history_size(n);
+                }
+                job.handler(handler)?;
+            }
+            _ => {
+                let mut job = scheduler
+                    .cron(&name, &self.cron)
+                    .timezone(ZONES[j % ZONES.len()]);
+                if let Some(n) = self.history_size {
+                    job = job.history_size(n);
+                }
+                job.handler(handler)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A start log written through one fixed buffer, touched before `BASE` so the pages it
+/// fills are not counted in the node's RSS per job (the bench's own memory).
+struct StartLog {
+    buf: Vec<u8>,
+    file: std::fs::File,
+}
+
+impl StartLog {
+    const SIZE: usize = 256 * 1024;
+
+    fn create(path: &str) -> Result<StartLog> {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+        let mut buf = vec![1u8; StartLog::SIZE];
+        buf.clear();
+        Ok(StartLog { buf, file })
+    }
+
+    fn push(&mut self, line: &[u8]) {
+        if self.buf.len() + line.len() > self.buf.capacity() {
+            self.flush_buf();
+        }
+        self.buf.extend_from_slice(line);
+    }
+
+    /// A failed write shows as missing starts in the judge's counts.
+    fn flush_buf(&mut self) {
+        let _ = self.file.write_all(&self.buf);
+        self.buf.clear();
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.file.write_all(&self.buf)?;
+        self.buf.clear();
+        self.file.flush()
+    }
+}
+
+/// utime + stime of this process in clock ticks (0 where /proc is missing).
+fn cpu_ticks() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
 async fn run(args: &Args) -> Result<()> {
     let stop = stop_signal()?;
     let spec = Spec::parse(args.get("store")?)?;
-    let jobs = args.num("jobs")? as usize;
+    let workload = Workload::parse(args)?;
+    let jobs = workload.jobs;
     let id = args.get("id")?.to_owned();
     let log_path = args.get("log")?.to_owned();
-    // Room for a few seconds of events (start, success and skips of every job) so the
-    // counter below never lags; allocated at build, so BASE includes it.
-    let capacity = (jobs * 8).clamp(1024, 1 << 20);
+    // A fixed event buffer (the counts below may lag behind at 10,000 jobs; `lagged=` says
+    // how many they missed): one of jobs * 8 filled 10 MiB at 10,000 jobs, the bench's own
+    // memory inside the node's RSS per job.
     let scheduler = spec
         .builder()
         .await?
         .instance_id(&id)
         .jitter(Duration::ZERO)
-        .event_capacity(capacity)
+        .event_capacity(4096)
         .build()?;
     let counts = Arc::new(Counts::default());
     let mut events = scheduler.events();
@@ -276,53 +446,100 @@ async fn run(args: &Args) -> Result<()> {
             }
         }
     });
-    println!("BASE rss_kb={}", rss_kb());
-
     // ~40 bytes a line, written through a fixed buffer as the run goes, so the node's memory
     // holds no log that grows with the run (RSS per job reads the scheduler alone).
-    let file = std::fs::File::create(&log_path).with_context(|| format!("creating {log_path}"))?;
-    let log = Arc::new(Mutex::new(std::io::BufWriter::with_capacity(
-        256 * 1024,
-        file,
-    )));
+    let log = Arc::new(Mutex::new(StartLog::create(&log_path)?));
+    println!("BASE rss_kb={}", rss_kb());
+
     let node: Arc<str> = id.clone().into();
+    let registering = Instant::now();
     for j in 0..jobs {
         let log = log.clone();
         let node = node.clone();
-        scheduler
-            .every(&format!("j{j:05}"), Duration::from_secs(1))
-            .handler(move |ctx| {
-                let started = now_us();
-                let line = format!("{j} {} {started} {} {node}\n", ctx.slot_ms(), ctx.attempt);
-                // A failed write shows as missing starts in the judge's counts.
-                let _ = std::io::Write::write_all(
-                    &mut *log.lock().expect("log buffer"),
-                    line.as_bytes(),
-                );
-                async { Ok(()) }
-            })?;
+        workload.register(&scheduler, j, move |ctx| {
+            let started = now_us();
+            let line = format!("{j} {} {started} {} {node}\n", ctx.slot_ms(), ctx.attempt);
+            log.lock().expect("log buffer").push(line.as_bytes());
+            async { Ok(()) }
+        })?;
     }
-    println!("REGISTERED rss_kb={}", rss_kb());
-    scheduler.start().await?;
     println!(
-        "READY pid={} t={} rss_kb={}",
+        "REGISTERED rss_kb={} ms={:.1}",
+        rss_kb(),
+        registering.elapsed().as_secs_f64() * 1000.0
+    );
+    let starting = Instant::now();
+    scheduler.start().await?;
+    let start_ms = starting.elapsed().as_secs_f64() * 1000.0;
+    println!(
+        "READY pid={} t={} rss_kb={} start_ms={start_ms:.1}",
         std::process::id(),
         now_us() / 1000,
         rss_kb()
     );
+    // The node's own readings once a second: RSS, CPU ticks, the most runs it held under a
+    // lease (in flight) at any 10 ms reading of that second, slots it reported late. Runs
+    // of handlers that return at once are held for tens of ms after their slot: a reading
+    // once a second would mostly see none.
+    let sampler = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut next = Instant::now() + Duration::from_secs(1);
+            let mut held = 0;
+            loop {
+                tick.tick().await;
+                let health = scheduler.health();
+                held = held.max(health.leases_held);
+                if Instant::now() >= next {
+                    next += Duration::from_secs(1);
+                    say(format_args!(
+                        "SAMPLE t={} rss_kb={} ticks={} held={held} late={}",
+                        now_us() / 1000,
+                        rss_kb(),
+                        cpu_ticks(),
+                        health.slots_late
+                    ));
+                    held = 0;
+                }
+            }
+        }
+    });
     stop.await;
+    sampler.abort();
     println!("STOPPING t={} rss_kb={}", now_us() / 1000, rss_kb());
+    let late = scheduler.health().slots_late;
+    // Every job's next slot lies on the grid the judge assumes.
+    let off_grid = scheduler
+        .jobs()
+        .iter()
+        .filter(|info| {
+            let j = workload_index(info.name.as_str());
+            let (period, offset) = workload.grid(j);
+            info.next_run
+                .is_some_and(|t| (t.timestamp_millis() - offset).rem_euclid(period) != 0)
+        })
+        .count();
+    println!("GRID jobs={jobs} off_grid={off_grid}");
     let stopped = scheduler.stop(Duration::from_secs(10)).await;
     drop(scheduler);
     let _ = tokio::time::timeout(Duration::from_secs(2), counter).await;
-    std::io::Write::flush(&mut *log.lock().expect("log buffer"))
+    log.lock()
+        .expect("log buffer")
+        .finish()
         .with_context(|| format!("writing {log_path}"))?;
-    counts.print();
+    counts.print(late);
     if let Err(e) = stopped {
         println!("STOP_ERROR {}", e.to_string().replace('\n', " "));
     }
     println!("EXIT t={}", now_us() / 1000);
     Ok(())
+}
+
+/// The index of a job from its name (`j00012`, `t000012`, `c000012`).
+fn workload_index(name: &str) -> usize {
+    name.get(1..).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 // ----- the store's own ceiling and floor, without the scheduler --------------------------
@@ -479,6 +696,64 @@ impl Raw {
             }
         }
         Ok(())
+    }
+
+    /// The store server's call counters: (calls, commits, detail). Redis: the sum of
+    /// `INFO commandstats` calls (without this reader's own `info`), commits 0, detail the
+    /// counts by command; PostgreSQL: `pg_stat_statements` calls of the database when the
+    /// extension is there (else 0), `pg_stat_database.xact_commit`. Server-wide: other
+    /// clients of the same server count too (the bench subtracts a baseline).
+    async fn counters(&self) -> Result<(u64, u64, String)> {
+        match self {
+            Raw::Redis(store, _) => {
+                use anarchon::redis::fred::prelude::*;
+                use anarchon::redis::fred::types::InfoKind;
+                let text: String = store.client().info(Some(InfoKind::CommandStats)).await?;
+                let mut total = 0;
+                let mut detail = Vec::new();
+                for line in text.lines() {
+                    let Some((name, rest)) = line
+                        .strip_prefix("cmdstat_")
+                        .and_then(|l| l.split_once(':'))
+                    else {
+                        continue;
+                    };
+                    let calls: u64 = rest
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix("calls="))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    if name != "info" {
+                        total += calls;
+                        detail.push(format!("{name}:{calls}"));
+                    }
+                }
+                Ok((total, 0, detail.join(",")))
+            }
+            Raw::Postgres(store, _) => {
+                let client = store.pool().get().await?;
+                let row = client
+                    .query_one(
+                        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+                        &[],
+                    )
+                    .await?;
+                let commits: i64 = row.get(0);
+                let calls = match client
+                    .query_one(
+                        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+                         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                        &[],
+                    )
+                    .await
+                {
+                    Ok(row) => row.get::<_, i64>(0) as u64,
+                    Err(_) => 0,
+                };
+                Ok((calls, commits as u64, "-".to_owned()))
+            }
+            Raw::Sqlite(_) => bail!("SQLite has no server whose calls could be counted"),
+        }
     }
 
     async fn clean(&self) -> Result<()> {
@@ -700,6 +975,34 @@ async fn handover(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// `counters`: the store server's call counters every `--every-ms` until SIGTERM.
+async fn counters(args: &Args) -> Result<()> {
+    let stop = stop_signal()?;
+    let spec = Spec::parse(args.get("store")?)?;
+    let every = Duration::from_millis(args.num("every-ms").unwrap_or(5000).max(100));
+    let raw = Raw::open(&spec).await?;
+    let mut stop = std::pin::pin!(stop);
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        let t = now_us() / 1000;
+        match raw.counters().await {
+            Ok((calls, commits, detail)) => say(format_args!(
+                "COUNTERS t={t} calls={calls} commits={commits} detail={detail}"
+            )),
+            Err(e) => say(format_args!(
+                "COUNTERS_ERROR t={t} {}",
+                e.to_string().replace('\n', " ")
+            )),
+        }
+    }
+    say(format_args!("EXIT t={}", now_us() / 1000));
+    Ok(())
+}
+
 async fn clean(args: &Args) -> Result<()> {
     let spec = Spec::parse(args.get("store")?)?;
     if spec.kind == "libsql" {
@@ -723,7 +1026,7 @@ async fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some((mode, rest)) = argv.split_first() else {
         bail!(
-            "usage: bench-node run|ceiling|floor|clean|handover --store SPEC ... (see the file's header)"
+            "usage: bench-node run|ceiling|floor|clean|handover|counters --store SPEC ... (see the file's header)"
         );
     };
     let args = Args::parse(rest)?;
@@ -733,6 +1036,9 @@ async fn main() -> Result<()> {
         "floor" => floor(&args).await,
         "clean" => clean(&args).await,
         "handover" => handover(&args).await,
-        other => bail!("unknown mode {other:?}: expected run, ceiling, floor, clean or handover"),
+        "counters" => counters(&args).await,
+        other => bail!(
+            "unknown mode {other:?}: expected run, ceiling, floor, clean, handover or counters"
+        ),
     }
 }

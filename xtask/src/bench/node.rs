@@ -95,6 +95,12 @@ impl StoreKind {
         }
     }
 
+    /// Whether the bench reads the store server's call counters (Redis `INFO commandstats`,
+    /// PostgreSQL `pg_stat_database` / `pg_stat_statements`); SQLite has no server.
+    pub(crate) fn has_counters(self) -> bool {
+        matches!(self, StoreKind::Redis | StoreKind::Postgres)
+    }
+
     /// Whether the node has a bare client for this store (the ceiling and the floor).
     pub(crate) fn has_raw_client(self) -> bool {
         !matches!(self, StoreKind::Libsql)
@@ -239,8 +245,19 @@ pub(crate) fn build_node() -> Result<PathBuf> {
         "bench-node-{:016x}",
         std::hash::Hasher::finish(&hasher)
     ));
-    std::fs::copy(&path, &own)
-        .with_context(|| format!("copying {} to {}", path.display(), own.display()))?;
+    // Copied beside it and renamed over it: a bench of the same checkout that is still
+    // running keeps its inode (copying onto a running binary fails with "text file busy").
+    let part = own.with_file_name(format!(
+        "{}.part-{}",
+        own.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("bench-node"),
+        std::process::id()
+    ));
+    std::fs::copy(&path, &part)
+        .with_context(|| format!("copying {} to {}", path.display(), part.display()))?;
+    std::fs::rename(&part, &own)
+        .with_context(|| format!("renaming {} to {}", part.display(), own.display()))?;
     Ok(own)
 }
 

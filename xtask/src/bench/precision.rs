@@ -124,6 +124,8 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
             instances: args.instances,
             seconds: args.seconds,
             floor: kind.has_raw_client(),
+            node_args: Vec::new(),
+            baseline_seconds: 0,
         })?;
         let stats = slot_stats(
             &session.starts,

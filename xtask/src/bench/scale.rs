@@ -11,39 +11,201 @@ use serde_json::json;
 
 use super::node::{self, RunDir, StoreKind};
 use super::session::{self, Cleanup, Plan, Session};
-use super::stats::{SlotStats, Window, slot_stats};
+use super::stats::{
+    CallRate, Grid, MinuteStats, NodeStretch, SlotStats, Window, call_rate, minute_stats,
+    node_stretch, slot_stats,
+};
 
-const USAGE: &str = "bench scale --store redis|postgres|sqlite|libsql [--jobs N] [--instances K] \
-                     [--seconds S] [--ceiling-seconds C] [--json] [--keep]";
+const USAGE: &str = "bench scale --store redis|postgres|sqlite|libsql \
+                     [--workload every1s|tenants|tenants-cron] [--jobs N] [--instances K] \
+                     [--seconds S] [--history-size H] [--cron EXPR] [--ceiling-seconds C] \
+                     [--json] [--keep]";
+
+/// Seconds of the store's call counters read before the nodes start (the same-run
+/// baseline of a shared server's calls).
+const BASELINE_SECONDS: u64 = 10;
+
+/// The jobs every node registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Workload {
+    /// N `every 1s` jobs (offset 0).
+    #[value(name = "every1s")]
+    EverySecond,
+    /// N `every 1m` jobs with offsets spread over the minute (one job per tenant).
+    Tenants,
+    /// N cron jobs (`*/5 * * * *` by default) in 16 timezones.
+    TenantsCron,
+}
+
+impl Workload {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Workload::EverySecond => "every1s",
+            Workload::Tenants => "tenants",
+            Workload::TenantsCron => "tenants-cron",
+        }
+    }
+
+    fn default_jobs(self) -> u32 {
+        match self {
+            Workload::EverySecond => 1_000,
+            Workload::Tenants | Workload::TenantsCron => 100_000,
+        }
+    }
+
+    fn default_instances(self) -> u32 {
+        match self {
+            Workload::EverySecond => 3,
+            Workload::Tenants | Workload::TenantsCron => 5,
+        }
+    }
+
+    /// The slots' period in ms (cron: the default `*/5`).
+    fn period_ms(self) -> i64 {
+        match self {
+            Workload::EverySecond => 1_000,
+            Workload::Tenants => 60_000,
+            Workload::TenantsCron => 300_000,
+        }
+    }
+
+    /// The default run: every1s passes the pruning point (`history_size` slots) and then
+    /// runs two more minutes, in whole minutes (240 s at the default 100); tenants runs 5
+    /// minutes (5 slots of each job); tenants-cron two periods and a minute (660 s for
+    /// `*/5`: two marks).
+    fn default_seconds(self, history_size: u32, period_ms: i64) -> u64 {
+        match self {
+            Workload::EverySecond => (u64::from(history_size) + 120).div_ceil(60) * 60,
+            Workload::Tenants => 300,
+            Workload::TenantsCron => 2 * period_ms as u64 / 1000 + 60,
+        }
+    }
+
+    fn describe(self, cron: &str) -> String {
+        match self {
+            Workload::EverySecond => "`every 1s` jobs (jitter 0)".to_owned(),
+            Workload::Tenants => {
+                "`every 1m` jobs, offsets spread over the minute (jitter 0)".to_owned()
+            }
+            Workload::TenantsCron => format!("cron `{cron}` jobs in 16 timezones (jitter 0)"),
+        }
+    }
+}
+
+/// The job option `history_size` when not given (the scheduler's default).
+const DEFAULT_HISTORY_SIZE: u32 = 100;
 
 /// The options of `bench scale`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ScaleArgs {
     pub(crate) store: StoreKind,
+    pub(crate) workload: Workload,
     pub(crate) jobs: u32,
     pub(crate) instances: u32,
     pub(crate) seconds: u64,
+    /// Given with `--history-size` (passed to the nodes), else `None` (the default, 100).
+    pub(crate) history_size: Option<u32>,
+    pub(crate) cron: String,
+    /// The tenants-cron jobs' slot period (the UTC grid every zone shares), in ms.
+    pub(crate) cron_period_ms: i64,
     pub(crate) ceiling_seconds: u64,
     pub(crate) json: bool,
     pub(crate) keep: bool,
 }
 
-/// `cargo xtask bench scale`: K scheduler processes with N `every 1s` jobs each on a fresh
-/// namespace of one store for S seconds, beside the store's own ceiling.
+impl ScaleArgs {
+    fn history(&self) -> u32 {
+        self.history_size.unwrap_or(DEFAULT_HISTORY_SIZE)
+    }
+
+    /// The slots' period in ms.
+    fn period_ms(&self) -> i64 {
+        match self.workload {
+            Workload::TenantsCron => self.cron_period_ms,
+            w => w.period_ms(),
+        }
+    }
+
+    fn grid(&self) -> Grid {
+        Grid {
+            jobs: self.jobs,
+            period_ms: self.period_ms(),
+            spread: self.workload == Workload::Tenants,
+        }
+    }
+
+    /// When every job holds `history_size` runs and each claim starts to prune, in seconds
+    /// after the start.
+    fn pruning_point_s(&self) -> u64 {
+        u64::from(self.history()) * self.period_ms() as u64 / 1000
+    }
+
+    fn node_args(&self) -> Vec<String> {
+        let mut args = vec!["--workload".to_owned(), self.workload.name().to_owned()];
+        if let Some(h) = self.history_size {
+            args.extend(["--history-size".to_owned(), h.to_string()]);
+        }
+        if self.workload == Workload::TenantsCron {
+            args.extend(["--cron".to_owned(), self.cron.clone()]);
+            args.extend(["--grid-ms".to_owned(), self.cron_period_ms.to_string()]);
+        }
+        args
+    }
+}
+
+const DEFAULT_CRON: &str = "*/5 * * * *";
+
+/// The period of a cron expression the judge can lay on one UTC grid for every zone:
+/// `* * * * *` or `*/N * * * *` with N dividing 15 (every zone's offset from UTC is a
+/// multiple of 15 minutes, so such marks coincide in all zones).
+pub(crate) fn cron_period_ms(expr: &str) -> Result<i64> {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let minutes = match fields.as_slice() {
+        ["*", "*", "*", "*", "*"] => Some(1),
+        [m, "*", "*", "*", "*"] => m.strip_prefix("*/").and_then(|n| n.parse::<i64>().ok()),
+        _ => None,
+    };
+    match minutes {
+        Some(n @ (1 | 3 | 5 | 15)) => Ok(n * 60_000),
+        _ => bail!(
+            "bench scale: --cron {expr:?}: the judge lays slots on one UTC grid for all 16 \
+             zones, which holds for `* * * * *` and `*/N * * * *` with N = 3, 5 or 15; use one \
+             of those"
+        ),
+    }
+}
+
+/// `cargo xtask bench scale`: K scheduler processes with N jobs each (the same N on every
+/// node) on a fresh namespace of one store for S seconds, beside the store's own ceiling;
+/// figures for the whole run and for each minute.
 #[derive(clap::Args, Debug)]
 pub(crate) struct Opts {
     /// The store: redis, postgres, sqlite or libsql.
     #[arg(long, value_parser = StoreKind::parse)]
     store: Option<StoreKind>,
-    /// `every 1s` jobs per instance (at most 100000).
-    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    jobs: u32,
-    /// Scheduler processes (at most 16).
-    #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
-    instances: u32,
-    /// How long the jobs run (5 or more: 3 s of margin are not judged).
-    #[arg(long, value_name = "S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    seconds: u64,
+    /// The jobs: every1s (N `every 1s`), tenants (N `every 1m`, offsets spread over the
+    /// minute), tenants-cron (N cron `*/5 * * * *` in 16 timezones).
+    #[arg(long, value_enum, default_value_t = Workload::EverySecond)]
+    workload: Workload,
+    /// Jobs per instance, the same on every instance (at most 100000; default 1000, or
+    /// 100000 for the tenants workloads).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    jobs: Option<u32>,
+    /// Scheduler processes (at most 16; default 3, or 5 for the tenants workloads).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=16))]
+    instances: Option<u32>,
+    /// How long the jobs run (5 or more: 3 s of margin are not judged). Default: every1s
+    /// past its pruning point (history size x 1 s) plus 2 minutes, in whole minutes (240 s);
+    /// tenants 300 s; tenants-cron 660 s (two `*/5` marks).
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
+    seconds: Option<u64>,
+    /// The job option `history_size` of every job (default: the scheduler's, 100); every
+    /// job holds this many runs, and each claim prunes, from H slots after the start on.
+    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    history_size: Option<u32>,
+    /// The cron expression of the tenants-cron jobs.
+    #[arg(long, value_name = "EXPR")]
+    cron: Option<String>,
     /// How long the store's ceiling is measured.
     #[arg(long, value_name = "C", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     ceiling_seconds: u64,
@@ -61,17 +223,35 @@ impl Opts {
         let store = self
             .store
             .with_context(|| format!("bench scale: which store? ({USAGE})"))?;
-        if self.seconds < 5 {
+        let workload = self.workload;
+        if self.cron.is_some() && workload != Workload::TenantsCron {
             bail!(
-                "bench scale: --seconds {} is too short: 3 s of margin are not judged; use 5 or more",
-                self.seconds
+                "bench scale: --cron applies to --workload tenants-cron only (this run is {})",
+                workload.name()
+            );
+        }
+        let cron = self.cron.unwrap_or_else(|| DEFAULT_CRON.to_owned());
+        let cron_period_ms = cron_period_ms(&cron)?;
+        let history = self.history_size.unwrap_or(DEFAULT_HISTORY_SIZE);
+        let seconds = self
+            .seconds
+            .unwrap_or_else(|| workload.default_seconds(history, cron_period_ms));
+        if seconds < 5 {
+            bail!(
+                "bench scale: --seconds {seconds} is too short: 3 s of margin are not judged; use 5 or more"
             );
         }
         Ok(ScaleArgs {
             store,
-            jobs: self.jobs,
-            instances: self.instances,
-            seconds: self.seconds,
+            workload,
+            jobs: self.jobs.unwrap_or_else(|| workload.default_jobs()),
+            instances: self
+                .instances
+                .unwrap_or_else(|| workload.default_instances()),
+            seconds,
+            history_size: self.history_size,
+            cron,
+            cron_period_ms,
             ceiling_seconds: self.ceiling_seconds,
             json: self.json,
             keep: self.keep,
@@ -144,9 +324,10 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         None
     };
     eprintln!(
-        "bench scale: {} instances x {} jobs on {} for {} s ...",
+        "bench scale: {} instances x {} {} jobs on {} for {} s ...",
         args.instances,
         args.jobs,
+        args.workload.name(),
         args.store.name(),
         args.seconds
     );
@@ -159,19 +340,15 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         instances: args.instances,
         seconds: args.seconds,
         floor: false,
+        node_args: args.node_args(),
+        baseline_seconds: BASELINE_SECONDS,
     })?;
-    let window = Window::between(args.jobs, session.from_ms, session.to_ms);
-    let stats = slot_stats(&session.starts, window);
+    let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
+    let report = Report::of(&args, &session, window, ceiling, load_before);
     if args.json {
-        println!(
-            "{}",
-            report_json(&args, &session, &stats, ceiling, &load_before)
-        );
+        println!("{}", report.json());
     } else {
-        print!(
-            "{}",
-            report_text(&args, &session, &stats, ceiling, &load_before)
-        );
+        print!("{}", report.text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -203,228 +380,641 @@ pub(crate) fn grouped(n: u64) -> String {
     out
 }
 
-fn report_text(
-    args: &ScaleArgs,
-    session: &Session,
-    stats: &SlotStats,
-    ceiling: Option<Ceiling>,
-    load_before: &str,
-) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let jobs = args.jobs;
-    let needed = f64::from(args.instances) * f64::from(jobs);
-    let cores = mean(session.nodes.iter().map(|n| n.cores));
-    let max_cores = session
-        .nodes
-        .iter()
-        .map(|n| n.cores)
-        .fold(f64::NAN, f64::max);
-    let rss_start = mean(
-        session
-            .nodes
-            .iter()
-            .map(|n| per_job(n.rss_ready, n.rss_base, jobs)),
-    );
-    let rss_end = mean(
-        session
-            .nodes
-            .iter()
-            .map(|n| per_job(n.rss_end(), n.rss_base, jobs)),
-    );
-    let (p50, p99) = stats
-        .lag_ms
-        .map_or((f64::NAN, f64::NAN), |l| (l.p50, l.p99));
-    let _ = writeln!(
-        out,
-        "\nbench scale: {}, {} instances x {} `every 1s` jobs (jitter 0), {} s, release build",
-        args.store.name(),
-        args.instances,
-        grouped(u64::from(jobs)),
-        args.seconds
-    );
-    let _ = writeln!(
-        out,
-        "machine: {}; load before {load_before}, at the end {}; all CPUs {} busy during the run",
-        node::machine(),
-        session.load_end,
-        session
-            .machine_busy
-            .map_or("?".to_owned(), |b| format!("{:.0} %", b * 100.0))
-    );
-    let ratio = match ceiling {
-        Some(c) => {
-            let _ = writeln!(
-                out,
-                "store ceiling (same run, before the nodes; {} callers, {:.1} s): {:.0} {}/s = {} rows/s; \
-                 the run needs {} claims/s (instances x jobs) = {:.1} % of it",
-                c.callers,
-                c.seconds,
-                c.batches_per_s,
-                args.store.ceiling_name(),
-                grouped(c.rows_per_s as u64),
-                grouped(needed as u64),
-                100.0 * needed / c.rows_per_s
-            );
-            format!("{:.1} %", 100.0 * needed / c.rows_per_s)
-        }
-        None => {
-            let _ = writeln!(out, "store ceiling: not measured for {}", args.store.name());
-            "-".to_owned()
-        }
-    };
-    let _ = writeln!(
-        out,
-        "\n| store | instances × jobs | slots judged | started within their second | missed | duplicates | start lag p50 / p99 | CPU per instance | store server CPU | RSS per job at start / end | claims needed / store ceiling | load (1 min) |"
-    );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let _ = writeln!(
-        out,
-        "| {} | {} × {} | {} | {:.2} % | {} | {} | {:.1} / {:.1} ms | {:.0} % (max {:.0} %) | {} | {:.2} / {:.2} KiB | {} | {} |",
-        args.store.name(),
-        args.instances,
-        grouped(u64::from(jobs)),
-        grouped(stats.slots),
-        stats.within_percent(),
-        grouped(stats.missed),
-        stats.duplicates,
-        p50,
-        p99,
-        cores * 100.0,
-        max_cores * 100.0,
-        session
-            .server_cores
-            .map_or("-".to_owned(), |c| format!("{:.0} %", c * 100.0)),
-        rss_start,
-        rss_end,
-        ratio,
-        session.load_end.split_whitespace().next().unwrap_or("?"),
-    );
-    // Memory once warm: the sample 60 s after READY against the last one, so a run of ten
-    // minutes shows whether the steady state is flat.
-    let warm: Vec<(u64, u64, u64)> = session
-        .nodes
-        .iter()
-        .filter(|n| n.rss_series.len() > 6)
-        .map(|n| (n.rss_base, n.rss_series[5], n.rss_end()))
-        .collect();
-    if !warm.is_empty() {
-        let at_60 = mean(warm.iter().map(|&(b, w, _)| per_job(w, b, jobs)));
-        let grown = mean(
-            warm.iter()
-                .map(|&(_, w, e)| (e as f64 - w as f64) / f64::from(jobs)),
-        );
-        let span = (session.nodes[0].rss_series.len() - 6) * 10;
-        let _ = writeln!(
-            out,
-            "memory once warm: RSS {at_60:.2} KiB per job 60 s after start, then {grown:+.2} KiB \
-             per job over the next {span} s (mean of the nodes)"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\nslots judged: every job's whole seconds from 1 s after all nodes were ready to 2 s \
-         before the stop ({} s); started {} ({} late), takeovers (attempt >= 2) {}, starts \
-         outside the window {}",
-        Window::between(jobs, session.from_ms, session.to_ms).seconds(),
-        grouped(stats.started),
-        grouped(stats.started - stats.within_second),
-        stats.takeovers,
-        grouped(stats.outside)
-    );
-    if let Some(l) = stats.lag_ms {
-        let _ = writeln!(
-            out,
-            "start lag (first start of each slot): min {:.1} ms, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-            l.min, l.p50, l.p99, l.max
-        );
-    }
-    for n in &session.nodes {
-        let starts = stats
-            .per_instance
-            .iter()
-            .find(|(name, _)| *name == n.name)
-            .map_or(0, |(_, s)| *s);
-        let series: Vec<String> = n
-            .rss_series
-            .iter()
-            .map(|kb| format!("{:.1}", *kb as f64 / 1024.0))
-            .collect();
-        let _ = writeln!(
-            out,
-            "{}: {} starts in the window, CPU {:.0} %, RSS {:.1} MiB with no job, +{:.1} MiB registered, \
-             +{:.1} MiB started, then every 10 s (MiB): {}",
-            n.name,
-            grouped(starts),
-            n.cores * 100.0,
-            n.rss_base as f64 / 1024.0,
-            (n.rss_registered as f64 - n.rss_base as f64) / 1024.0,
-            (n.rss_ready as f64 - n.rss_base as f64) / 1024.0,
-            series.join(" ")
-        );
-        let _ = writeln!(out, "    {}", n.counts);
-        for e in &n.errors {
-            let _ = writeln!(out, "    {e}");
-        }
-        if n.bad_lines > 0 {
-            let _ = writeln!(out, "    {} log lines were not starts", n.bad_lines);
-        }
-    }
-    out
+/// One minute of the run: the slots' figures and every node's own readings.
+struct Minute {
+    slots: MinuteStats,
+    /// Per node, in the order of the session's nodes (`None`: no reading in the minute).
+    nodes: Vec<Option<NodeStretch>>,
+    /// The 1-minute load average at the minute's last reading.
+    load: Option<f64>,
 }
 
-fn report_json(
-    args: &ScaleArgs,
-    session: &Session,
-    stats: &SlotStats,
+impl Minute {
+    /// KiB per registered job at the minute's end, mean of the nodes (above `BASE`).
+    fn kib_per_job(&self, session: &Session, jobs: u32) -> f64 {
+        mean(
+            session
+                .nodes
+                .iter()
+                .zip(&self.nodes)
+                .filter_map(|(n, m)| Some(per_job(m.as_ref()?.rss_end_kb, n.rss_base, jobs))),
+        )
+    }
+
+    /// KiB per run in flight: the minute's highest RSS above the node's RSS with its jobs
+    /// registered, over the most runs it held at once in the minute; mean of the nodes that
+    /// held at least a tenth of the jobs at once (with fewer, the growth is not the runs').
+    fn kib_per_run(&self, session: &Session, jobs: u32) -> f64 {
+        mean(session.nodes.iter().zip(&self.nodes).filter_map(|(n, m)| {
+            let m = m.as_ref()?;
+            (m.held_max > 0 && m.held_max * 10 >= u64::from(jobs))
+                .then(|| (m.rss_max_kb as f64 - n.rss_registered as f64) / m.held_max as f64)
+        }))
+    }
+}
+
+/// The store server's calls: before the nodes (baseline), while they ran, and in the idle
+/// stretches (no slot due in the reading's interval nor 5 s before it).
+struct Calls {
+    baseline: Option<CallRate>,
+    running: Option<CallRate>,
+    idle: Option<CallRate>,
+    /// Calls by command over the idle stretches (Redis), most first.
+    idle_by_command: Vec<(String, u64)>,
+}
+
+/// The calls by command between two `detail` strings of counter readings.
+fn detail_delta(a: &str, b: &str) -> Vec<(String, u64)> {
+    let parse = |d: &str| -> Vec<(String, u64)> {
+        d.split(',')
+            .filter_map(|kv| {
+                let (k, v) = kv.split_once(':')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect()
+    };
+    let before = parse(a);
+    parse(b)
+        .into_iter()
+        .map(|(k, v)| {
+            let was = before.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
+            (k, v.saturating_sub(was))
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+/// Whether a reading interval `from..=to` (ms) lies in an idle stretch of `window`.
+fn idle(window: &Window, from: i64, to: i64) -> bool {
+    from >= window.first_ms && to <= window.last_ms && window.grid.idle_between(from - 5_000, to)
+}
+
+impl Calls {
+    fn of(session: &Session, window: &Window) -> Option<Calls> {
+        let c = &session.counters;
+        if c.len() < 2 {
+            return None;
+        }
+        let mut by_command: Vec<(String, u64)> = Vec::new();
+        for pair in c.windows(2) {
+            if idle(window, pair[0].t_ms, pair[1].t_ms) {
+                for (k, v) in detail_delta(&pair[0].detail, &pair[1].detail) {
+                    match by_command.iter_mut().find(|(n, _)| *n == k) {
+                        Some(e) => e.1 += v,
+                        None => by_command.push((k, v)),
+                    }
+                }
+            }
+        }
+        by_command.sort_by_key(|e| std::cmp::Reverse(e.1));
+        Some(Calls {
+            baseline: call_rate(c, |_, to| to <= session.spawned_ms),
+            running: call_rate(c, |from, to| {
+                from >= window.first_ms && to <= window.last_ms
+            }),
+            idle: call_rate(c, |from, to| idle(window, from, to)),
+            idle_by_command: by_command,
+        })
+    }
+}
+
+/// Everything the report shows.
+struct Report<'a> {
+    args: &'a ScaleArgs,
+    session: &'a Session,
+    window: Window,
+    stats: SlotStats,
+    minutes: Vec<Minute>,
+    calls: Option<Calls>,
+    /// Node CPU (cores, mean of the nodes) in idle stretches, and their seconds.
+    idle_cores: Option<(f64, f64)>,
     ceiling: Option<Ceiling>,
-    load_before: &str,
-) -> serde_json::Value {
-    let needed = f64::from(args.instances) * f64::from(args.jobs);
-    json!({
-        "bench": "scale",
-        "store": args.store.name(),
-        "jobs": args.jobs,
-        "instances": args.instances,
-        "seconds": args.seconds,
-        "machine": node::machine(),
-        "load_before": load_before,
-        "load_end": session.load_end,
-        "machine_busy": session.machine_busy,
-        "slots": stats.slots,
-        "started": stats.started,
-        "within_second": stats.within_second,
-        "within_second_percent": stats.within_percent(),
-        "missed": stats.missed,
-        "duplicates": stats.duplicates,
-        "takeovers": stats.takeovers,
-        "outside_window": stats.outside,
-        "lag_ms": stats.lag_ms.map(|l| json!({
-            "min": l.min, "p50": l.p50, "p99": l.p99, "max": l.max, "n": l.n
-        })),
-        "server_cores": session.server_cores,
-        "ceiling": ceiling.map(|c| json!({
-            "work": args.store.ceiling_name(),
-            "batches_per_s": c.batches_per_s,
-            "rows_per_s": c.rows_per_s,
-            "callers": c.callers,
-            "seconds": c.seconds,
-            "claims_needed_per_s": needed,
-            "needed_share": needed / c.rows_per_s,
-        })),
-        "instances_detail": session.nodes.iter().map(|n| json!({
-            "name": n.name,
-            "cores": n.cores,
-            "rss_base_kb": n.rss_base,
-            "rss_registered_kb": n.rss_registered,
-            "rss_start_kb": n.rss_ready,
-            "rss_series_kb": n.rss_series,
-            "rss_per_job_start_kb": per_job(n.rss_ready, n.rss_base, args.jobs),
-            "rss_per_job_end_kb": per_job(n.rss_end(), n.rss_base, args.jobs),
-            "counts": n.counts,
-            "errors": n.errors,
-        })).collect::<Vec<_>>(),
-    })
+    load_before: String,
+}
+
+impl<'a> Report<'a> {
+    fn of(
+        args: &'a ScaleArgs,
+        session: &'a Session,
+        window: Window,
+        ceiling: Option<Ceiling>,
+        load_before: String,
+    ) -> Report<'a> {
+        let stats = slot_stats(&session.starts, window);
+        let tps = session.ticks_per_second;
+        let minutes = minute_stats(&session.starts, window)
+            .into_iter()
+            .map(|slots| Minute {
+                nodes: session
+                    .nodes
+                    .iter()
+                    .map(|n| node_stretch(&n.samples, slots.from_ms, slots.to_ms + 999, tps))
+                    .collect(),
+                load: session
+                    .loads
+                    .iter()
+                    .rev()
+                    .find(|(t, _)| *t <= slots.to_ms + 999)
+                    .map(|(_, l)| *l),
+                slots,
+            })
+            .collect();
+        let idle_cores = {
+            let (mut ticks, mut ms, mut nodes) = (0u64, 0i64, 0u32);
+            for n in &session.nodes {
+                nodes += 1;
+                for pair in n.samples.windows(2) {
+                    if idle(&window, pair[0].t_ms, pair[1].t_ms) {
+                        ticks += pair[1].ticks.saturating_sub(pair[0].ticks);
+                        ms += pair[1].t_ms - pair[0].t_ms;
+                    }
+                }
+            }
+            (ms > 0).then(|| {
+                (
+                    ticks as f64 / tps / (ms as f64 / 1000.0),
+                    ms as f64 / 1000.0 / f64::from(nodes.max(1)),
+                )
+            })
+        };
+        Report {
+            args,
+            session,
+            window,
+            stats,
+            minutes,
+            calls: Calls::of(session, &window),
+            idle_cores,
+            ceiling,
+            load_before,
+        }
+    }
+
+    /// Claims the run needs per second: instances x jobs per period.
+    fn needed_per_s(&self) -> f64 {
+        f64::from(self.args.instances) * f64::from(self.args.jobs) * 1000.0
+            / self.args.period_ms() as f64
+    }
+
+    fn text(&self) -> String {
+        use std::fmt::Write;
+        let (args, session, stats) = (self.args, self.session, &self.stats);
+        let mut out = String::new();
+        let jobs = args.jobs;
+        let needed = self.needed_per_s();
+        let cores = mean(session.nodes.iter().map(|n| n.cores));
+        let max_cores = session
+            .nodes
+            .iter()
+            .map(|n| n.cores)
+            .fold(f64::NAN, f64::max);
+        let rss_start = mean(
+            session
+                .nodes
+                .iter()
+                .map(|n| per_job(n.rss_ready, n.rss_base, jobs)),
+        );
+        let rss_end = mean(
+            session
+                .nodes
+                .iter()
+                .map(|n| per_job(n.rss_end(), n.rss_base, jobs)),
+        );
+        let (p50, p99) = stats
+            .lag_ms
+            .map_or((f64::NAN, f64::NAN), |l| (l.p50, l.p99));
+        let _ = writeln!(
+            out,
+            "\nbench scale: {} workload {}, {} instances x {} {}, {} s, history_size {}{}, release build",
+            args.store.name(),
+            args.workload.name(),
+            args.instances,
+            grouped(u64::from(jobs)),
+            args.workload.describe(&args.cron),
+            args.seconds,
+            args.history(),
+            if args.history_size.is_some() {
+                ""
+            } else {
+                " (default)"
+            },
+        );
+        let prune = args.pruning_point_s();
+        let _ = writeln!(
+            out,
+            "pruning point: every job holds {} runs about {prune} s after the start (minute {} of \
+             the window); {}",
+            args.history(),
+            prune / 60 + 1,
+            if prune + 60 <= args.seconds {
+                "this run passes it by a minute or more"
+            } else {
+                "THIS RUN ENDS BEFORE OR JUST AFTER IT (raise --seconds or lower --history-size)"
+            }
+        );
+        let _ = writeln!(
+            out,
+            "machine: {}; load before {}, at the end {}; all CPUs {} busy during the run",
+            node::machine(),
+            self.load_before,
+            session.load_end,
+            session
+                .machine_busy
+                .map_or("?".to_owned(), |b| format!("{:.0} %", b * 100.0))
+        );
+        let ratio = match self.ceiling {
+            Some(c) => {
+                let _ = writeln!(
+                    out,
+                    "store ceiling (same run, before the nodes; {} callers, {:.1} s): {:.0} {}/s = {} rows/s; \
+                     the run needs {} claims/s on average (instances x jobs / period) = {:.1} % of it{}",
+                    c.callers,
+                    c.seconds,
+                    c.batches_per_s,
+                    args.store.ceiling_name(),
+                    grouped(c.rows_per_s as u64),
+                    grouped(needed as u64),
+                    100.0 * needed / c.rows_per_s,
+                    if args.workload == Workload::TenantsCron {
+                        format!(
+                            "; each mark brings {} claims at once = {:.1} s of the ceiling",
+                            grouped(u64::from(args.instances) * u64::from(jobs)),
+                            f64::from(args.instances) * f64::from(jobs) / c.rows_per_s
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+                format!("{:.1} %", 100.0 * needed / c.rows_per_s)
+            }
+            None => {
+                let _ = writeln!(out, "store ceiling: not measured for {}", args.store.name());
+                "-".to_owned()
+            }
+        };
+        let _ = writeln!(
+            out,
+            "\n| store | workload | instances × jobs | slots judged | started within their second | missed | duplicates | start lag p50 / p99 | CPU per instance | store server CPU | RSS per job at start / end | claims needed / store ceiling | load (1 min) |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} × {} | {} | {:.2} % | {} | {} | {:.1} / {:.1} ms | {:.0} % (max {:.0} %) | {} | {:.2} / {:.2} KiB | {} | {} |",
+            args.store.name(),
+            args.workload.name(),
+            args.instances,
+            grouped(u64::from(jobs)),
+            grouped(stats.slots),
+            stats.within_percent(),
+            grouped(stats.missed),
+            stats.duplicates,
+            p50,
+            p99,
+            cores * 100.0,
+            max_cores * 100.0,
+            session
+                .server_cores
+                .map_or("-".to_owned(), |c| format!("{:.0} %", c * 100.0)),
+            rss_start,
+            rss_end,
+            ratio,
+            session.load_end.split_whitespace().next().unwrap_or("?"),
+        );
+        let names: Vec<&str> = session.nodes.iter().map(|n| n.name.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "\nper minute of the window (by slot; the last minute may be partial; RSS and CPU are \
+             the nodes' own readings, {}):\n",
+            names.join(" / ")
+        );
+        let _ = writeln!(
+            out,
+            "| minute | slots | within their second | missed | duplicates | lag p50 / p99 | RSS MiB at the end | KiB per job | runs in flight (max) | KiB per run in flight | CPU | late | load |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for m in &self.minutes {
+            let s = &m.slots;
+            let per_node = |f: &dyn Fn(&NodeStretch) -> String| {
+                m.nodes
+                    .iter()
+                    .map(|n| n.as_ref().map_or("-".to_owned(), f))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let lag = s.lag_ms.map_or("-".to_owned(), |l| {
+                format!("{:.1} / {:.1} ms", l.p50, l.p99)
+            });
+            let within = if s.slots == 0 {
+                "- (no slot)".to_owned()
+            } else {
+                format!("{:.2} %", s.within_percent())
+            };
+            let _ = writeln!(
+                out,
+                "| {}{} | {} | {within} | {} | {} | {lag} | {} | {:.2} | {} | {} | {} | {} | {} |",
+                s.minute + 1,
+                if s.to_ms - s.from_ms < 59_000 {
+                    format!(" ({} s)", (s.to_ms - s.from_ms) / 1000 + 1)
+                } else {
+                    String::new()
+                },
+                grouped(s.slots),
+                grouped(s.missed),
+                s.duplicates,
+                per_node(&|n| format!("{:.1}", n.rss_end_kb as f64 / 1024.0)),
+                m.kib_per_job(session, jobs),
+                per_node(&|n| grouped(n.held_max)),
+                Some(m.kib_per_run(session, jobs))
+                    .filter(|k| k.is_finite())
+                    .map_or("- (< jobs / 10 held)".to_owned(), |k| format!("{k:.2}")),
+                per_node(&|n| format!("{:.0} %", n.cores * 100.0)),
+                per_node(&|n| grouped(n.late)),
+                m.load.map_or("?".to_owned(), |l| format!("{l:.2}")),
+            );
+        }
+        let registered = mean(
+            session
+                .nodes
+                .iter()
+                .map(|n| (n.rss_registered as f64 - n.rss_base as f64) / f64::from(jobs)),
+        );
+        let _ = writeln!(
+            out,
+            "\nmemory: {registered:.2} KiB per registered job (RSS with the jobs registered, before \
+             start, above the node's RSS before it registered any; mean of the nodes); per minute \
+             above: KiB per job = RSS at the minute's end above that base / jobs; KiB per run in \
+             flight = the minute's highest RSS above the registered RSS / the most runs the node \
+             held at once (its own `health().leases_held`, read every 10 ms; only for nodes that \
+             held at least a tenth of the jobs at once)"
+        );
+        let _ = writeln!(
+            out,
+            "registration / start(): {}",
+            session
+                .nodes
+                .iter()
+                .map(|n| format!(
+                    "{} {:.2} s / {:.2} s",
+                    n.name,
+                    n.register_ms / 1000.0,
+                    n.start_ms / 1000.0
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        match &self.calls {
+            Some(c) => {
+                let rate = |r: Option<CallRate>| {
+                    r.map_or("- (no reading)".to_owned(), |r| {
+                        format!(
+                            "{:.0} calls/s{} over {:.0} s",
+                            r.calls_per_s,
+                            if args.store == StoreKind::Postgres {
+                                format!(", {:.1} commits/s", r.commits_per_s)
+                            } else {
+                                String::new()
+                            },
+                            r.seconds
+                        )
+                    })
+                };
+                let what = match args.store {
+                    StoreKind::Redis => {
+                        "Redis `INFO commandstats` calls (commands, also those a script runs; without `info`)"
+                    }
+                    _ => {
+                        "PostgreSQL `pg_stat_statements` calls of the database (0 without the extension) and `pg_stat_database.xact_commit`"
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "store calls ({what}; server-wide, so other clients count: the baseline is the \
+                     same server in the {BASELINE_SECONDS} s before the nodes started):"
+                );
+                let _ = writeln!(out, "    baseline: {}", rate(c.baseline));
+                let per_slot = match (c.running, c.baseline) {
+                    (Some(r), Some(b)) if needed > 0.0 => format!(
+                        " = {:.2} calls per due claim above the baseline",
+                        (r.calls_per_s - b.calls_per_s) / needed
+                    ),
+                    _ => String::new(),
+                };
+                let _ = writeln!(out, "    with the nodes: {}{per_slot}", rate(c.running));
+                let _ = writeln!(
+                    out,
+                    "    idle seconds (no slot due in the reading's 5 s nor 5 s before): {}{}",
+                    if c.idle.is_some() {
+                        rate(c.idle)
+                    } else {
+                        "none in this workload (slots are due every second)".to_owned()
+                    },
+                    if c.idle_by_command.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; by command: {}",
+                            c.idle_by_command
+                                .iter()
+                                .take(8)
+                                .map(|(k, v)| format!("{k} {v}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                );
+            }
+            None if args.store == StoreKind::Sqlite => {
+                let _ = writeln!(
+                    out,
+                    "store calls: not counted on SQLite (no server: the store runs inside the \
+                     nodes, and the file shows no call count); the nodes' CPU in idle seconds \
+                     stands in for it below"
+                );
+            }
+            None => {
+                let _ = writeln!(out, "store calls: not read for {}", args.store.name());
+            }
+        }
+        let _ = writeln!(
+            out,
+            "node CPU in idle seconds (no slot due in the reading's second nor 5 s before): {}",
+            self.idle_cores.map_or(
+                "none in this workload (slots are due every second)".to_owned(),
+                |(c, s)| format!("{:.1} % of a core per node over {s:.0} s", c * 100.0)
+            )
+        );
+        let _ = writeln!(
+            out,
+            "\nslots judged: every slot of every job from the first whole second 1 s after all \
+             nodes were ready to the last whole second 2 s before the stop ({} s); started {} \
+             ({} late), takeovers (attempt >= 2) {}, starts outside the window {}",
+            self.window.seconds(),
+            grouped(stats.started),
+            grouped(stats.started - stats.within_second),
+            stats.takeovers,
+            grouped(stats.outside)
+        );
+        if let Some(l) = stats.lag_ms {
+            let _ = writeln!(
+                out,
+                "start lag (first start of each slot): min {:.1} ms, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                l.min, l.p50, l.p99, l.max
+            );
+        }
+        for n in &session.nodes {
+            let starts = stats
+                .per_instance
+                .iter()
+                .find(|(name, _)| *name == n.name)
+                .map_or(0, |(_, s)| *s);
+            let _ = writeln!(
+                out,
+                "{}: {} starts in the window, CPU {:.0} %, RSS {:.1} MiB with no job, +{:.1} MiB registered, \
+                 +{:.1} MiB started, {:.1} MiB at the end{}",
+                n.name,
+                grouped(starts),
+                n.cores * 100.0,
+                n.rss_base as f64 / 1024.0,
+                (n.rss_registered as f64 - n.rss_base as f64) / 1024.0,
+                (n.rss_ready as f64 - n.rss_base as f64) / 1024.0,
+                n.rss_end() as f64 / 1024.0,
+                match n.off_grid {
+                    Some(0) | None => String::new(),
+                    Some(k) => format!(
+                        "; {k} JOBS HAD THEIR NEXT SLOT OFF THE JUDGED GRID (the figures are wrong)"
+                    ),
+                }
+            );
+            let _ = writeln!(out, "    {}", n.counts);
+            for e in &n.errors {
+                let _ = writeln!(out, "    {e}");
+            }
+            if n.bad_lines > 0 {
+                let _ = writeln!(out, "    {} log lines were not starts", n.bad_lines);
+            }
+        }
+        out
+    }
+
+    fn minutes_json(&self) -> serde_json::Value {
+        let (args, session) = (self.args, self.session);
+        let node = |n: &super::session::NodeResult, r: &Option<NodeStretch>| {
+            json!({
+                "name": n.name,
+                "rss_end_kb": r.map(|r| r.rss_end_kb),
+                "rss_max_kb": r.map(|r| r.rss_max_kb),
+                "cores": r.map(|r| r.cores),
+                "runs_in_flight_max": r.map(|r| r.held_max),
+                "late": r.map(|r| r.late),
+            })
+        };
+        serde_json::Value::Array(self.minutes.iter().map(|m| {
+                let s = &m.slots;
+                json!({
+                    "minute": s.minute + 1,
+                    "seconds": (s.to_ms - s.from_ms) / 1000 + 1,
+                    "slots": s.slots,
+                    "started": s.started,
+                    "within_second": s.within_second,
+                    "within_second_percent": s.within_percent(),
+                    "missed": s.missed,
+                    "duplicates": s.duplicates,
+                    "lag_ms": s.lag_ms.map(|l| json!({"p50": l.p50, "p99": l.p99, "max": l.max})),
+                    "kib_per_job": m.kib_per_job(session, args.jobs),
+                    "kib_per_run_in_flight": Some(m.kib_per_run(session, args.jobs)).filter(|k| k.is_finite()),
+                    "load": m.load,
+                    "nodes": session.nodes.iter().zip(&m.nodes).map(|(n, r)| node(n, r)).collect::<Vec<_>>(),
+                })
+            }).collect::<Vec<_>>())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let (args, session, stats) = (self.args, self.session, &self.stats);
+        let needed = self.needed_per_s();
+        let rate = |r: Option<CallRate>| {
+            r.map(|r| {
+                json!({
+                    "seconds": r.seconds, "calls_per_s": r.calls_per_s,
+                    "commits_per_s": r.commits_per_s
+                })
+            })
+        };
+        let ceiling = self.ceiling.map(|c| {
+            json!({
+                "work": args.store.ceiling_name(),
+                "batches_per_s": c.batches_per_s,
+                "rows_per_s": c.rows_per_s,
+                "callers": c.callers,
+                "seconds": c.seconds,
+                "claims_needed_per_s": needed,
+                "needed_share": needed / c.rows_per_s,
+            })
+        });
+        let store_calls = self.calls.as_ref().map(|c| {
+            json!({
+                "baseline": rate(c.baseline),
+                "with_nodes": rate(c.running),
+                "idle": rate(c.idle),
+                "idle_by_command": c.idle_by_command,
+            })
+        });
+        let instances_detail = session
+            .nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "name": n.name,
+                    "cores": n.cores,
+                    "register_ms": n.register_ms,
+                    "start_ms": n.start_ms,
+                    "rss_base_kb": n.rss_base,
+                    "rss_registered_kb": n.rss_registered,
+                    "rss_start_kb": n.rss_ready,
+                    "rss_series_kb": n.rss_series,
+                    "rss_per_job_start_kb": per_job(n.rss_ready, n.rss_base, args.jobs),
+                    "rss_per_job_end_kb": per_job(n.rss_end(), n.rss_base, args.jobs),
+                    "off_grid": n.off_grid,
+                    "counts": n.counts,
+                    "errors": n.errors,
+                })
+            })
+            .collect::<Vec<_>>();
+        json!({
+            "bench": "scale",
+            "store": args.store.name(),
+            "workload": args.workload.name(),
+            "cron": (args.workload == Workload::TenantsCron).then_some(&args.cron),
+            "jobs": args.jobs,
+            "instances": args.instances,
+            "seconds": args.seconds,
+            "history_size": args.history(),
+            "pruning_point_s": args.pruning_point_s(),
+            "machine": node::machine(),
+            "load_before": self.load_before,
+            "load_end": session.load_end,
+            "machine_busy": session.machine_busy,
+            "slots": stats.slots,
+            "started": stats.started,
+            "within_second": stats.within_second,
+            "within_second_percent": stats.within_percent(),
+            "missed": stats.missed,
+            "duplicates": stats.duplicates,
+            "takeovers": stats.takeovers,
+            "outside_window": stats.outside,
+            "lag_ms": stats.lag_ms.map(|l| json!({
+                "min": l.min, "p50": l.p50, "p99": l.p99, "max": l.max, "n": l.n
+            })),
+            "server_cores": session.server_cores,
+            "ceiling": ceiling,
+            "kib_per_registered_job": mean(session.nodes.iter().map(|n| {
+                (n.rss_registered as f64 - n.rss_base as f64) / f64::from(args.jobs)
+            })),
+            "minutes": self.minutes_json(),
+            "store_calls": store_calls,
+            "node_cores_idle": self.idle_cores.map(|(c, _)| c),
+            "instances_detail": instances_detail,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -442,14 +1032,21 @@ mod tests {
             a,
             ScaleArgs {
                 store: StoreKind::Redis,
+                workload: Workload::EverySecond,
                 jobs: 1_000,
                 instances: 3,
-                seconds: 60,
+                // Past the pruning point (100 s) by two minutes, in whole minutes.
+                seconds: 240,
+                history_size: None,
+                cron: DEFAULT_CRON.to_owned(),
+                cron_period_ms: 300_000,
                 ceiling_seconds: 5,
                 json: false,
                 keep: false
             }
         );
+        assert_eq!(a.pruning_point_s(), 100);
+        assert!(a.node_args().iter().all(|a| a != "--history-size"));
         let a = parse_args(&args(&[
             "--jobs",
             "10000",
@@ -469,6 +1066,99 @@ mod tests {
     }
 
     #[test]
+    fn workloads_bring_their_defaults_and_history_size_moves_the_pruning_point() {
+        let a = parse_args(&args(&["--store", "sqlite", "--history-size", "20"])).unwrap();
+        assert_eq!(
+            (a.history_size, a.seconds, a.pruning_point_s()),
+            (Some(20), 180, 20)
+        );
+        assert_eq!(
+            a.node_args(),
+            args(&["--workload", "every1s", "--history-size", "20"])
+        );
+        let t = parse_args(&args(&["--store", "redis", "--workload", "tenants"])).unwrap();
+        assert_eq!(
+            (t.jobs, t.instances, t.seconds, t.pruning_point_s()),
+            (100_000, 5, 300, 6_000)
+        );
+        assert_eq!(
+            t.grid(),
+            Grid {
+                jobs: 100_000,
+                period_ms: 60_000,
+                spread: true
+            }
+        );
+        let c = parse_args(&args(&[
+            "--store",
+            "redis",
+            "--workload",
+            "tenants-cron",
+            "--jobs",
+            "10000",
+        ]))
+        .unwrap();
+        assert_eq!((c.jobs, c.instances, c.seconds), (10_000, 5, 660));
+        assert_eq!(
+            c.grid(),
+            Grid {
+                jobs: 10_000,
+                period_ms: 300_000,
+                spread: false
+            }
+        );
+        assert_eq!(
+            c.node_args(),
+            args(&[
+                "--workload",
+                "tenants-cron",
+                "--cron",
+                "*/5 * * * *",
+                "--grid-ms",
+                "300000"
+            ])
+        );
+        let m = parse_args(&args(&[
+            "--store",
+            "redis",
+            "--workload",
+            "tenants-cron",
+            "--cron",
+            "* * * * *",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (m.cron_period_ms, m.seconds, m.period_ms()),
+            (60_000, 180, 60_000)
+        );
+    }
+
+    #[test]
+    fn cron_periods_are_those_every_zone_shares() {
+        assert_eq!(cron_period_ms("*/5 * * * *").unwrap(), 300_000);
+        assert_eq!(cron_period_ms("* * * * *").unwrap(), 60_000);
+        assert_eq!(cron_period_ms("*/15  * * * *").unwrap(), 900_000);
+        // :45 zones (Kathmandu) are off a 10-minute grid; hours are not minutes.
+        for bad in [
+            "*/10 * * * *",
+            "0 * * * *",
+            "*/5 * * *",
+            "*/x * * * *",
+            "*/5 3 * * *",
+        ] {
+            assert!(cron_period_ms(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn idle_calls_subtract_command_counts() {
+        assert_eq!(
+            detail_delta("get:5,evalsha:10", "get:7,evalsha:10,ping:1"),
+            vec![("get".to_owned(), 2), ("ping".to_owned(), 1)]
+        );
+    }
+
+    #[test]
     fn bad_scale_options_are_named() {
         for (bad, named) in [
             (vec!["--jobs", "10"], "which store"),
@@ -482,6 +1172,26 @@ mod tests {
             (vec!["--store", "redis", "--seconds"], "'--seconds <S>'"),
             (vec!["--store", "redis", "--seconds", "3"], "too short"),
             (vec!["--store", "redis", "--fast"], "--fast"),
+            (vec!["--store", "redis", "--workload", "daily"], "daily"),
+            (
+                vec!["--store", "redis", "--history-size", "0"],
+                "--history-size",
+            ),
+            (
+                vec!["--store", "redis", "--cron", "* * * * *"],
+                "--workload tenants-cron only",
+            ),
+            (
+                vec![
+                    "--store",
+                    "redis",
+                    "--workload",
+                    "tenants-cron",
+                    "--cron",
+                    "0 3 * * *",
+                ],
+                "0 3 * * *",
+            ),
         ] {
             let err = parse_args(&args(&bad)).unwrap_err().to_string();
             assert!(err.contains(named), "{bad:?}: {err}");

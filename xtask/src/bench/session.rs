@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::node::{self, Node, RunDir, StoreKind};
-use super::stats::{self, Start};
+use super::stats::{self, Counter, Sample, Start};
 
 /// What one node did.
 pub(crate) struct NodeResult {
@@ -28,6 +28,14 @@ pub(crate) struct NodeResult {
     pub(crate) errors: Vec<String>,
     /// Log lines that were not starts.
     pub(crate) bad_lines: usize,
+    /// Registration of its jobs, in ms (`REGISTERED ms=`).
+    pub(crate) register_ms: f64,
+    /// Its `start()`, in ms (`READY start_ms=`).
+    pub(crate) start_ms: f64,
+    /// Its own readings once a second (`SAMPLE` lines).
+    pub(crate) samples: Vec<Sample>,
+    /// Jobs whose next slot was not on the judged grid (`GRID off_grid=`).
+    pub(crate) off_grid: Option<u64>,
 }
 
 impl NodeResult {
@@ -53,6 +61,14 @@ pub(crate) struct Session {
     pub(crate) load_end: String,
     /// The floor probe's samples (µs), when it ran.
     pub(crate) floor_us: Vec<f64>,
+    /// The store server's call counters, from before the nodes started to their stop.
+    pub(crate) counters: Vec<Counter>,
+    /// When the nodes were spawned (host clock, ms): counters before it are the baseline.
+    pub(crate) spawned_ms: i64,
+    /// Clock ticks per second of the CPU figures.
+    pub(crate) ticks_per_second: f64,
+    /// The 1-minute load average every 10 s of the measured stretch (host clock ms, load).
+    pub(crate) loads: Vec<(i64, f64)>,
 }
 
 /// What to run.
@@ -65,6 +81,10 @@ pub(crate) struct Plan<'a> {
     pub(crate) instances: u32,
     pub(crate) seconds: u64,
     pub(crate) floor: bool,
+    /// The node's `--workload`, `--history-size` and `--cron` arguments.
+    pub(crate) node_args: Vec<String>,
+    /// Seconds of the store's call counters read before the nodes start (0: no counters).
+    pub(crate) baseline_seconds: u64,
 }
 
 /// Starts the nodes, waits until all are ready, measures for `seconds`, stops them with
@@ -85,6 +105,23 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         probe.wait_for("READY", Duration::from_secs(60))?;
         floor = Some(probe);
     }
+    // The store's call counters (Redis, PostgreSQL) every 5 s, from a baseline before the
+    // nodes to their stop.
+    let mut counters = None;
+    if plan.baseline_seconds > 0 && plan.kind.has_counters() {
+        let mut args = store.to_vec();
+        args.extend(["--every-ms".into(), "5000".into()]);
+        let probe = Node::spawn(
+            "counters",
+            plan.bin,
+            "counters",
+            &args,
+            &plan.dir.file("counters.err"),
+        )?;
+        std::thread::sleep(Duration::from_secs(plan.baseline_seconds));
+        counters = Some(probe);
+    }
+    let spawned_ms = node::now_ms();
     let mut nodes = Vec::new();
     for i in 1..=plan.instances {
         let name = format!("n{i}");
@@ -97,6 +134,7 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
             "--log".into(),
             path_arg(&plan.dir.file(&format!("{name}.log"))),
         ]);
+        args.extend(plan.node_args.iter().cloned());
         nodes.push(Node::spawn(
             &name,
             plan.bin,
@@ -116,6 +154,7 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
     let server0 = node::ticks_of_named(plan.kind.server_processes());
     let machine0 = node::machine_ticks();
     let mut series: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
+    let mut loads = Vec::new();
     let total = Duration::from_secs(plan.seconds);
     loop {
         let left = total.saturating_sub(started.elapsed());
@@ -125,6 +164,11 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         std::thread::sleep(left.min(Duration::from_secs(10)));
         for (n, s) in nodes.iter().zip(&mut series) {
             s.push(node::rss_kb(n.pid()).unwrap_or(0));
+        }
+        if let Some(one) = node::load().split_whitespace().next()
+            && let Ok(one) = one.parse()
+        {
+            loads.push((node::now_ms(), one));
         }
     }
     let wall = started.elapsed();
@@ -137,6 +181,9 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         n.terminate()?;
     }
     if let Some(probe) = &floor {
+        probe.terminate()?;
+    }
+    if let Some(probe) = &counters {
         probe.terminate()?;
     }
     let mut results = Vec::new();
@@ -172,6 +219,23 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
                 .cloned()
                 .collect(),
             bad_lines,
+            register_ms: n
+                .line("REGISTERED")
+                .and_then(|l| node::num_field(l, "ms"))
+                .unwrap_or(f64::NAN),
+            start_ms: n
+                .line("READY")
+                .and_then(|l| node::num_field(l, "start_ms"))
+                .unwrap_or(f64::NAN),
+            samples: n
+                .seen
+                .iter()
+                .filter_map(|l| stats::parse_sample(l))
+                .collect(),
+            off_grid: n
+                .line("GRID")
+                .and_then(|l| node::num_field(l, "off_grid"))
+                .map(|v| v as u64),
         });
     }
     let mut floor_us = Vec::new();
@@ -179,6 +243,15 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         probe.finish(Duration::from_secs(30))?;
         let text = std::fs::read_to_string(plan.dir.file("floor.log")).unwrap_or_default();
         floor_us = stats::parse_samples(&text);
+    }
+    let mut counter_lines = Vec::new();
+    if let Some(mut probe) = counters {
+        probe.finish(Duration::from_secs(30))?;
+        counter_lines = probe
+            .seen
+            .iter()
+            .filter_map(|l| stats::parse_counter(l))
+            .collect();
     }
     let server_cores = match (server0, server1) {
         (Some(a), Some(b)) => Some(node::cores(b.saturating_sub(a), tps, wall)),
@@ -197,6 +270,10 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         machine_busy,
         load_end,
         floor_us,
+        counters: counter_lines,
+        spawned_ms,
+        ticks_per_second: tps,
+        loads,
     })
 }
 

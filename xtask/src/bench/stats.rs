@@ -76,24 +76,98 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// The slots a run is judged on: every whole second from `first_ms` to `last_ms`
-/// (inclusive) of every job `0..jobs`.
+/// Where a run's jobs have their slots: job `j` at every `k * period_ms + offset(j)`, where
+/// the offset is 0, or `j * period_ms / jobs` when the offsets are spread over the period
+/// (the tenants workload: `every 1m` jobs spread over the minute).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grid {
+    pub(crate) jobs: u32,
+    pub(crate) period_ms: i64,
+    pub(crate) spread: bool,
+}
+
+impl Grid {
+    /// `jobs` jobs `every 1s`, offset 0.
+    pub(crate) fn every_second(jobs: u32) -> Grid {
+        Grid {
+            jobs,
+            period_ms: 1000,
+            spread: false,
+        }
+    }
+
+    /// The offset of job `job` on the grid, in ms (`0..period_ms`).
+    pub(crate) fn offset_ms(&self, job: u32) -> i64 {
+        if self.spread {
+            i64::from(job) * self.period_ms / i64::from(self.jobs.max(1))
+        } else {
+            0
+        }
+    }
+
+    /// Whether `slot_ms` is a slot of `job`.
+    pub(crate) fn is_slot(&self, job: u32, slot_ms: i64) -> bool {
+        job < self.jobs && (slot_ms - self.offset_ms(job)).rem_euclid(self.period_ms) == 0
+    }
+
+    /// Slots of `job` in `from_ms..=to_ms` (0 when the range is empty).
+    pub(crate) fn slots_of(&self, job: u32, from_ms: i64, to_ms: i64) -> u64 {
+        if to_ms < from_ms {
+            return 0;
+        }
+        let o = self.offset_ms(job);
+        // k from ceil((from - o) / p) to floor((to - o) / p).
+        let first = (from_ms - o + self.period_ms - 1).div_euclid(self.period_ms);
+        let last = (to_ms - o).div_euclid(self.period_ms);
+        (last - first + 1).max(0) as u64
+    }
+
+    /// Slots of all jobs in `from_ms..=to_ms`.
+    pub(crate) fn slots_between(&self, from_ms: i64, to_ms: i64) -> u64 {
+        if !self.spread {
+            return self.slots_of(0, from_ms, to_ms) * u64::from(self.jobs);
+        }
+        (0..self.jobs)
+            .map(|j| self.slots_of(j, from_ms, to_ms))
+            .sum()
+    }
+
+    /// Whether no job has a slot in `from_ms..=to_ms`.
+    pub(crate) fn idle_between(&self, from_ms: i64, to_ms: i64) -> bool {
+        if !self.spread {
+            return self.slots_of(0, from_ms, to_ms) == 0;
+        }
+        // Spread offsets: some job is due at least every period / jobs.
+        let gap = self.period_ms / i64::from(self.jobs.max(1));
+        to_ms - from_ms + 1 < gap && self.slots_between(from_ms, to_ms) == 0
+    }
+}
+
+/// The slots a run is judged on: every slot of the grid from `first_ms` to `last_ms`
+/// (inclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Window {
-    pub(crate) jobs: u32,
+    pub(crate) grid: Grid,
     pub(crate) first_ms: i64,
     pub(crate) last_ms: i64,
 }
 
 impl Window {
-    /// The slots fully inside a measurement from `from_ms` (all nodes ready) to `to_ms` (the
-    /// stop signal): from the first whole second at least 1 s after the start to the last
-    /// one at least 2 s before the stop, so every slot had its whole second and more.
+    /// The slots of `jobs` `every 1s` jobs fully inside a measurement from `from_ms` (all
+    /// nodes ready) to `to_ms` (the stop signal); see [`Window::on_grid`].
     pub(crate) fn between(jobs: u32, from_ms: i64, to_ms: i64) -> Window {
+        Window::on_grid(Grid::every_second(jobs), from_ms, to_ms)
+    }
+
+    /// The slots of `grid` fully inside a measurement from `from_ms` (all nodes ready) to
+    /// `to_ms` (the stop signal): from the first whole second at least 1 s after the start
+    /// to the last one at least 2 s before the stop, so every slot had its whole second and
+    /// more.
+    pub(crate) fn on_grid(grid: Grid, from_ms: i64, to_ms: i64) -> Window {
         let first_ms = (from_ms + 1000).div_euclid(1000) * 1000 + 1000;
         let last_ms = (to_ms - 2000).div_euclid(1000) * 1000;
         Window {
-            jobs,
+            grid,
             first_ms,
             last_ms,
         }
@@ -110,14 +184,29 @@ impl Window {
 
     /// Slots in the window.
     pub(crate) fn slots(&self) -> u64 {
-        self.seconds() * u64::from(self.jobs)
+        self.grid.slots_between(self.first_ms, self.last_ms)
+    }
+
+    /// Minutes of the window, counted from its first slot (the last one may be partial).
+    pub(crate) fn minutes(&self) -> usize {
+        self.seconds().div_ceil(60) as usize
+    }
+
+    /// The part of minute `m` of the window: `first_ms..=last_ms` of it.
+    pub(crate) fn minute_range(&self, m: usize) -> (i64, i64) {
+        let from = self.first_ms + 60_000 * m as i64;
+        (from, (from + 59_999).min(self.last_ms))
+    }
+
+    /// The minute of the window a slot falls in.
+    pub(crate) fn minute_of(&self, slot_ms: i64) -> usize {
+        ((slot_ms - self.first_ms).max(0) / 60_000) as usize
     }
 
     fn contains(&self, start: &Start) -> bool {
-        start.job < self.jobs
-            && start.slot_ms >= self.first_ms
+        start.slot_ms >= self.first_ms
             && start.slot_ms <= self.last_ms
-            && start.slot_ms.rem_euclid(1000) == 0
+            && self.grid.is_slot(start.job, start.slot_ms)
     }
 }
 
@@ -156,24 +245,62 @@ impl SlotStats {
     }
 }
 
-/// Judges the starts of all nodes on a window.
-pub(crate) fn slot_stats(starts: &[Start], window: Window) -> SlotStats {
-    #[derive(Default)]
-    struct Slot {
-        first_us: Option<i64>,
-        attempt1: u32,
+/// What happened to the slots of one minute of a window (the last one may be partial).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MinuteStats {
+    /// The minute's index in the window (0 = the first).
+    pub(crate) minute: usize,
+    /// The slots of the minute: `from_ms..=to_ms`.
+    pub(crate) from_ms: i64,
+    pub(crate) to_ms: i64,
+    pub(crate) slots: u64,
+    pub(crate) started: u64,
+    pub(crate) within_second: u64,
+    pub(crate) missed: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) lag_ms: Option<Summary>,
+}
+
+impl MinuteStats {
+    /// Percent of the minute's slots started within their second.
+    pub(crate) fn within_percent(&self) -> f64 {
+        if self.slots == 0 {
+            0.0
+        } else {
+            100.0 * self.within_second as f64 / self.slots as f64
+        }
     }
-    let mut slots: HashMap<(u32, i64), Slot> = HashMap::new();
-    let mut per_instance: HashMap<&str, u64> = HashMap::new();
-    let mut outside = 0;
-    let mut takeovers = 0;
+}
+
+/// The first start of a slot and how many starts of attempt 1 it had.
+#[derive(Default)]
+struct Judged {
+    first_us: Option<i64>,
+    attempt1: u32,
+}
+
+/// The starts of the window by slot, with what fell outside.
+struct Collected<'a> {
+    slots: HashMap<(u32, i64), Judged>,
+    per_instance: HashMap<&'a str, u64>,
+    outside: u64,
+    takeovers: u64,
+}
+
+fn collect(starts: &[Start], window: Window) -> Collected<'_> {
+    let mut c = Collected {
+        slots: HashMap::new(),
+        per_instance: HashMap::new(),
+        outside: 0,
+        takeovers: 0,
+    };
     for start in starts {
         if !window.contains(start) {
-            outside += 1;
+            c.outside += 1;
             continue;
         }
-        *per_instance.entry(start.instance.as_str()).or_default() += 1;
-        let slot = slots.entry((start.job, start.slot_ms)).or_default();
+        *c.per_instance.entry(start.instance.as_str()).or_default() += 1;
+        let slot = c.slots.entry((start.job, start.slot_ms)).or_default();
         slot.first_us = Some(
             slot.first_us
                 .map_or(start.start_us, |f| f.min(start.start_us)),
@@ -181,13 +308,18 @@ pub(crate) fn slot_stats(starts: &[Start], window: Window) -> SlotStats {
         if start.attempt == 1 {
             slot.attempt1 += 1;
         } else {
-            takeovers += 1;
+            c.takeovers += 1;
         }
     }
-    let mut lags = Vec::with_capacity(slots.len());
-    let mut within_second = 0;
-    let mut duplicates = 0;
-    for ((_, slot_ms), slot) in &slots {
+    c
+}
+
+/// Lags (ms), starts within the second and duplicates of a set of judged slots.
+fn tally<'a>(slots: impl Iterator<Item = (i64, &'a Judged)>) -> (Vec<f64>, u64, u64, u64) {
+    let mut lags = Vec::new();
+    let (mut within_second, mut duplicates, mut started) = (0, 0, 0);
+    for (slot_ms, slot) in slots {
+        started += 1;
         if let Some(first) = slot.first_us {
             let lag_us = first - slot_ms * 1000;
             lags.push(lag_us as f64 / 1000.0);
@@ -199,9 +331,17 @@ pub(crate) fn slot_stats(starts: &[Start], window: Window) -> SlotStats {
             duplicates += 1;
         }
     }
-    let started = slots.len() as u64;
+    (lags, started, within_second, duplicates)
+}
+
+/// Judges the starts of all nodes on a window.
+pub(crate) fn slot_stats(starts: &[Start], window: Window) -> SlotStats {
+    let c = collect(starts, window);
+    let (lags, started, within_second, duplicates) =
+        tally(c.slots.iter().map(|((_, slot_ms), s)| (*slot_ms, s)));
     let total = window.slots();
-    let mut per_instance: Vec<(String, u64)> = per_instance
+    let mut per_instance: Vec<(String, u64)> = c
+        .per_instance
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
@@ -212,11 +352,171 @@ pub(crate) fn slot_stats(starts: &[Start], window: Window) -> SlotStats {
         within_second,
         missed: total.saturating_sub(started),
         duplicates,
-        takeovers,
+        takeovers: c.takeovers,
         lag_ms: Summary::of(&lags),
         per_instance,
-        outside,
+        outside: c.outside,
     }
+}
+
+/// Judges the starts of all nodes minute by minute of the window (by the minute of each
+/// slot, counted from the window's first slot; the last minute may be partial).
+pub(crate) fn minute_stats(starts: &[Start], window: Window) -> Vec<MinuteStats> {
+    let c = collect(starts, window);
+    let mut by_minute: Vec<Vec<(i64, &Judged)>> = vec![Vec::new(); window.minutes()];
+    for ((_, slot_ms), slot) in &c.slots {
+        if let Some(bucket) = by_minute.get_mut(window.minute_of(*slot_ms)) {
+            bucket.push((*slot_ms, slot));
+        }
+    }
+    by_minute
+        .into_iter()
+        .enumerate()
+        .map(|(minute, slots)| {
+            let (from_ms, to_ms) = window.minute_range(minute);
+            let total = window.grid.slots_between(from_ms, to_ms);
+            let (lags, started, within_second, duplicates) = tally(slots.into_iter());
+            MinuteStats {
+                minute,
+                from_ms,
+                to_ms,
+                slots: total,
+                started,
+                within_second,
+                missed: total.saturating_sub(started),
+                duplicates,
+                lag_ms: Summary::of(&lags),
+            }
+        })
+        .collect()
+}
+
+/// One of a node's own readings (`SAMPLE t= rss_kb= ticks= held= late=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sample {
+    pub(crate) t_ms: i64,
+    pub(crate) rss_kb: u64,
+    pub(crate) ticks: u64,
+    /// Runs held under a lease (in flight).
+    pub(crate) held: u64,
+    /// Slots reported late so far.
+    pub(crate) late: u64,
+}
+
+/// The value of `key=` in a `TAG key=value ...` line.
+fn word<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?
+        .parse()
+        .ok()
+}
+
+/// Parses a `SAMPLE` line; `None` for any other line.
+pub(crate) fn parse_sample(line: &str) -> Option<Sample> {
+    let rest = line.strip_prefix("SAMPLE ")?;
+    Some(Sample {
+        t_ms: word(rest, "t")?,
+        rss_kb: word(rest, "rss_kb")?,
+        ticks: word(rest, "ticks")?,
+        held: word(rest, "held")?,
+        late: word(rest, "late")?,
+    })
+}
+
+/// One reading of the store server's call counters (`COUNTERS t= calls= commits=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Counter {
+    pub(crate) t_ms: i64,
+    pub(crate) calls: u64,
+    pub(crate) commits: u64,
+    /// Calls by command (Redis), `name:calls` separated by commas.
+    pub(crate) detail: String,
+}
+
+/// Parses a `COUNTERS` line; `None` for any other line.
+pub(crate) fn parse_counter(line: &str) -> Option<Counter> {
+    let rest = line.strip_prefix("COUNTERS ")?;
+    Some(Counter {
+        t_ms: word(rest, "t")?,
+        calls: word(rest, "calls")?,
+        commits: word(rest, "commits")?,
+        detail: word(rest, "detail").unwrap_or_default(),
+    })
+}
+
+/// A node over one stretch (a minute of the window): its RSS at the stretch's last reading
+/// and at most, its CPU (cores), the most runs it held at once, the slots it reported late.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct NodeStretch {
+    pub(crate) rss_end_kb: u64,
+    pub(crate) rss_max_kb: u64,
+    pub(crate) cores: f64,
+    pub(crate) held_max: u64,
+    pub(crate) late: u64,
+}
+
+/// A node's readings in `from_ms..=to_ms`, CPU from the last reading before the stretch (or
+/// its first one) to its last one; `None` without a reading in the stretch.
+pub(crate) fn node_stretch(
+    samples: &[Sample],
+    from_ms: i64,
+    to_ms: i64,
+    ticks_per_second: f64,
+) -> Option<NodeStretch> {
+    let inside: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.t_ms >= from_ms && s.t_ms <= to_ms)
+        .collect();
+    let last = **inside.last()?;
+    let before = samples
+        .iter()
+        .rev()
+        .find(|s| s.t_ms < from_ms)
+        .copied()
+        .unwrap_or(*inside[0]);
+    let secs = (last.t_ms - before.t_ms) as f64 / 1000.0;
+    Some(NodeStretch {
+        rss_end_kb: last.rss_kb,
+        rss_max_kb: inside.iter().map(|s| s.rss_kb).max().unwrap_or(0),
+        cores: if secs > 0.0 {
+            last.ticks.saturating_sub(before.ticks) as f64 / ticks_per_second / secs
+        } else {
+            f64::NAN
+        },
+        held_max: inside.iter().map(|s| s.held).max().unwrap_or(0),
+        late: last.late.saturating_sub(before.late),
+    })
+}
+
+/// Store calls per second over some stretches of counter readings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CallRate {
+    /// Seconds covered.
+    pub(crate) seconds: f64,
+    pub(crate) calls_per_s: f64,
+    pub(crate) commits_per_s: f64,
+}
+
+/// The call rate over consecutive readings whose interval `keep(from_ms, to_ms)` accepts;
+/// `None` when none does.
+pub(crate) fn call_rate(counters: &[Counter], keep: impl Fn(i64, i64) -> bool) -> Option<CallRate> {
+    let (mut ms, mut calls, mut commits) = (0i64, 0u64, 0u64);
+    for pair in counters.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if b.t_ms > a.t_ms && keep(a.t_ms, b.t_ms) {
+            ms += b.t_ms - a.t_ms;
+            calls += b.calls.saturating_sub(a.calls);
+            commits += b.commits.saturating_sub(a.commits);
+        }
+    }
+    (ms > 0).then(|| {
+        let s = ms as f64 / 1000.0;
+        CallRate {
+            seconds: s,
+            calls_per_s: calls as f64 / s,
+            commits_per_s: commits as f64 / s,
+        }
+    })
 }
 
 /// One number per line (the floor's samples in µs); other lines are skipped.
@@ -281,7 +581,7 @@ mod tests {
     fn slots_are_judged_started_late_missed_and_duplicated() {
         // Two jobs, slots 10 s and 11 s: four slots.
         let window = Window {
-            jobs: 2,
+            grid: Grid::every_second(2),
             first_ms: 10_000,
             last_ms: 11_000,
         };
@@ -311,6 +611,165 @@ mod tests {
             s.per_instance,
             vec![("n1".into(), 2), ("n2".into(), 2), ("n3".into(), 1)]
         );
+    }
+
+    #[test]
+    fn grids_count_spread_offsets_and_know_idle_stretches() {
+        // 4 jobs every 60 s spread over the minute: offsets 0, 15, 30, 45 s.
+        let g = Grid {
+            jobs: 4,
+            period_ms: 60_000,
+            spread: true,
+        };
+        assert_eq!(
+            (0..4).map(|j| g.offset_ms(j)).collect::<Vec<_>>(),
+            vec![0, 15_000, 30_000, 45_000]
+        );
+        assert!(g.is_slot(1, 75_000) && !g.is_slot(1, 60_000) && !g.is_slot(4, 0));
+        assert_eq!(g.slots_between(0, 59_999), 4);
+        assert_eq!(g.slots_between(14_000, 31_000), 2);
+        assert_eq!(g.slots_between(16_000, 29_000), 0);
+        assert!(g.idle_between(16_000, 29_000));
+        assert!(!g.idle_between(16_000, 31_000));
+        // every 1s: never idle over a second.
+        assert!(!Grid::every_second(3).idle_between(1_001, 2_000));
+        assert_eq!(Grid::every_second(3).slots_between(1_000, 3_000), 9);
+        // cron */5: idle between the marks.
+        let c = Grid {
+            jobs: 10,
+            period_ms: 300_000,
+            spread: false,
+        };
+        assert!(c.idle_between(300_001, 599_999) && !c.idle_between(299_000, 300_000));
+        // A window on a grid counts only its slots; starts off the grid are outside.
+        let w = Window::on_grid(g, 10_300, 130_700);
+        assert_eq!((w.first_ms, w.last_ms, w.minutes()), (12_000, 128_000, 2));
+        assert_eq!(w.slots(), 8);
+        let (starts, _) = parse_log(&(line(1, 15_000, 5, 1, "n1") + &line(1, 16_000, 5, 1, "n1")));
+        let s = slot_stats(&starts, w);
+        assert_eq!((s.started, s.outside, s.missed), (1, 1, 7));
+    }
+
+    #[test]
+    fn minutes_judge_their_own_slots_and_the_last_one_is_partial() {
+        // One every-1s job, window 10 s ..= 139 s: minutes 10-69, 70-129, 130-139.
+        let window = Window {
+            grid: Grid::every_second(1),
+            first_ms: 10_000,
+            last_ms: 139_000,
+        };
+        let mut log = String::new();
+        for s in 10..=139 {
+            let slot = s * 1000;
+            match s {
+                // Minute 1: all on time; one duplicate.
+                10..=69 => log += &line(0, slot, 3_000, 1, "n1"),
+                // Minute 2: ten late, five missed, the rest on time.
+                70..=79 => log += &line(0, slot, 2_500_000, 1, "n1"),
+                80..=84 => {}
+                85..=129 => log += &line(0, slot, 1_000, 1, "n2"),
+                // Minute 3 (10 s): all late.
+                _ => log += &line(0, slot, 1_200_000, 1, "n1"),
+            }
+        }
+        log += &line(0, 20_000, 9_000, 1, "n2");
+        let (starts, _) = parse_log(&log);
+        let m = minute_stats(&starts, window);
+        assert_eq!(m.len(), 3);
+        let row = |m: &MinuteStats| {
+            (
+                m.from_ms,
+                m.to_ms,
+                m.slots,
+                m.started,
+                m.within_second,
+                m.missed,
+                m.duplicates,
+            )
+        };
+        assert_eq!(row(&m[0]), (10_000, 69_999, 60, 60, 60, 0, 1));
+        assert_eq!(row(&m[1]), (70_000, 129_999, 60, 55, 45, 5, 0));
+        assert_eq!(row(&m[2]), (130_000, 139_000, 10, 10, 0, 0, 0));
+        assert_eq!(m[1].within_percent(), 75.0);
+        assert_eq!(m[2].lag_ms.unwrap().p50, 1200.0);
+        assert_eq!(m[0].lag_ms.unwrap().p99, 3.0);
+        // The minutes add up to the whole window.
+        let all = slot_stats(&starts, window);
+        assert_eq!(m.iter().map(|m| m.slots).sum::<u64>(), all.slots);
+        assert_eq!(m.iter().map(|m| m.missed).sum::<u64>(), all.missed);
+        assert_eq!(m.iter().map(|m| m.duplicates).sum::<u64>(), all.duplicates);
+    }
+
+    #[test]
+    fn node_readings_parse_and_read_per_stretch() {
+        assert_eq!(
+            parse_sample("SAMPLE t=1000 rss_kb=2048 ticks=10 held=3 late=0"),
+            Some(Sample {
+                t_ms: 1000,
+                rss_kb: 2048,
+                ticks: 10,
+                held: 3,
+                late: 0
+            })
+        );
+        assert_eq!(parse_sample("READY pid=1 t=5"), None);
+        assert_eq!(parse_sample("SAMPLE t=1000 rss_kb=x"), None);
+        let samples: Vec<Sample> = (0..=10)
+            .map(|i| Sample {
+                t_ms: i * 1000,
+                rss_kb: 1000 + (i as u64) * 10,
+                // Half a core, and a burst of 100 ticks between 2 s and 3 s.
+                ticks: (i as u64) * 50 + if i >= 3 { 100 } else { 0 },
+                held: if i == 4 { 7 } else { 1 },
+                late: if i >= 8 { 2 } else { 0 },
+            })
+            .collect();
+        // 100 ticks/s; the stretch 3-8 s counts from the reading before it (2 s), so the
+        // burst that ended at 3 s is in it: 400 ticks over 6 s.
+        let s = node_stretch(&samples, 3_000, 8_000, 100.0).unwrap();
+        assert_eq!(
+            (s.rss_end_kb, s.rss_max_kb, s.held_max, s.late),
+            (1080, 1080, 7, 2)
+        );
+        assert!((s.cores - 4.0 / 6.0).abs() < 1e-9, "{}", s.cores);
+        // From the first reading on, nothing before it: 350 ticks over 5 s.
+        let first = node_stretch(&samples, 0, 5_000, 100.0).unwrap();
+        assert_eq!(first.cores, 350.0 / 100.0 / 5.0);
+        assert!(node_stretch(&samples, 20_000, 30_000, 100.0).is_none());
+    }
+
+    #[test]
+    fn store_calls_are_rated_over_the_kept_intervals() {
+        let c = |t_ms, calls, commits| Counter {
+            t_ms,
+            calls,
+            commits,
+            detail: String::new(),
+        };
+        assert_eq!(
+            parse_counter("COUNTERS t=5 calls=7 commits=2 detail=get:7"),
+            Some(Counter {
+                t_ms: 5,
+                calls: 7,
+                commits: 2,
+                detail: "get:7".into()
+            })
+        );
+        let readings = [
+            c(0, 0, 0),
+            c(5_000, 50, 5),
+            c(10_000, 1_050, 10),
+            c(15_000, 1_100, 15),
+        ];
+        let all = call_rate(&readings, |_, _| true).unwrap();
+        assert_eq!(
+            (all.seconds, all.calls_per_s, all.commits_per_s),
+            (15.0, 1100.0 / 15.0, 1.0)
+        );
+        // Without the busy interval 5-10 s: 100 calls over 10 s.
+        let quiet = call_rate(&readings, |from, _| from != 5_000).unwrap();
+        assert_eq!(quiet.calls_per_s, 10.0);
+        assert!(call_rate(&readings, |_, _| false).is_none());
     }
 
     #[test]
