@@ -84,6 +84,16 @@ impl Core {
         if !current || self.stopping {
             return;
         }
+        // The timer runs on the monotonic clock, armed from a reading of the instance clock;
+        // if that clock was slewed or set back since, the timer fires before the slot by the
+        // instance clock (seen: 1.3 ms early after a minute). Never claim before the slot:
+        // wait for the rest.
+        if self.now.epoch_us < slot.saturating_mul(1_000)
+            && let Some(at) = self.mono_at(slot)
+        {
+            self.arm(at, Timer::Due { job, slot });
+            return;
+        }
         // Only the newest due slot is ever claimed. [B-10]
         let now = self.now_ms();
         let newest = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));

@@ -1089,3 +1089,31 @@ fn seed_3948_a_run_handed_over_while_its_job_is_registered_nowhere_is_continued_
         sim.timeline.join("\n")
     );
 }
+
+#[test]
+fn a_slot_is_never_claimed_before_it_by_the_instance_clock_even_if_the_clock_was_set_back() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(60), opts())]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    // The instance clock is set back 5 ms after the next slot's timer was armed.
+    sim.nodes[0].skew_us -= 5_000;
+    sim.run_for(Duration::from_secs(31));
+    let claims: Vec<&String> = sim
+        .timeline
+        .iter()
+        .filter(|l| l.contains("request: Claim {"))
+        .collect();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    // The second claim left when the instance clock read the slot: 5 ms after the timer.
+    let second = sim
+        .history("j")
+        .into_iter()
+        .find(|r| r.slot % 60_000 == 0 && r.started_at > T0_MS + 1_000);
+    let r = second.expect("the second slot ran");
+    assert!(
+        r.started_at >= r.slot + 5,
+        "claimed at {} for slot {}",
+        r.started_at,
+        r.slot
+    );
+}
