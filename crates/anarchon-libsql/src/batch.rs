@@ -39,10 +39,15 @@ use anarchon_core::store::{
     RunStatus, Takeover, TakeoverOutcome,
 };
 use anarchon_sqlite::sql::Tables;
-use anarchon_sqlite::sql::ops::PRUNE_EVERY;
+use anarchon_sqlite::sql::ops::{self, PRUNE_EVERY};
 
 /// The store's clock on the server, epoch ms, as an expression.
 const NOW_EXPR: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+/// The most runs (the job's oldest) the end of a batch looks at for finished runs left
+/// without an attempt: more than one prune removes (`ops::PRUNE_EVERY` by count, a page of
+/// the age cut), so runs left by an earlier prune go at the next.
+const RUNS_PAGE: i64 = 64;
 
 /// Stash rows older than this (by the writer's clock) are removed by any later batch.
 const STALE_STASH_MS: i64 = 3_600_000;
@@ -173,61 +178,82 @@ impl Script {
     }
 
     /// [B-37] Job `j` (a literal) is to be pruned to `retention` at the end of the batch
-    /// if `hit` (an expression over the item's stash rows) holds.
-    fn prune_if(&mut self, j: &str, retention: Retention, hit: String) {
+    /// if `hit` (an expression over the item's stash rows) holds: by age when `retention`
+    /// has a TTL, by count when `by_count`.
+    fn prune_if(&mut self, j: &str, retention: Retention, by_count: bool, hit: String) {
         let ttl = retention
             .ttl_ms
             .map_or_else(|| "NULL".to_owned(), |t| int(ms(t)));
         self.due.push(format!(
-            "({j}, {}, {ttl}, {hit})",
-            i64::from(retention.size.max(1))
+            "({j}, {}, {ttl}, {}, {hit})",
+            i64::from(retention.size.max(1)),
+            i64::from(by_count)
         ));
     }
 
     /// [B-37] Prunes the jobs due (see [`Script::prune_if`]) to their retention, once per
-    /// job at the end of the batch, as the single calls prune: the attempts beyond the
-    /// `size` newest runs (a manual run counts as a run of its own) and those that finished
-    /// before the age cut, never those of running runs; then the finished runs left without
-    /// an attempt. The contract lets a store defer pruning; deferring it to the end of the
-    /// batch only keeps runs a little longer (a later item of the batch never finds a run of
-    /// its job pruned that it would have found). A job due twice in one batch is pruned
-    /// with the larger size and the longer age (the one that keeps more). The single calls
-    /// remove the runs of the slots whose attempts they just removed; a finished run never
-    /// lacks an attempt otherwise, so this is the same set.
+    /// job at the end of the batch, as the single calls prune: by count (the jobs due by
+    /// count) the attempts beyond the `size` newest runs (a manual run counts as a run of its
+    /// own); by age (the jobs with a TTL) those among the job's [`ops::TTL_PAGE`] oldest
+    /// that finished before the cut; never those of running runs; then the finished runs
+    /// left without an attempt, among the job's [`RUNS_PAGE`] oldest. The contract lets a
+    /// store defer pruning; deferring it to the end of the batch only keeps runs a little
+    /// longer (a later item of the batch never finds a run of its job pruned that it would
+    /// have found). A job due twice in one batch is pruned with the larger size and the
+    /// longer age (the one that keeps more).
+    ///
+    /// Cost: the age cut and the removal of runs read what they remove plus one page of the
+    /// job's oldest rows (a correlated bound on the unique index / primary key), never the
+    /// job's whole history; the count ranks the job's history rows, but only on the finishes
+    /// and claims due by count (one in [`ops::finish_prune_period`], see `ops::PRUNE_EVERY`).
     fn prune_due(&mut self) {
         if self.due.is_empty() {
             return;
         }
         let (r, a) = (self.runs.clone(), self.attempts.clone());
         let with = format!(
-            "WITH v(job, size, ttl, hit) AS (VALUES {}), \
-             due(job, size, cut) AS (SELECT job, MAX(size), \
-               CASE WHEN COUNT(ttl) < COUNT(*) THEN NULL ELSE {} - MAX(ttl) END \
+            "WITH v(job, size, ttl, cnt, hit) AS (VALUES {}), \
+             due(job, size, cut, cnt) AS (SELECT job, MAX(size), \
+               CASE WHEN COUNT(ttl) < COUNT(*) THEN NULL ELSE {} - MAX(ttl) END, MAX(cnt) \
                FROM v WHERE hit GROUP BY job)",
             self.due.join(", "),
             self.now
         );
+        let running = |x: &str| {
+            format!(
+                "NOT ({x}.manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
+                 WHERE r.job = {x}.job AND r.slot = {x}.slot AND r.status = 'running'))"
+            )
+        };
         let stmt = format!(
             "{with} DELETE FROM {a} WHERE id IN (SELECT x.id FROM \
              (SELECT p.id AS id, p.job AS job, p.slot AS slot, p.manual AS manual, \
                d.size AS size, DENSE_RANK() OVER \
                (PARTITION BY p.job ORDER BY p.slot DESC, p.manual DESC) AS rk \
-              FROM {a} AS p JOIN due AS d ON p.job = d.job) AS x \
-             WHERE x.rk > x.size AND NOT (x.manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
-               WHERE r.job = x.job AND r.slot = x.slot AND r.status = 'running')))"
+              FROM {a} AS p JOIN due AS d ON p.job = d.job WHERE d.cnt) AS x \
+             WHERE x.rk > x.size AND {})",
+            running("x")
         );
         self.push(&stmt);
         let stmt = format!(
-            "{with} DELETE FROM {a} WHERE job IN (SELECT job FROM due WHERE cut IS NOT NULL) \
-             AND finished_at < (SELECT cut FROM due WHERE due.job = {a}.job) \
-             AND NOT (manual = 0 AND EXISTS (SELECT 1 FROM {r} AS r \
-               WHERE r.job = {a}.job AND r.slot = {a}.slot AND r.status = 'running'))"
+            "{with} DELETE FROM {a} WHERE id IN (SELECT p.id FROM due AS d JOIN {a} AS p \
+             ON p.job = d.job AND p.slot <= COALESCE((SELECT q.slot FROM {a} AS q \
+               WHERE q.job = d.job ORDER BY q.slot LIMIT 1 OFFSET {page}), \
+               (SELECT MAX(q.slot) FROM {a} AS q WHERE q.job = d.job)) \
+             WHERE d.cut IS NOT NULL AND p.finished_at < d.cut AND {})",
+            running("p"),
+            page = ops::TTL_PAGE - 1
         );
         self.push(&stmt);
         let stmt = format!(
-            "{with} DELETE FROM {r} WHERE job IN (SELECT job FROM due) \
-             AND status <> 'running' AND NOT EXISTS (SELECT 1 FROM {a} AS a \
-               WHERE a.job = {r}.job AND a.slot = {r}.slot AND a.manual = 0)"
+            "{with} DELETE FROM {r} WHERE (job, slot) IN (SELECT p.job, p.slot \
+             FROM due AS d JOIN {r} AS p \
+             ON p.job = d.job AND p.slot <= COALESCE((SELECT q.slot FROM {r} AS q \
+               WHERE q.job = d.job ORDER BY q.slot LIMIT 1 OFFSET {page}), \
+               (SELECT MAX(q.slot) FROM {r} AS q WHERE q.job = d.job)) \
+             WHERE p.status <> 'running' AND NOT EXISTS (SELECT 1 FROM {a} AS a \
+               WHERE a.job = p.job AND a.slot = p.slot AND a.manual = 0))",
+            page = RUNS_PAGE - 1
         );
         self.push(&stmt);
     }
@@ -281,7 +307,7 @@ impl Script {
                 self.key(i, "f"),
                 i64::try_from(PRUNE_EVERY).unwrap_or(16)
             );
-            self.prune_if(&text(c.run.job.as_str()), c.retention, hit);
+            self.prune_if(&text(c.run.job.as_str()), c.retention, true, hit);
         }
     }
 
@@ -406,13 +432,19 @@ impl Script {
         for round in &rounds {
             self.finish_round(round);
         }
+        // [B-37] A result prunes by count on one finish in `ops::finish_prune_period` (by
+        // the run's fence), by age on every one when the job has a TTL.
         for (i, (l, f)) in writes.iter().enumerate() {
+            let by_count = ops::finish_prunes(l.fence, f.retention.size);
+            if !by_count && f.retention.ttl_ms.is_none() {
+                continue;
+            }
             let hit = format!(
                 "(SELECT value FROM {} WHERE key = {}) = 0",
                 self.meta,
                 self.key(i, "c")
             );
-            self.prune_if(&text(l.run.job.as_str()), f.retention, hit);
+            self.prune_if(&text(l.run.job.as_str()), f.retention, by_count, hit);
         }
     }
 

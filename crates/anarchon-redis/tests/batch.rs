@@ -215,7 +215,8 @@ async fn b16_a_batch_of_results_is_one_pipeline_on_a_cluster() {
 /// and a backup's
 /// read of as many watched runs (and 20 that do not exist) is one round trip of short
 /// script calls: 512 runs per `EVALSHA` at most, so one backup watching tens
-/// of thousands of runs never blocks the server for long. Counted on a private server, where
+/// of thousands of runs never blocks the server for long; its poll of the 1,300 jobs'
+/// unfinished runs likewise, 512 jobs per call. Counted on a private server, where
 /// `INFO commandstats` counts this store's calls only.
 #[tokio::test]
 async fn claim_and_result_batches_and_runs_reads_are_few_short_script_calls() {
@@ -320,5 +321,30 @@ async fn claim_and_result_batches_and_runs_reads_are_few_short_script_calls() {
         };
         assert_eq!(view.status, expected, "{view:?}");
     }
+    // A backup's poll of every job's unfinished runs: one round trip of script calls of 512
+    // jobs at most, exactly the runs still running (the results that were lost).
+    let calls_before = evalsha_calls(&url).await.expect("a single server");
+    let before = store.round_trips();
+    let mut unfinished = store.unfinished_runs(&jobs).await.unwrap();
+    assert_eq!(store.round_trips() - before, 1, "one round trip");
+    let calls = evalsha_calls(&url).await.expect("a single server") - calls_before;
+    assert_eq!(
+        calls,
+        1300_u64.div_ceil(512),
+        "512 jobs per script call at most"
+    );
+    unfinished.sort_by(|a, b| a.run.cmp(&b.run));
+    let mut running: Vec<_> = claims
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| n % 7 == 3)
+        .map(|(_, c)| c.run.clone())
+        .collect();
+    running.sort();
+    assert_eq!(
+        unfinished.iter().map(|v| v.run.clone()).collect::<Vec<_>>(),
+        running
+    );
+    assert!(unfinished.iter().all(|v| v.status == RunStatus::Running));
     store.close().await.unwrap();
 }

@@ -261,3 +261,61 @@ async fn claim_with_an_index_of_the_wrong_type_writes_no_run() {
         }
     }
 }
+
+/// [B-37] A job at its steady state (every slot claimed and finished, `size` 40): a finish
+/// prunes by count on one finish in 4 (`size / 8` rounded down to a power of two), removing
+/// the runs beyond `size` together, so the job holds between 40 and 40 + 15 runs; every
+/// run indexed in `runs` has its hash and its rows in `hist` and `fin`, and no pruned run
+/// leaves a key or an index entry behind.
+#[tokio::test]
+async fn b37_a_full_history_stays_within_size_and_size_plus_16_and_its_indexes_agree() {
+    for url in urls() {
+        let opts = options();
+        let prefix = opts.key_prefix().to_owned();
+        let store = RedisStore::connect_with(&url, opts).await.unwrap();
+        let admin = admin(&url).await;
+        let job = unique_job("steady");
+        store.prepare(&prepare(&job)).await.unwrap();
+        let keep = Retention {
+            size: 40,
+            ttl_ms: None,
+        };
+        let base = format!("{prefix}{{{job}}}:");
+        let t = store.now().await.unwrap();
+        let (mut least, mut most) = (usize::MAX, 0);
+        for i in 0..120 {
+            let l = won(
+                &store,
+                &claim(&job, t - 200_000 + i * 1000, t, 60_000, keep),
+            )
+            .await;
+            assert_eq!(
+                store.finish(&l, &done(keep)).await.unwrap(),
+                OwnerWrite::Done
+            );
+            let runs: i64 = admin.zcard(format!("{base}runs")).await.unwrap();
+            let hist: i64 = admin.zcard(format!("{base}hist")).await.unwrap();
+            let fin: i64 = admin.zcard(format!("{base}fin")).await.unwrap();
+            assert_eq!((hist, fin), (runs, runs), "finish {i}: one row per run");
+            let n = usize::try_from(runs).unwrap();
+            if i >= 60 {
+                least = least.min(n);
+                most = most.max(n);
+            }
+            if l.fence % 4 == 0 && i >= 40 {
+                assert_eq!(n, 40, "finish {i} (fence {}) prunes to size", l.fence);
+            }
+        }
+        assert_eq!(least, 40);
+        assert!((41..40 + 16).contains(&most), "{most} runs at most");
+        let hashes = keys(&admin, format!("{base}run:*")).await;
+        let indexed: Vec<String> = admin
+            .zrange(format!("{base}runs"), 0, -1, None, false, None, false)
+            .await
+            .unwrap();
+        assert_eq!(hashes.len(), indexed.len(), "{hashes:?}");
+        let newest = store.history(&job, 1).await.unwrap();
+        assert_eq!(newest[0].slot, t - 200_000 + 119 * 1000);
+        store.close().await.unwrap();
+    }
+}

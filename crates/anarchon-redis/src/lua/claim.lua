@@ -57,8 +57,9 @@ local function claim_run(rk, a, now)
     'exp', now + tonumber(ARGV[a + 3]), 'sched', ARGV[a + 7], '1i', ARGV[a + 4],
     '1r', ARGV[a + 6], '1s', 'running', '1f', fence, '1t', now)
   redis.call('ZADD', live, slot, slot)
-  -- Retention: `finish` prunes exactly; a claim prunes on every 16th fence of the job only,
-  -- which bounds the runs that never finish (interrupted, exhausted) at no cost to the rest.
+  -- Retention: a finish prunes (by count on one finish in `size / 8`, see `lease.rs`); a
+  -- claim prunes on every 16th fence of the job only, which bounds the runs that never
+  -- finish (interrupted, exhausted) at no cost to the rest.
   if fence % 16 == 0 then prune(tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), now) end
   return {1, now, fence}
 end

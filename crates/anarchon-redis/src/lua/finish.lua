@@ -1,7 +1,8 @@
 -- Owner's finish of one run, as a function: `finish_one.lua` calls it once, `finish_many.lua`
 -- once per result of a batch. rk: the run hash; the result's arguments are ARGV[a + 1 ..]:
--- 1 slot, 2 attempt, 3 owner, 4 status, 5 error, 6 has error (1/0), 7 history size,
--- 8 history ttl ms; `B` (the prelude's key base) is the job's; now: the server clock, read
+-- 1 slot, 2 attempt, 3 owner, 4 status, 5 error, 6 has error (1/0), 7 history size (0 on
+-- the finishes that prune by age only: see `finish_prune_period` in lease.rs), 8 history
+-- ttl ms; `B` (the prelude's key base) is the job's; now: the server clock, read
 -- once per script call.
 -- Returns {1, now} done, {0} lost, {-2} deadline passed.
 local function finish_run(rk, a, now)

@@ -28,9 +28,57 @@ local function prune(size, ttl, now)
     end
     redis.call('ZREM', k('runs'), m)
   end
+  -- Removes `ids` from the zset `ix`: by rank when they are exactly its oldest entries (the
+  -- usual case: what goes is the oldest), which in the compact encoding costs what is
+  -- removed; else by member (each a scan of the zset).
+  local function drop_oldest(ix, ids)
+    local key = k(ix)
+    local tail = redis.call('ZRANGE', key, -#ids, -1)
+    local set = {}
+    for _, id in ipairs(ids) do set[id] = true end
+    local same = #tail == #ids
+    if same then
+      for _, id in ipairs(tail) do
+        if not set[id] then same = false; break end
+      end
+    end
+    if same then
+      redis.call('ZREMRANGEBYRANK', key, -#ids, -1)
+    else
+      redis.call('ZREM', key, unpack(ids))
+    end
+  end
   if size > 0 then
-    for _, m in ipairs(redis.call('ZRANGE', k('runs'), size, -1)) do
-      if not live_run(m) then drop_run(m) end
+    local old = redis.call('ZRANGE', k('runs'), size, -1)
+    -- Lease runs that are not running, all of them the oldest: drop them together, their
+    -- index entries by rank; anything else (a live or manual run among them) one by one.
+    local plain = #old > 0
+    if plain then
+      -- `live` holds the job's unfinished runs (a few): one read instead of one per run.
+      local live = {}
+      for _, s in ipairs(redis.call('ZRANGE', k('live'), 0, -1)) do live['l:' .. s] = true end
+      for _, m in ipairs(old) do
+        if string.sub(m, 1, 2) ~= 'l:' or live[m] then plain = false; break end
+      end
+    end
+    if plain then
+      local ids, dels = {}, {}
+      for i, m in ipairs(old) do
+        local rk = k('run:' .. string.sub(m, 3))
+        dels[i] = rk
+        local att = tonumber(redis.call('HGET', rk, 'att')) or 0
+        for n = 1, att do ids[#ids + 1] = m .. '|' .. n end
+      end
+      redis.call('DEL', unpack(dels))
+      if #ids > 0 then
+        drop_oldest('hist', ids)
+        drop_oldest('fin', ids)
+      end
+      redis.call('ZREMRANGEBYRANK', k('runs'), size, -1)
+    else
+      for _, m in ipairs(old) do
+        if not live_run(m) then drop_run(m) end
+      end
     end
   end
   if ttl <= 0 then return end

@@ -1,4 +1,5 @@
--- Unfinished runs of jobs. KEYS: the jobs' `live` sets; ARGV[2 + i]: the base of KEYS[i].
+-- Unfinished runs of jobs. KEYS: the jobs' `live` sets (the Rust side sends at most 512 per call);
+-- ARGV[2 + i]: the base of KEYS[i].
 -- Returns {now, {{slot, st, att, own, exp} ...} per key}.
 local now = now_ms()
 local out = {now}

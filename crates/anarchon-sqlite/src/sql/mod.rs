@@ -304,9 +304,14 @@ impl Statements {
                    WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
                  RETURNING slot, manual",
             ),
-            // [B-37] By age: attempts that finished before the cut, except those of running runs.
+            // [B-37] By age: attempts that finished before the cut, except those of running
+            // runs, among the job's ?3 oldest attempts (by slot; ties on the last slot
+            // included): the range on the unique index stops there, so a pass reads what it
+            // removes plus one page, not the job's whole history (`ops::TTL_PAGE`).
             prune_by_age: r(
                 "DELETE FROM {attempts} WHERE job = ?1 AND finished_at < ?2 \
+                 AND slot <= (SELECT MAX(slot) FROM (SELECT slot FROM {attempts} \
+                   WHERE job = ?1 ORDER BY slot LIMIT ?3)) \
                  AND NOT (manual = 0 AND EXISTS (SELECT 1 FROM {runs} AS r \
                    WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
                  RETURNING slot, manual",
@@ -369,8 +374,12 @@ impl Statements {
             runs_head: r(&format!(
                 "SELECT {RUN_VIEW_COLUMNS} FROM {{runs}} WHERE (job, slot) IN (VALUES "
             )),
+            // Through the partial index of running runs: without `INDEXED BY` the planner
+            // (no statistics) walks the primary key over every run of each job, finished
+            // ones included (26 µs a job at 100 runs, against 3 µs).
             unfinished_head: r(&format!(
-                "SELECT {RUN_VIEW_COLUMNS} FROM {{runs}} WHERE status = 'running' AND job IN ("
+                "SELECT {RUN_VIEW_COLUMNS} FROM {{runs}} INDEXED BY {{running}} \
+                 WHERE status = 'running' AND job IN ("
             )),
         }
     }

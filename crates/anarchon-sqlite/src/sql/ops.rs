@@ -288,7 +288,10 @@ async fn finish_in_tx<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> R
             ],
         )
         .await?;
-        prune(e, sql, job, f.retention, now).await?;
+        let by_count = finish_prunes(l.fence, f.retention.size);
+        if by_count || f.retention.ttl_ms.is_some() {
+            prune_some(e, sql, job, f.retention, now, by_count).await?;
+        }
         Ok(OwnerWrite::Done)
     }
 }
@@ -801,17 +804,49 @@ async fn close_attempt<E: Exec>(
 /// every process): a claim adds 1, a takeover adds `PRUNE_EVERY` (fences stay strictly
 /// increasing; gaps are allowed). The fence modulo `PRUNE_EVERY` thus counts won claims
 /// only, and exactly one of any `PRUNE_EVERY` consecutive won claims of a job prunes it,
-/// whichever instances won them. `finish` (and `record_manual`) still prune exactly every
-/// time, so after a finish a job holds at most `size` finished runs, as before. Between
-/// finishes, and for runs that never finish (taken over until exhausted, interrupted by the
-/// next slot), a job holds at most `size + PRUNE_EVERY - 1` runs (plus older runs still
-/// running, which pruning always keeps). The usual claim thus skips the pruning statements.
-/// No schema change: the counter is the fence counter of version 1.
+/// whichever instances won them. A finish prunes by count when its run's fence is a multiple
+/// of [`finish_prune_period`] (every time for a `size` below 16; one finish in 8 at the
+/// default 100, one in 16 from 128), and by age every time a TTL is set. Between prunes, and
+/// for runs that never finish (taken over until exhausted, interrupted by the next slot), a
+/// job holds at most `size + PRUNE_EVERY - 1` runs (plus older runs still running, which
+/// pruning always keeps). No schema change: the counter is the fence counter of version 1.
+///
+/// Why not every finish: finding the `size`-th newest run walks `size` index entries, so a
+/// prune costs O(`size`) whatever it removes; done on one finish in `size / 8` it removes
+/// that many runs at once, so its cost per run removed is a constant (about 9 index
+/// entries walked), and the runs it removes share their index pages.
 pub const PRUNE_EVERY: u64 = 16;
 
 fn prune_due(fence: u64) -> bool {
     fence.is_multiple_of(PRUNE_EVERY)
 }
+
+/// How often a finish prunes a job kept to `size` runs by count: the largest power of two
+/// at most `size / 8`, between 1 and [`PRUNE_EVERY`]. A power of two divides `PRUNE_EVERY`,
+/// so a takeover's fence (+`PRUNE_EVERY`) leaves the fence modulo the period alone.
+///
+/// ```
+/// use anarchon_sqlite::sql::ops::finish_prune_period;
+/// assert_eq!(finish_prune_period(3), 1);
+/// assert_eq!(finish_prune_period(100), 8);
+/// assert_eq!(finish_prune_period(1000), 16);
+/// ```
+pub fn finish_prune_period(size: u32) -> u64 {
+    let p = u64::from(size / 8).max(1);
+    (1u64 << (63 - p.leading_zeros())).min(PRUNE_EVERY)
+}
+
+/// Whether the finish of the run with `fence` prunes its job (kept to `size` runs) by count.
+pub fn finish_prunes(fence: u64, size: u32) -> bool {
+    fence.is_multiple_of(finish_prune_period(size))
+}
+
+/// The most history rows one pass of the age cut looks at (the oldest of the job): a pass
+/// that removed them all looks again, up to [`TTL_PASSES`] passes per prune.
+pub const TTL_PAGE: i64 = 16;
+
+/// The most passes of the age cut in one prune; rows left go at the job's next prune.
+const TTL_PASSES: usize = 64;
 
 /// [B-37] Prunes the job to its retention: by count of runs, and by age of finish.
 async fn prune<E: Exec>(
@@ -821,16 +856,47 @@ async fn prune<E: Exec>(
     retention: Retention,
     now: EpochMs,
 ) -> Result<()> {
+    prune_some(e, sql, job, retention, now, true).await
+}
+
+/// [B-37] Prunes the job by age (when `retention` has a TTL) and, when `by_count`, by count.
+///
+/// By count: the runs older than the `size`-th newest go (one walk of `size` index entries,
+/// then a range delete of what goes). By age: the history rows among the job's oldest that
+/// finished before the cut go, [`TTL_PAGE`] rows a pass, so a prune looks at what it removes
+/// plus one page, never at the whole history; a row that finished before the cut behind a
+/// newer slot's row that did not is removed once the older rows ahead of it went (runs end
+/// roughly in slot order, so that is at once in practice; the count bounds the rest).
+async fn prune_some<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    job: &str,
+    retention: Retention,
+    now: EpochMs,
+    by_count: bool,
+) -> Result<()> {
     let size = i64::from(retention.size.max(1));
-    let mut gone = e
-        .query(&sql.st.prune_by_count, &[job.into(), size.into()])
-        .await?;
+    let mut gone = if by_count {
+        e.query(&sql.st.prune_by_count, &[job.into(), size.into()])
+            .await?
+    } else {
+        Vec::new()
+    };
     if let Some(ttl) = retention.ttl_ms {
         let cut = now.saturating_sub(ms(ttl));
-        gone.extend(
-            e.query(&sql.st.prune_by_age, &[job.into(), cut.into()])
-                .await?,
-        );
+        for _ in 0..TTL_PASSES {
+            let rows = e
+                .query(
+                    &sql.st.prune_by_age,
+                    &[job.into(), cut.into(), TTL_PAGE.into()],
+                )
+                .await?;
+            let n = rows.len();
+            gone.extend(rows);
+            if i64::try_from(n).unwrap_or(i64::MAX) < TTL_PAGE {
+                break;
+            }
+        }
     }
     let mut slots = Vec::with_capacity(gone.len());
     for row in &gone {
