@@ -62,8 +62,14 @@ impl Core {
         self.arm_after(every, Timer::Watch);
     }
 
-    /// A `runs` read was answered.
-    pub(super) fn watched(&mut self, asked: Vec<RunKey>, sent: Micros, views: Vec<RunView>) {
+    /// A sweep (`swept`) or a `runs` read was answered.
+    pub(super) fn watched(
+        &mut self,
+        asked: Vec<RunKey>,
+        sent: Micros,
+        views: Vec<RunView>,
+        swept: bool,
+    ) {
         if let Some(v) = views.first() {
             self.clock = super::ClockSample::measure(v.store_now, sent, self.now);
         }
@@ -72,6 +78,9 @@ impl Core {
         for key in asked {
             match by_key.remove(&key) {
                 Some(view) => self.feed_watch(&key, WatchInput::Seen(view)),
+                // Ended: by whom? For a run whose write this instance gave up on, read it
+                // once by key (its final attempt says whether another instance ended it).
+                None if swept && self.written_off.contains_key(&key) => self.queues.reads.push(key),
                 None => self.feed_watch(&key, WatchInput::Missing),
             }
         }
@@ -102,11 +111,31 @@ impl Core {
         if let WatchInput::Seen(view) = &input {
             w.seen = Some(view.clone());
         }
+        // A run whose write this instance gave up on now shows a newer attempt: it learned
+        // that it lost the run. [B-16]
+        let lost = match &input {
+            WatchInput::Seen(view) => self
+                .written_off
+                .get(key)
+                .filter(|held| view.attempt > held.attempt)
+                .cloned(),
+            _ => None,
+        };
+        if lost.is_some() || matches!(input, WatchInput::Missing) {
+            self.written_off.remove(key);
+        }
+        let Some(w) = self.watches.get_mut(key) else {
+            return;
+        };
         let seen = w.seen.clone();
         let effects = w.handle(&facts, input);
         if w.is_gone() {
             self.watches.remove(key);
             self.gave_up.remove(key);
+            self.written_off.remove(key);
+        }
+        if let Some(info) = lost {
+            self.emit(Event::Lost(info));
         }
         for effect in effects {
             self.watch_effect(key, job.clone(), seen.as_ref(), effect);

@@ -245,7 +245,7 @@ impl Core {
             (Pending::Runs { asked, sent }, Answer::Runs(result)) => {
                 self.count(result.is_ok());
                 match result {
-                    Ok(views) => self.watched(asked, sent, views),
+                    Ok(views) => self.watched(asked, sent, views, false),
                     Err(e) => self.error(StoreOperation::Runs, None, &e),
                 }
             }
@@ -253,7 +253,7 @@ impl Core {
                 self.watch_in_flight = false;
                 self.count(result.is_ok());
                 match result {
-                    Ok(views) => self.watched(asked, sent, views),
+                    Ok(views) => self.watched(asked, sent, views, true),
                     Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
                 }
             }

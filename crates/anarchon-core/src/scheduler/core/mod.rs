@@ -65,6 +65,10 @@ pub(crate) struct Core {
     /// Watched runs whose claim or takeover this instance gave up waiting for (their
     /// outcome is unknown): a commit found later is an orphan of this life, released at once.
     gave_up: HashSet<RunKey>,
+    /// Runs whose last write this instance gave up on (it failed and is not sent again),
+    /// with the attempt it held: when the backup watch sees a newer attempt, the instance
+    /// learned it lost the run and says so (`Lost`). [B-16]
+    written_off: HashMap<RunKey, RunInfo>,
     /// When the takeovers being answered were sent (their leases count from then).
     takeover_sent: Option<Micros>,
     heartbeat_armed: bool,
@@ -115,6 +119,7 @@ impl Core {
             side_writes: 0,
             watches: BTreeMap::new(),
             gave_up: HashSet::new(),
+            written_off: HashMap::new(),
             takeover_sent: None,
             heartbeat_armed: false,
             heartbeat_in_flight: false,

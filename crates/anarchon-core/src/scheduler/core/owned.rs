@@ -297,6 +297,7 @@ impl Core {
                 // The outcome is unknown and no retry is left: if the run is still ours in
                 // the store, the watch releases it to a backup once it is gone here.
                 if !retrying && let Some(key) = key {
+                    self.written_off.insert(key.clone(), info.clone());
                     self.watch(key, Watch::live());
                 }
             }

@@ -1117,3 +1117,46 @@ fn a_slot_is_never_claimed_before_it_by_the_instance_clock_even_if_the_clock_was
         r.slot
     );
 }
+
+/// The runtime kit's frozen-owner test failed under load: the fenced owner's release timed
+/// out, is not sent again, and its watch saw the takeover without saying `Lost`. [B-16]
+#[test]
+fn b16_an_owner_whose_release_failed_learns_it_lost_when_its_watch_sees_the_takeover() {
+    let mut sim =
+        Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(600),
+            result: Ok(()),
+            obeys_cancel: true,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_millis(200));
+    sim.start(1);
+    sim.run_for(Duration::from_secs(2));
+    let owner = sim.all_starts()[0].0;
+    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
+    sim.fail_next.insert("heartbeat", beats as u32);
+    sim.fail_next.insert("release", 1);
+    // The owner watches the run it could not release; let the other instance win it.
+    sim.fail_next.insert("take_over", 1);
+    let lost = |sim: &Sim| {
+        sim.events(owner)
+            .iter()
+            .filter(|e| matches!(e, Event::Lost(_)))
+            .count()
+    };
+    sim.run_for(Duration::from_millis(sim.timing.lease_ms()) + Duration::from_secs(15));
+    let starts: Vec<(usize, u32)> = sim
+        .all_starts()
+        .iter()
+        .map(|(n, s)| (*n, s.attempt))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(owner, 1), (1 - owner, 2)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert_eq!(lost(&sim), 1, "{}", sim.timeline.join("\n"));
+    sim.run_for(Duration::from_secs(30));
+    assert_eq!(lost(&sim), 1, "said once");
+}
