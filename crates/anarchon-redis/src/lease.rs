@@ -566,7 +566,7 @@ impl LeaseStore for RedisStore {
         Ok(found.into_iter().flatten().collect())
     }
 
-    /// The `unfinished_runs` script over at most [`JOBS_PER_CALL`] jobs per call (each job's
+    /// The `unfinished_runs` script over at most 512 jobs per call (each job's
     /// `live` set and the run hashes it names: O(unfinished runs) plus one read a job),
     /// every call in one pipeline: one round trip (per node on a cluster) for 10,000 jobs
     /// or 100,000, and no call holds the server for more than about a millisecond.
