@@ -1027,7 +1027,7 @@ impl LeaseStore for SqliteStore {
         on_worker!(self, "runs", |e, sql| ops::runs(&mut e, sql, &runs))
     }
 
-    /// [`UNFINISHED_PER_CALL`] jobs per call on the connection's thread, so a backup asking
+    /// `UNFINISHED_PER_CALL` jobs per call on the connection's thread, so a backup asking
     /// for 10,000 jobs holds the thread (and the claims queued behind it) for a few
     /// milliseconds at a time, not for the whole read; each job costs a probe of the
     /// partial index of running runs, never a walk of its history.

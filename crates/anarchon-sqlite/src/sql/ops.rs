@@ -842,7 +842,7 @@ pub fn finish_prunes(fence: u64, size: u32) -> bool {
 }
 
 /// The most history rows one pass of the age cut looks at (the oldest of the job): a pass
-/// that removed them all looks again, up to [`TTL_PASSES`] passes per prune.
+/// that removed them all looks again, up to `TTL_PASSES` passes per prune.
 pub const TTL_PAGE: i64 = 16;
 
 /// The most passes of the age cut in one prune; rows left go at the job's next prune.
