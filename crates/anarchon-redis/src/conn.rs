@@ -942,7 +942,7 @@ pub(crate) fn row_fields(r: &RunRecord) -> Vec<String> {
         f.extend(["fin".into(), fin.to_string()]);
     }
     if let Some(err) = &r.error {
-        let err = crate::text::cap(err, crate::text::MAX_ERROR_BYTES, "Redis");
+        let err = crate::text::cap(err);
         f.extend(["err".into(), err.into_owned()]);
     }
     f

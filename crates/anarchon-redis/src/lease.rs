@@ -254,7 +254,7 @@ impl RedisStore {
             finish
                 .error
                 .as_deref()
-                .map(|e| crate::text::cap(e, crate::text::MAX_ERROR_BYTES, "Redis").into_owned())
+                .map(|e| crate::text::cap(e).into_owned())
                 .unwrap_or_default(),
             if finish.error.is_some() { "1" } else { "0" }.into(),
             // 0: by age only (see `finish_prune_period`).

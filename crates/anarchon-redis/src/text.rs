@@ -1,30 +1,16 @@
 //! Text a record carries, made storable: any UTF-8 is kept as it is (Redis strings are
 //! binary-safe: NUL and control characters come back unchanged); only an error text longer
-//! than [`MAX_ERROR_BYTES`] is cut, and the record's text says so.
-//!
-//! A later issue merges this with the copies of the RabbitMQ and NATS stores.
+//! than [`MAX_ERROR_BYTES`] is cut, and the record's text says so (the brokers' rule,
+//! [`anarchon_core::claim_only::cap_text`]).
 
 use std::borrow::Cow;
 
 /// The most bytes of a handler's error text a record keeps (64 KiB).
 pub(crate) const MAX_ERROR_BYTES: usize = 64 * 1024;
 
-/// `text` cut to at most `max` bytes (at a character boundary) followed by a note saying
-/// how many bytes were left out; unchanged when it fits.
-pub(crate) fn cap<'a>(text: &'a str, max: usize, store: &str) -> Cow<'a, str> {
-    if text.len() <= max {
-        return Cow::Borrowed(text);
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!(
-        "{}… [anarchon: {} more bytes cut; the {store} store keeps at most {max} bytes of an \
-         error text]",
-        &text[..end],
-        text.len() - end
-    ))
+/// An error text cut to [`MAX_ERROR_BYTES`] with a note saying how much was left out.
+pub(crate) fn cap(text: &str) -> Cow<'_, str> {
+    anarchon_core::claim_only::cap_text(text, MAX_ERROR_BYTES, "Redis")
 }
 
 #[cfg(test)]
@@ -32,12 +18,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_text_is_cut_at_a_char_boundary_and_says_so() {
-        assert_eq!(cap("short\0text", 64, "x"), "short\0text");
-        let long = "é".repeat(100); // 200 bytes
-        let cut = cap(&long, 51, "x");
-        assert!(cut.starts_with(&"é".repeat(25)), "{cut}");
-        assert!(cut.contains("150 more bytes cut"), "{cut}");
-        assert!(cut.contains("at most 51 bytes"), "{cut}");
+    fn text_that_fits_is_kept_byte_for_byte_and_a_long_one_is_cut_and_says_so() {
+        assert_eq!(cap("short\0text"), "short\0text");
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let cut = cap(&long);
+        assert!(cut.len() < long.len() + 200, "{}", cut.len());
+        assert!(cut.contains("more bytes cut"));
+        assert!(cut.contains("Redis store"));
     }
 }

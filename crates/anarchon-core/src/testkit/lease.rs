@@ -884,19 +884,8 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
     // Two earlier runs per job, ended: history the sweep must not list.
     for back in [2_000, 1_000] {
         let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t - back, "a", t)).collect();
-        let mut leases = Vec::new();
-        for chunk in claims.chunks(store.limits().claims.max(1)) {
-            for outcome in store.claim_many(chunk).await.expect("claim_many") {
-                match outcome {
-                    ClaimOutcome::Won(lease) => leases.push(lease),
-                    other => panic!("expected to win, got {other:?}"),
-                }
-            }
-        }
-        let writes: Vec<(Lease, Finish)> = leases.into_iter().map(|l| (l, done())).collect();
-        for chunk in writes.chunks(store.limits().finishes.max(1)) {
-            store.finish_many(chunk).await.expect("finish_many");
-        }
+        let leases = won_all(&store, &claims).await;
+        finish_all(&store, &leases).await;
     }
     // The current slot: jobs 0..150 live, 150..200 released, 200..600 ended. A lease long
     // enough to stay live however slow the store is.
@@ -907,22 +896,11 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
             ..claim(j, t, "a", t)
         })
         .collect();
-    let mut leases = Vec::new();
-    for chunk in claims.chunks(store.limits().claims.max(1)) {
-        for outcome in store.claim_many(chunk).await.expect("claim_many") {
-            match outcome {
-                ClaimOutcome::Won(lease) => leases.push(lease),
-                other => panic!("expected to win, got {other:?}"),
-            }
-        }
-    }
+    let leases = won_all(&store, &claims).await;
     for lease in &leases[150..200] {
         assert_eq!(store.release(lease).await.unwrap(), OwnerWrite::Done);
     }
-    let ended: Vec<(Lease, Finish)> = leases[200..].iter().map(|l| (l.clone(), done())).collect();
-    for chunk in ended.chunks(store.limits().finishes.max(1)) {
-        store.finish_many(chunk).await.expect("finish_many");
-    }
+    finish_all(&store, &leases[200..]).await;
     let mut asked = jobs.clone();
     asked.push(unique_job("never"));
     let views = store
@@ -940,6 +918,28 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
         assert!(v.store_now >= t, "{v:?}");
         let released = leases[150..200].iter().any(|l| l.run == v.run);
         assert_eq!(v.is_takeable(), released, "{v:?}");
+    }
+}
+
+/// Wins every claim, in batches of the store's limit.
+async fn won_all(store: &Arc<dyn LeaseStore>, claims: &[LeaseClaim]) -> Vec<Lease> {
+    let mut leases = Vec::new();
+    for chunk in claims.chunks(store.limits().claims.max(1)) {
+        for outcome in store.claim_many(chunk).await.expect("claim_many") {
+            match outcome {
+                ClaimOutcome::Won(lease) => leases.push(lease),
+                other => panic!("expected to win, got {other:?}"),
+            }
+        }
+    }
+    leases
+}
+
+/// Records every lease's run as succeeded, in batches of the store's limit.
+async fn finish_all(store: &Arc<dyn LeaseStore>, leases: &[Lease]) {
+    let writes: Vec<(Lease, Finish)> = leases.iter().map(|l| (l.clone(), done())).collect();
+    for chunk in writes.chunks(store.limits().finishes.max(1)) {
+        store.finish_many(chunk).await.expect("finish_many");
     }
 }
 

@@ -981,15 +981,7 @@ fn seed_68_an_instance_that_handed_its_run_over_backs_up_the_next_attempt() {
             result: Ok(()),
             obeys_cancel: true,
         });
-    sim.start(0);
-    sim.run_for(Duration::from_millis(200));
-    sim.start(1);
-    sim.run_for(Duration::from_secs(2));
-    assert_eq!(sim.all_starts().len(), 1);
-    let owner = sim.all_starts()[0].0;
-    // The owner's heartbeats fail until its lease is gone: it fences itself and hands over.
-    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
-    sim.fail_next.insert("heartbeat", beats as u32);
+    let owner = start_two_and_fail_the_owners_heartbeats(&mut sim);
     sim.run_for(Duration::from_millis(sim.timing.lease_ms()) + Duration::from_secs(2));
     let starts: Vec<(usize, u32)> = sim
         .all_starts()
@@ -1042,13 +1034,7 @@ fn seed_3948_a_run_handed_over_while_its_job_is_registered_nowhere_is_continued_
         result: Err("boom".into()),
         obeys_cancel: false,
     });
-    sim.start(0);
-    sim.run_for(Duration::from_millis(200));
-    sim.start(1);
-    sim.run_for(Duration::from_secs(2));
-    let owner = sim.all_starts()[0].0;
-    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
-    sim.fail_next.insert("heartbeat", beats as u32);
+    let owner = start_two_and_fail_the_owners_heartbeats(&mut sim);
     // The owner fences itself a heartbeat before its lease ends; the job is removed
     // everywhere before the lease ends (no backup took it over).
     sim.run_for(Duration::from_millis(sim.timing.lease_ms()) - Duration::from_secs(4));
@@ -1128,13 +1114,7 @@ fn b16_an_owner_whose_release_failed_learns_it_lost_when_its_watch_sees_the_take
             result: Ok(()),
             obeys_cancel: true,
         });
-    sim.start(0);
-    sim.run_for(Duration::from_millis(200));
-    sim.start(1);
-    sim.run_for(Duration::from_secs(2));
-    let owner = sim.all_starts()[0].0;
-    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
-    sim.fail_next.insert("heartbeat", beats as u32);
+    let owner = start_two_and_fail_the_owners_heartbeats(&mut sim);
     sim.fail_next.insert("release", 1);
     // The owner watches the run it could not release; let the other instance win it.
     sim.fail_next.insert("take_over", 1);
@@ -1159,4 +1139,18 @@ fn b16_an_owner_whose_release_failed_learns_it_lost_when_its_watch_sees_the_take
     assert_eq!(lost(&sim), 1, "{}", sim.timeline.join("\n"));
     sim.run_for(Duration::from_secs(30));
     assert_eq!(lost(&sim), 1, "said once");
+}
+
+/// Starts instances 0 and 1 (0 first: it wins the slot), then fails the owner's heartbeats
+/// until its lease is gone, so it fences itself. Returns the owner.
+fn start_two_and_fail_the_owners_heartbeats(sim: &mut Sim) -> usize {
+    sim.start(0);
+    sim.run_for(Duration::from_millis(200));
+    sim.start(1);
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(sim.all_starts().len(), 1);
+    let owner = sim.all_starts()[0].0;
+    let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
+    sim.fail_next.insert("heartbeat", beats as u32);
+    owner
 }
