@@ -223,6 +223,7 @@ impl Core {
                     k.job != name || w.state == super::watch::WatchState::TakingOver
                 });
                 self.gave_up.retain(|k| k.job != name);
+                self.written_off.retain(|k, _| k.job != name);
             }
             CoreCommand::RunNow { job, data, reply } => self.run_now(job, data, reply),
             CoreCommand::Stop { timeout } => {

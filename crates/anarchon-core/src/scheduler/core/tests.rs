@@ -892,7 +892,7 @@ fn seed_1291_a_claim_answered_after_its_lease_expired_does_not_start_the_handler
 }
 
 #[test]
-fn backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one_by_one() {
+fn b14_backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one_by_one() {
     // Three instances back each other up for 100 `every 1s` jobs: every run an instance
     // loses is watched. The poll is one `unfinished_runs` call over the watched runs' jobs
     // per heartbeat; ended runs drop out of the watches without a read of their own.
@@ -939,7 +939,7 @@ fn backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one_by_
 }
 
 #[test]
-fn a_crashed_owner_is_taken_over_through_the_sweep_within_lease_and_two_heartbeats() {
+fn b14_a_crashed_owner_is_taken_over_through_the_sweep_within_lease_and_two_heartbeats() {
     let mut sim =
         Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
             takes: Duration::from_secs(120),
