@@ -2,7 +2,8 @@
 //! which calls go out together (the per-turn queues), and the bounds on what is in flight.
 //!
 //! Calls that fall due in the same turn go out together where the store batches them:
-//! claims (sorted by job, so every instance sends the same jobs in the same order),
+//! claims (in the instance's own order of jobs, [`claim_rank`](super::claim_rank), so the
+//! instances' batches of the same due slots differ),
 //! takeovers and results, in chunks of the store's limits; the runs to read after release
 //! notifications go out as one `runs` call.
 //!
@@ -147,12 +148,13 @@ impl Core {
         if room == 0 {
             return;
         }
-        // By job (a stable sort: one job's slots keep their order). Every instance has the
-        // same jobs fall due together, so their batches then hold the same jobs in the same
-        // order: a store that locks a batch's jobs (PostgreSQL) makes a batch wait for its
-        // twin on the other instances only, not for several overlapping ones.
+        // In this instance's own order of jobs (`claim_rank`; a stable sort: one job's slots
+        // keep their order), so that the instances' batches of the same due slots differ.
+        // Stores that lock a batch's jobs lock them in name order themselves, so batches
+        // that share jobs wait for each other but never deadlock.
         let mut queue = std::mem::take(&mut self.queues.claims);
-        queue.sort_by(|a, b| a.claim.run.job.cmp(&b.claim.run.job));
+        let key = self.claim_key;
+        queue.sort_by_cached_key(|q| super::claim_rank(key, q.claim.run.job.as_str()));
         if queue.len() > room {
             self.queues.claims = queue.split_off(room);
         }

@@ -94,6 +94,9 @@ pub(crate) struct Core {
     effects: VecDeque<Effect>,
     health: CoreHealth,
     rng: u64,
+    /// This instance's key for the order in which it sends claims that fall due together
+    /// (see [`claim_rank`]); drawn from the seed, so it differs between instances.
+    claim_key: u64,
 }
 
 impl Core {
@@ -106,6 +109,7 @@ impl Core {
         jobs: Vec<Arc<JobDef>>,
     ) -> Self {
         let rng = cfg.seed | 1;
+        let claim_key = mix64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
         let mut core = Core {
             cfg,
             now,
@@ -140,6 +144,7 @@ impl Core {
             effects: VecDeque::new(),
             health: CoreHealth::default(),
             rng,
+            claim_key,
         };
         core.begin(jobs);
         core
@@ -475,6 +480,30 @@ impl std::fmt::Debug for JobDef {
 pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
+
+/// A 64-bit mix (splitmix64's finalizer): a bijection whose output bits each depend on every
+/// input bit.
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Where `job`'s claims go in the order of the instance whose key is `key`: a hash of the
+/// name (FNV-1a) mixed with the key. Every instance has the same jobs fall due together;
+/// sent in one shared order, the instances' batches would hold the same jobs at the same
+/// moment, so each batch would race its twins on the other instances and two of the three
+/// would lose every claim in it while holding the store's lock (SQLite's file, PostgreSQL's
+/// job rows) for nothing. In its own order an instance's first batches mostly win, and by the
+/// time it reaches jobs another instance already claimed, their runs exist and the store
+/// answers `Taken` cheaply.
+pub(crate) fn claim_rank(key: u64, job: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in job.as_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    mix64(h ^ key)
+}
 
 /// The table of claim outcomes and what the core does with each, rendered by driving a core;
 /// a test checks that `docs/architecture.md` shows exactly this table.

@@ -1340,12 +1340,6 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The kind of an effect and its ids, for the hash of a run without full detail.
 fn effect_code(e: &Effect) -> u64 {
     match e {

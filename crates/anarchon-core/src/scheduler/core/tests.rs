@@ -696,6 +696,53 @@ fn overload_is_shed_as_late_with_bounded_claims_in_flight_and_recovers() {
 }
 
 #[test]
+fn instances_send_the_claims_that_fall_due_together_in_orders_of_their_own() {
+    // 600 jobs due in the same millisecond, one batch of 64 claims in flight per instance:
+    // in one shared order every instance's k-th batch would race its twins and the first
+    // instance to reach the store would win every slot (the others holding the store's lock
+    // for nothing); in orders of their own each instance's first batches win.
+    let jobs: Vec<Arc<JobDef>> = (0..600)
+        .map(|i| every(&format!("j{i:03}"), Duration::from_secs(1), opts()))
+        .collect();
+    let mut sim = Sim::new(3, jobs);
+    sim.claims_in_flight = 64;
+    for n in 0..3 {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(3));
+    let mut won = [0usize; 3];
+    for (node, _) in sim.all_starts() {
+        won[node] += 1;
+    }
+    assert_eq!(
+        won.iter().sum::<usize>(),
+        3 * 600,
+        "every slot started once: {won:?}"
+    );
+    for (node, w) in won.iter().enumerate() {
+        assert!(
+            *w >= 3 * 600 / 5,
+            "instance {node} won {w} of 1,800 slots: {won:?}"
+        );
+    }
+    // The order is the instance's own, and the same on every turn.
+    let a: Vec<u64> = (0..600)
+        .map(|i| claim_rank(1, &format!("j{i:03}")))
+        .collect();
+    let b: Vec<u64> = (0..600)
+        .map(|i| claim_rank(2, &format!("j{i:03}")))
+        .collect();
+    let first = |ranks: &[u64]| -> HashSet<usize> {
+        let mut order: Vec<usize> = (0..ranks.len()).collect();
+        order.sort_by_key(|&i| ranks[i]);
+        order.into_iter().take(64).collect()
+    };
+    let shared = first(&a).intersection(&first(&b)).count();
+    assert!(shared < 32, "{shared} of the first 64 claims shared");
+    assert_eq!(claim_rank(1, "j007"), claim_rank(1, "j007"));
+}
+
+#[test]
 fn an_idle_instance_sends_nothing_to_the_store() {
     let far = T0_MS + 86_400_000;
     let mut sim = Sim::new(1, vec![job("once", Schedule::At { at_ms: far }, opts())]);
