@@ -476,6 +476,54 @@ async fn b43_a_held_write_lock_bounds_a_claim_by_the_busy_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn b11_a_claim_of_a_slot_already_won_is_answered_taken_without_the_write_lock() {
+    // The instances that lose a slot must not queue for the file's lock behind the winner:
+    // a claim whose run exists is answered from a read (WAL readers never wait for the
+    // writer), even while another connection holds the write lock, in a batch too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lost.db");
+    let options = anarchon_sqlite::SqliteOptions::default().busy_timeout(Duration::from_secs(5));
+    let winner = SqliteStore::connect_with(&path, options.clone())
+        .await
+        .unwrap();
+    let loser = SqliteStore::connect_with(&path, options).await.unwrap();
+    let jobs: Vec<_> = (0..3).map(|i| unique_job(&format!("lost{i}"))).collect();
+    let t = winner.now().await.unwrap();
+    let claims: Vec<_> = jobs.iter().map(|j| claim(j, t, "winner", t)).collect();
+    for outcome in winner.claim_many(&claims).await.unwrap() {
+        assert!(matches!(outcome, ClaimOutcome::Won(_)), "{outcome:?}");
+    }
+    let blocker = raw(&path);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let lost: Vec<_> = jobs.iter().map(|j| claim(j, t, "loser", t)).collect();
+    let answers = loser.claim_many(&lost).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(answers, vec![ClaimOutcome::Taken; 3]);
+    assert!(
+        took < Duration::from_secs(2),
+        "waited {took:?} for the lock"
+    );
+    // A claim that may win still waits for the lock, and wins once it is free.
+    let free = unique_job("free");
+    let pending = {
+        let loser = loser.clone();
+        let c = claim(&free, t, "loser", t);
+        tokio::spawn(async move { loser.claim(&c).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !pending.is_finished(),
+        "a claim that may insert took no lock"
+    );
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(matches!(
+        pending.await.unwrap().unwrap(),
+        ClaimOutcome::Won(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn b43_a_call_queued_past_its_deadline_is_not_executed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("queue.db");

@@ -206,6 +206,7 @@ fn render(template: &str, t: &Tables) -> String {
 pub(crate) struct Statements {
     pub(crate) interrupt_runs: String,
     pub(crate) claim_check: String,
+    pub(crate) run_exists: String,
     pub(crate) register_job: String,
     pub(crate) next_fence: String,
     pub(crate) takeover_fence: String,
@@ -257,6 +258,9 @@ impl Statements {
             // Is the slot taken; which earlier run holds a live lease (the oldest); are there
             // earlier runs to interrupt (`interrupt_runs`). The searches of earlier runs go
             // through the partial index for the reason given above.
+            // A claim's run exists already: the claim is `Taken` whoever asks (see
+            // `ops::claim_many`'s read before the write lock).
+            run_exists: r("SELECT EXISTS (SELECT 1 FROM {runs} WHERE job = ?1 AND slot = ?2)"),
             claim_check: r(
                 "SELECT EXISTS (SELECT 1 FROM {runs} WHERE job = ?1 AND slot = ?2), \
                  (SELECT MIN(slot) FROM {runs} INDEXED BY {running} \

@@ -58,6 +58,14 @@ pub async fn register_jobs<E: Exec>(e: &mut E, sql: &Sql, jobs: &[JobName]) -> R
 /// [`anarchon_core::LeaseStore::claim_many`]: the claims in one `BEGIN IMMEDIATE`
 /// transaction, one lock and one commit for all, each judged by the contract's claim rules
 /// in the order given. [B-10, B-11, B-12, B-15, B-37]
+///
+/// First, in a read transaction (which in WAL mode neither takes nor waits for the write
+/// lock), the claims whose run exists already are answered `Taken` (or `Late` past their
+/// `not_after`): a run is only ever deleted by pruning, long after its slot, so such a claim
+/// is lost whatever the write transaction would find. The instances that lose a slot thus
+/// no longer queue for the file's lock behind the one that wins it; only the claims that may
+/// insert go into the write transaction. A run inserted between the read and the lock is
+/// found there, as before.
 pub async fn claim_many<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -66,11 +74,53 @@ pub async fn claim_many<E: Exec>(
     if claims.is_empty() {
         return Ok(Vec::new());
     }
+    let mut out = lost_claims(e, sql, claims).await?;
+    if out.iter().all(Option::is_some) {
+        return Ok(out.into_iter().flatten().collect());
+    }
     e.execute("BEGIN IMMEDIATE", &[]).await?;
     let r = async {
+        for (c, answer) in claims.iter().zip(out.iter_mut()) {
+            if answer.is_none() {
+                *answer = Some(claim_in_tx(e, sql, c).await?);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+    .await;
+    finish_tx(e, r).await
+}
+
+/// The answers of the claims whose run exists already (`None` for the others), read without
+/// the write lock (see [`claim_many`]).
+async fn lost_claims<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    claims: &[LeaseClaim],
+) -> Result<Vec<Option<ClaimOutcome>>> {
+    e.execute("BEGIN", &[]).await?;
+    let r = async {
         let mut out = Vec::with_capacity(claims.len());
+        let mut now = None;
         for c in claims {
-            out.push(claim_in_tx(e, sql, c).await?);
+            let key = [Value::from(c.run.job.as_str()), Value::from(c.run.slot)];
+            let rows = e.query(&sql.st.run_exists, &key).await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| sql.corrupt("", "the run check returned no row"))?;
+            if int(sql, row, 0)? == 0 {
+                out.push(None);
+                continue;
+            }
+            let now = match now {
+                Some(now) => now,
+                None => *now.insert(e.now().await?),
+            };
+            out.push(Some(if now > c.not_after {
+                ClaimOutcome::Late { store_now: now }
+            } else {
+                ClaimOutcome::Taken
+            }));
         }
         Ok(out)
     }
