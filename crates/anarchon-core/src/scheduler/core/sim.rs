@@ -986,6 +986,29 @@ mod world {
                     format!("{} calls in 10 idle minutes", after - before),
                 );
             }
+            self.check_nothing_tracked();
+        }
+
+        /// After the idle check (no job registered anywhere, no handler running): no core
+        /// keeps anything for a run or a job, so what a core tracks is bounded by its jobs'
+        /// unfinished runs, not by how long it has run.
+        fn check_nothing_tracked(&mut self) {
+            if !self.check.running.is_empty() || !self.jobs.is_empty() {
+                return;
+            }
+            for node in 0..self.nodes.len() {
+                let Some(core) = self.nodes[node].core.as_ref() else {
+                    continue;
+                };
+                let kept: Vec<_> = core.tracked().into_iter().filter(|(_, n)| *n > 0).collect();
+                if !kept.is_empty() {
+                    self.violation(
+                        "a core keeps nothing once its jobs are gone and their runs ended",
+                        None,
+                        format!("n{node} still holds {kept:?}"),
+                    );
+                }
+            }
         }
 
         /// Removes the jobs on every instance, then waits for their handlers to end.

@@ -796,6 +796,62 @@ fn b04_jobs_added_and_removed_while_running_start_and_stop_being_scheduled() {
 }
 
 #[test]
+fn seed_2_a_removed_jobs_slot_timer_does_not_outlive_it() {
+    // `cargo xtask simulate --seed 2 --hours 0.2 --nodes 3`: with every job removed, a core
+    // still held the slot timer of a removed job, due 23 minutes later. Jobs that come and go
+    // (a daily job re-registered on every deploy, tenants toggled) left one timer each until
+    // its slot: timers grew with the churn, not with the jobs.
+    let mut sim = Sim::new(1, vec![every("kept", Duration::from_secs(1), opts())]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(2));
+    let timers = |sim: &Sim| {
+        sim.core(0)
+            .tracked()
+            .into_iter()
+            .find(|(what, _)| *what == "timers")
+            .map_or(0, |(_, n)| n)
+    };
+    let base = timers(&sim);
+    for i in 0..1_000 {
+        let daily = every(
+            &format!("daily{}", i % 10),
+            Duration::from_secs(86_400),
+            opts(),
+        );
+        sim.command(0, CoreCommand::Add(daily));
+        if i % 2 == 1 {
+            sim.command(
+                0,
+                CoreCommand::Remove(JobName::new(format!("daily{}", i % 10)).unwrap()),
+            );
+        }
+        assert!(
+            timers(&sim) <= base + 2 * 11,
+            "{} timers after {i} changes",
+            timers(&sim)
+        );
+    }
+    for i in 0..10 {
+        sim.command(
+            0,
+            CoreCommand::Remove(JobName::new(format!("daily{i}")).unwrap()),
+        );
+    }
+    sim.command(0, CoreCommand::Remove(JobName::new("kept").unwrap()));
+    sim.run_for(Duration::from_secs(5));
+    let kept: Vec<_> = sim
+        .core(0)
+        .tracked()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(
+        kept.iter().all(|(what, _)| *what != "timers"),
+        "no job left, yet {kept:?}"
+    );
+}
+
+#[test]
 fn b18_a_takeover_starts_the_handler_again_from_the_beginning() {
     let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
         .behave(|_| Behaviour::ok(Duration::from_secs(100)));
