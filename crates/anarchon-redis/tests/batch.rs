@@ -50,6 +50,66 @@ async fn evalsha_calls(url: &str) -> Option<u64> {
     )
 }
 
+/// Calls of one command a single server has run so far, scripts' own included.
+async fn command_calls(url: &str, command: &str) -> u64 {
+    let config = Config::from_url(url).expect("url");
+    let client = Builder::from_config(config).build().expect("client");
+    client.init().await.expect("connect");
+    let info: String = client
+        .info(Some(InfoKind::CommandStats))
+        .await
+        .expect("info");
+    let _ = client.quit().await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .filter_map(|line| line.strip_prefix(prefix.as_str()))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The two instances that lose a slot stop at one read (`HLEN` of the run hash): they do not
+/// read the job's earlier live runs, which the winner's claim already looked at. Counted on a
+/// private server, where `INFO commandstats` counts this store's calls only.
+#[tokio::test]
+async fn b11_a_lost_claim_stops_at_one_read_of_the_run() {
+    let Some(server) = common::OwnServer::start("redis-server", &[]) else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::connect_with(&url, common::options())
+        .await
+        .expect("store");
+    let jobs: Vec<JobName> = (0..50).map(|_| unique_job("lost")).collect();
+    let t = store.now().await.unwrap();
+    // Each job's previous slot is still running (its lease live) and the next is won:
+    // the job has an earlier live run that a winning claim reads.
+    let mut claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
+    for o in store.claim_many(&claims).await.unwrap() {
+        assert!(matches!(o, ClaimOutcome::Won(_)), "{o:?}");
+    }
+    for c in &mut claims {
+        c.run.slot = t + 1_000;
+        c.scheduled_at = t + 1_000;
+        c.overlap = Overlap::Allow;
+    }
+    for o in store.claim_many(&claims).await.unwrap() {
+        assert!(matches!(o, ClaimOutcome::Won(_)), "{o:?}");
+    }
+    let ranges = command_calls(&url, "zrangebyscore").await;
+    let reads = command_calls(&url, "hmget").await;
+    for c in &mut claims {
+        c.instance_id = "b".into();
+    }
+    let lost = store.claim_many(&claims).await.unwrap();
+    assert!(lost.iter().all(|o| *o == ClaimOutcome::Taken), "{lost:?}");
+    assert_eq!(
+        command_calls(&url, "zrangebyscore").await - ranges,
+        0,
+        "a lost claim read the job's live runs"
+    );
+    assert_eq!(command_calls(&url, "hmget").await - reads, 0);
+}
+
 async fn one_round_trip_per_batch(var: &str) {
     let Some(url) = server_url(var) else { return };
     let store = RedisStore::connect_with(

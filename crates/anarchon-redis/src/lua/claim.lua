@@ -10,6 +10,10 @@ local function claim_run(rk, a, now)
   local slot = ARGV[a + 1]
   if expired(now) then return {-2, now} end
   if now > tonumber(ARGV[a + 2]) then return {-1, now} end
+  -- Taken: the two instances that lose a slot stop here, at one read. The winner's claim
+  -- already interrupted the earlier runs whose lease had ended by then (a lease that ends
+  -- later is left to the backups' takeover or to the next slot's claim).
+  if on(rk, 'hash', 'HLEN', rk) > 0 then return {0, now} end
   local live, runs, hist, fk = k('live'), k('runs'), k('hist'), k('fence')
   -- Read pass over the job's earlier unfinished runs (no write before every check passed).
   local earlier = on(live, 'zset', 'ZRANGEBYSCORE', live, '-inf', '(' .. slot)
@@ -39,7 +43,6 @@ local function claim_run(rk, a, now)
       end
     end
   end
-  if on(rk, 'hash', 'HLEN', rk) > 0 then return {0, now} end
   if ARGV[a + 5] == '1' and holder ~= nil then return {2, tonumber(holder)} end
   -- The writes, ordered so that a key of the wrong type stops the claim with nothing written
   -- but a skipped fence number: `live` and the run hash were read above; the fence (INCR)
