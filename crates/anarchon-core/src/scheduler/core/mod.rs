@@ -179,6 +179,7 @@ impl Core {
     /// What this core holds per run or job, by structure, for the simulator's check that
     /// nothing is kept for runs that ended or jobs that left: with no job registered and no
     /// run unfinished, every count must fall to 0.
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn tracked(&self) -> Vec<(&'static str, usize)> {
         vec![
             ("owned runs", self.runs.len()),
