@@ -361,8 +361,15 @@ impl Procs {
     }
 
     /// Starts `command` as the child `name`, its stdin and stdout piped to us (its stderr
-    /// goes to ours); returns its PID.
+    /// goes to ours); returns its PID. A child of that name started before (a node started
+    /// again after it stopped) is forgotten once exited; while it still runs it keeps only
+    /// the shutdown's attention, and the name means the new one.
     pub(crate) fn spawn(&mut self, name: &str, mut command: Command) -> Result<u32, String> {
+        self.children
+            .retain_mut(|(n, c)| n != name || matches!(c.try_wait(), Ok(None)));
+        for (n, _) in self.children.iter_mut().filter(|(n, _)| n == name) {
+            n.push_str(" (replaced)");
+        }
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
