@@ -40,12 +40,14 @@
 //! before their commit, one attempt for those killed after it, and the balance is the sum of
 //! the ledger. It exits non-zero when a check fails. Unix only (it sends signals).
 
+#[path = "common/process.rs"]
+mod process;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "postgres")]
 use anarchon::postgres::PostgresStore;
@@ -53,6 +55,7 @@ use anarchon::sqlite::{FencedTransaction, SqliteStore};
 use anarchon::{
     BoxError, Error, HandlerError, HistoryRecord, JobContext, Overlap, RunStatus, Scheduler,
 };
+use process::{Ev, Farewell, Procs, Signal, clock_ms as clock, now_ms};
 
 /// The first argument that makes the example run as a child instance.
 const NODE_ARG: &str = "--node";
@@ -154,19 +157,6 @@ impl Plan {
 /// The run's jobs: `<job>-0` .. `<job>-3`; they credit one account, `<job>`.
 fn job_names(job: &str) -> Vec<String> {
     (0..JOBS).map(|k| format!("{job}-{k}")).collect()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// `hh:mm:ss.mmm` UTC.
-fn clock(ms: i64) -> String {
-    anarchon::chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%H:%M:%S%.3f").to_string())
-        .unwrap_or_else(|| ms.to_string())
 }
 
 // ----- the database ---------------------------------------------------------------------
@@ -586,15 +576,9 @@ async fn instance(node: std::sync::Arc<Node>) -> Result<(), BoxError> {
     }
     scheduler.start().await?;
     say(format!("READY {}", node.id));
-    let stdin_closed = tokio::task::spawn_blocking(|| {
-        let mut sink = String::new();
-        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {
-            sink.clear();
-        }
-    });
     tokio::select! {
         _ = terminated() => {}
-        _ = stdin_closed => {}
+        _ = process::parent_gone() => {}
     }
     scheduler.stop(Duration::from_secs(3)).await?;
     say(format!("EXIT {}", node.id));
@@ -689,25 +673,14 @@ fn random_plan(seed: u64, slots: usize, postgres: bool) -> Vec<Point> {
         .collect()
 }
 
-/// A line from a child.
-struct Line {
-    text: String,
-}
-
-struct Proc {
-    id: String,
-    child: Child,
-}
-
+/// The parent: the runners it started (the harness's [`Procs`]) and what it tells them.
 struct Parent {
     exe: PathBuf,
     store: String,
     job: String,
     plan: Plan,
     app: String,
-    tx: Sender<Line>,
-    rx: Receiver<Line>,
-    procs: Vec<Proc>,
+    procs: Procs,
     next_id: usize,
     started: Instant,
 }
@@ -717,82 +690,24 @@ impl Parent {
         println!("[{:>5.1}s] {text}", self.started.elapsed().as_secs_f64());
     }
 
+    /// Starts a new runner; returns its id.
     fn spawn(&mut self) -> Result<String, String> {
         self.next_id += 1;
         let id = format!("n{}", self.next_id);
-        let mut child = Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        command
             .args([NODE_ARG, &id, &self.store, &self.job])
             .arg(self.plan.first.to_string())
-            .arg(self.plan.text())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let tx = self.tx.clone();
-        std::thread::spawn(move || {
-            for text in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let line = Line { text };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        self.procs.push(Proc {
-            id: id.clone(),
-            child,
-        });
+            .arg(self.plan.text());
+        self.procs.spawn(&id, command)?;
         Ok(id)
     }
 
-    fn pid(&self, id: &str) -> Option<u32> {
-        self.procs.iter().find(|p| p.id == id).map(|p| p.child.id())
-    }
-
-    fn signal(&mut self, id: &str, sig: &str) -> bool {
-        let Some(pid) = self.pid(id) else {
-            return false;
-        };
-        let ok = Command::new("kill")
-            .args(["-s", sig, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if sig == "KILL"
-            && let Some(i) = self.procs.iter().position(|p| p.id == id)
-        {
-            let mut p = self.procs.remove(i);
-            let _ = p.child.wait();
+    /// Sends `sig` to a runner; a failure is told, not fatal (the runner may have exited).
+    fn signal(&mut self, id: &str, sig: Signal) {
+        if let Err(e) = self.procs.send(id, sig) {
+            self.say(&e);
         }
-        ok
-    }
-
-    /// Closes every child's stdin (a graceful stop), then kills what is left after 8 s.
-    fn shutdown(&mut self) {
-        for p in &mut self.procs {
-            let _ = Command::new("kill")
-                .args(["-s", "CONT", &p.child.id().to_string()])
-                .status();
-            drop(p.child.stdin.take());
-        }
-        let deadline = Instant::now() + Duration::from_secs(8);
-        for p in &mut self.procs {
-            while Instant::now() < deadline {
-                if p.child.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
-        self.procs.clear();
-    }
-}
-
-impl Drop for Parent {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -837,11 +752,7 @@ fn parent(o: Options) -> Result<bool, BoxError> {
             (path.clone(), None)
         }
         None => {
-            let path = std::env::temp_dir().join(format!(
-                "anarchon-exactly-once-{}-{}.db",
-                std::process::id(),
-                now_ms()
-            ));
+            let path = process::temp_db("exactly-once");
             (path.display().to_string(), Some(path))
         }
     };
@@ -874,16 +785,16 @@ fn parent(o: Options) -> Result<bool, BoxError> {
         ),
     };
     let plan = Plan { first, points };
-    let (tx, rx) = channel();
     let mut p = Parent {
         exe: std::env::current_exe()?,
         store,
         job: job.clone(),
         plan: plan.clone(),
         app,
-        tx,
-        rx,
-        procs: Vec::new(),
+        // A runner stops when its stdin closes (SIGINT is not one of its stops).
+        procs: Procs::new()
+            .reading(&["PARK", "FENCED", "RETRY"])
+            .stopped_by(Farewell::CloseStdin, Duration::from_secs(8)),
         next_id: 0,
         started: Instant::now(),
     };
@@ -906,15 +817,13 @@ fn parent(o: Options) -> Result<bool, BoxError> {
         p.spawn()?;
     }
     let done = drive(&mut p, &db, &rt)?;
-    p.shutdown();
+    p.procs.shutdown();
     let (ledger, balance) = rt.block_on(db.ledger(&job))?;
     let runs = rt.block_on(db.history(&job))?;
     let ok = report(&plan, &done, &ledger, balance, &runs);
     drop(p);
     if let Some(path) = temp {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
+        process::remove_sqlite(&path);
     }
     Ok(ok)
 }
@@ -929,15 +838,13 @@ fn drive(p: &mut Parent, db: &Db, rt: &tokio::runtime::Runtime) -> Result<Done, 
     let mut dead: Vec<String> = Vec::new();
     let mut next_check = last + 1_000;
     loop {
-        match p.rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(line) => on_line(p, db, rt, &line, &mut done, &mut frozen, &mut dead)?,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return Err("the children's lines ended".into()),
+        if let Some(line) = p.procs.next_line(Duration::from_millis(50)) {
+            on_line(p, db, rt, &line, &mut done, &mut frozen, &mut dead)?;
         }
         let now = Instant::now();
         while let Some(i) = frozen.iter().position(|(at, _)| *at <= now) {
             let (_, id) = frozen.remove(i);
-            p.signal(&id, "CONT");
+            p.signal(&id, Signal::Cont);
             p.say(&format!("SIGCONT -> {id}"));
         }
         let t = now_ms();
@@ -968,7 +875,7 @@ fn on_line(
     p: &mut Parent,
     db: &Db,
     rt: &tokio::runtime::Runtime,
-    line: &Line,
+    line: &Ev,
     done: &mut Done,
     frozen: &mut Vec<(Instant, String)>,
     dead: &mut Vec<String>,
@@ -985,14 +892,14 @@ fn on_line(
             let what = format!("slot {} attempt {attempt} on {node}", clock(slot));
             match point {
                 Point::Before | Point::Inside | Point::After => {
-                    p.signal(node, "KILL");
+                    p.signal(node, Signal::Kill);
                     dead.push((*node).to_owned());
                     p.say(&format!("SIGKILL {node} {}: {what}", point.name()));
                     let new = p.spawn()?;
                     p.say(&format!("started {new}"));
                 }
                 Point::Stop => {
-                    p.signal(node, "STOP");
+                    p.signal(node, Signal::Stop);
                     frozen.push((
                         Instant::now() + LEASE + Duration::from_millis(1_500),
                         (*node).to_owned(),
@@ -1002,7 +909,7 @@ fn on_line(
                     p.say(&format!("started {new}"));
                 }
                 Point::Term => {
-                    p.signal(node, "TERM");
+                    p.signal(node, Signal::Term);
                     dead.push((*node).to_owned());
                     p.say(&format!("SIGTERM {node} term: {what}"));
                     let new = p.spawn()?;
@@ -1026,12 +933,7 @@ fn on_line(
                 rest.join(" ")
             ));
         }
-        ["EXIT", node] => {
-            if let Some(i) = p.procs.iter().position(|x| x.id == *node) {
-                let mut x = p.procs.remove(i);
-                let _ = x.child.wait();
-            }
-        }
+        ["EXIT", node] => p.procs.reap(node),
         ["RETRY", node, slot, attempt, rest @ ..] => {
             let slot = slot.parse::<i64>().unwrap_or(0);
             p.say(&format!(

@@ -16,8 +16,9 @@
 //! the run over or record anything; about 3 s later its lease has run out and a backup starts
 //! attempt 2 (reason `takeover`), which the history shows beside the interrupted attempt 1.
 //! The next slot then runs once as usual on one of the two instances left. The parent exits
-//! non-zero when an expected outcome was not seen. The process plumbing is in
-//! `examples/common/cluster.rs`. Unix only (it sends signals).
+//! non-zero when an expected outcome was not seen. The story is told by
+//! `examples/common/cluster.rs` on the process harness `examples/common/process.rs`. Unix only
+//! (it sends signals).
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -124,7 +125,7 @@ fn parent(db: PathBuf, keep: bool) -> ExitCode {
         .map_err(|e| e.to_string())
         .and_then(|rt| rt.block_on(history(&c.db)).map_err(|e| e.to_string()));
     if !keep {
-        cluster::remove_db(&c.db);
+        cluster::remove_sqlite(&c.db);
     }
     let (story, runs) = match (story, runs) {
         (Ok(story), Ok(runs)) => (story, runs),

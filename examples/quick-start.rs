@@ -26,8 +26,8 @@
 //!
 //! The parent reads the events the children print, tells the story (coloured on a terminal),
 //! then a summary, and exits non-zero when an expected outcome was not seen, so CI runs it as
-//! a smoke test. The process plumbing is in `examples/common/cluster.rs`. Unix only (it sends
-//! signals with `kill`).
+//! a smoke test. The process plumbing is in `examples/common/cluster.rs` and the process
+//! harness under it, `examples/common/process.rs`. Unix only (it sends signals with `kill`).
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -112,7 +112,7 @@ fn parent() -> ExitCode {
     };
     let result = story(&mut c);
     c.shutdown();
-    cluster::remove_db(&c.db);
+    cluster::remove_sqlite(&c.db);
     if let Err(e) = result {
         eprintln!("quick-start: {e}");
         return ExitCode::FAILURE;

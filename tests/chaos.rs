@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use anarchon::RunStatus;
-use support::{Cluster, HandlerLine, NodeConfig, TempDb, now_ms, read_handler_log};
+use support::{Cluster, HandlerLine, NodeConfig, Signal, TempDb, now_ms, read_handler_log};
 
 /// The store under test, on a server of this test's own where it has one.
 enum Store {
@@ -217,7 +217,7 @@ fn s11_chaos_with_real_signals_keeps_every_guarantee() {
             if let State::Frozen { since, until } = *st
                 && now >= until
             {
-                c.signal(id, "CONT");
+                c.signal(id, Signal::Cont);
                 if let Some(a) = actions
                     .iter_mut()
                     .rev()
@@ -267,13 +267,13 @@ fn s11_chaos_with_real_signals_keeps_every_guarantee() {
             State::Frozen { .. } => {}
             State::Live if live > MIN_LIVE => {
                 let roll = rng.below(100);
-                let what = match roll {
-                    0..30 => "KILL",
-                    30..65 => "STOP",
-                    65..90 => "TERM",
+                let (what, sig) = match roll {
+                    0..30 => ("KILL", Signal::Kill),
+                    30..65 => ("STOP", Signal::Stop),
+                    65..90 => ("TERM", Signal::Term),
                     _ => continue,
                 };
-                let t = c.signal(&id, what);
+                let t = c.signal(&id, sig);
                 let next = match what {
                     "STOP" => {
                         let d = rng.between(500, 4_000) as i64;
@@ -299,7 +299,7 @@ fn s11_chaos_with_real_signals_keeps_every_guarantee() {
     for (id, st) in state.iter_mut() {
         match *st {
             State::Frozen { since, .. } => {
-                c.signal(id, "CONT");
+                c.signal(id, Signal::Cont);
                 if let Some(a) = actions
                     .iter_mut()
                     .rev()

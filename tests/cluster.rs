@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use anarchon::RunStatus;
-use support::{Cluster, NodeConfig, TempDb, attempts_of};
+use support::{Cluster, NodeConfig, Signal, TempDb, attempts_of};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
@@ -84,7 +84,7 @@ fn b14_sigkill_of_the_runner_leads_to_attempt_2_after_the_lease() {
     c.start(&NODES);
     let runner = runner_of(&mut c, slot);
     c.pause_until(runner.t + 500);
-    let killed = c.signal(&runner.node, "KILL");
+    let killed = c.signal(&runner.node, Signal::Kill);
     let takeover = c
         .wait_event(Duration::from_secs(5), |e| {
             e.is("start", slot) && e.attempt() == Some(2)
@@ -138,7 +138,7 @@ fn b16_a_frozen_runner_is_replaced_and_its_result_is_not_recorded() {
     // Freeze between two heartbeats (300 ms apart): a process stopped inside its write
     // transaction holds SQLite's file lock until it resumes (docs/guarantees.md).
     c.pause_until(runner.t + 450);
-    let frozen = c.signal(&runner.node, "STOP");
+    let frozen = c.signal(&runner.node, Signal::Stop);
     let takeover = c
         .wait_event(Duration::from_secs(5), |e| {
             e.is("start", slot) && e.attempt() == Some(2)
@@ -148,7 +148,7 @@ fn b16_a_frozen_runner_is_replaced_and_its_result_is_not_recorded() {
     assert_eq!(takeover.field("reason"), "takeover");
     // Frozen for longer than the lease, then woken while the new owner still runs.
     c.pause_until(frozen + lease + 1_000);
-    let woken = c.signal(&runner.node, "CONT");
+    let woken = c.signal(&runner.node, Signal::Cont);
     let noticed = c
         .wait_event(Duration::from_secs(3), |e| {
             e.node == runner.node
@@ -241,7 +241,7 @@ fn b17_sigterm_and_sigint_hand_the_run_over_at_once() {
     let mut runners = vec![first.node.clone()];
     let mut delays = Vec::new();
     let mut at = first.t;
-    for (attempt, sig) in [(2, "TERM"), (3, "INT")] {
+    for (attempt, sig) in [(2, Signal::Term), (3, Signal::Int)] {
         c.pause_until(at + 400);
         let current = runners.last().expect("runner").clone();
         let sent = c.signal(&current, sig);

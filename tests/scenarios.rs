@@ -20,7 +20,7 @@ mod support;
 use std::time::Duration;
 
 use anarchon::RunStatus;
-use support::{Cluster, Ev, NodeConfig, StoreSpec, now_ms};
+use support::{Cluster, Ev, NodeConfig, Signal, StoreSpec, now_ms};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// The first slot comes this long after the nodes are started.
@@ -272,7 +272,7 @@ fn winner_killed(env: &Env, keep: &mut Option<Cluster>) -> Result<String, String
     let c = keep.insert(c);
     let r = runner(c, slot)?;
     c.pause_until(r.t + 500);
-    let killed = c.signal(&r.node, "KILL");
+    let killed = c.signal(&r.node, Signal::Kill);
     let (lease, hb) = (env.lease_ms(), env.heartbeat_ms());
     match env.mode {
         Mode::Lease => {
@@ -324,7 +324,7 @@ fn winner_frozen(env: &Env, keep: &mut Option<Cluster>) -> Result<String, String
     // SQLite's file lock, and every other process's writes wait until it resumes (see
     // docs/guarantees.md); this scenario is about a freeze longer than the lease.
     c.pause_until(r.t + 500 + env.heartbeat_ms() / 2);
-    let stopped = c.signal(&r.node, "STOP");
+    let stopped = c.signal(&r.node, Signal::Stop);
     let (lease, hb) = (env.lease_ms(), env.heartbeat_ms());
     let work = env.scale.crash.1 as i64;
     match env.mode {
@@ -334,7 +334,7 @@ fn winner_frozen(env: &Env, keep: &mut Option<Cluster>) -> Result<String, String
                 .wait_event(wait, |e| e.is("start", slot) && e.attempt() == Some(2))
                 .ok_or("no takeover of the frozen run")?;
             c.pause_until(stopped + lease + 1_000);
-            let woken = c.signal(&r.node, "CONT");
+            let woken = c.signal(&r.node, Signal::Cont);
             let noticed = c
                 .wait_event(Duration::from_secs(3), |e| {
                     e.node == r.node && (e.is("lost", slot) || e.is("fenced", slot))
@@ -360,7 +360,7 @@ fn winner_frozen(env: &Env, keep: &mut Option<Cluster>) -> Result<String, String
         Mode::Naive => {
             c.pause_until(stopped + lease + 1_000);
             let others = other_starts(c, slot, &r);
-            let woken = c.signal(&r.node, "CONT");
+            let woken = c.signal(&r.node, Signal::Cont);
             let done = c.wait_event(Duration::from_millis(work as u64 + 1_000), |e| {
                 e.node == r.node && e.is("success", slot)
             });
@@ -393,7 +393,7 @@ fn non_winner_restart(env: &Env, keep: &mut Option<Cluster>) -> Result<String, S
         .expect("a non-winner")
         .to_string();
     c.pause_until(r.t + 500);
-    c.signal(&other, "KILL");
+    c.signal(&other, Signal::Kill);
     // The restarted node catches up the newest slot if nobody claimed it: it was claimed.
     c.cfg.catch_up_ms = env.scale.crash.0;
     c.start(&[other.as_str()]);
@@ -430,7 +430,7 @@ fn winner_sigterm(env: &Env, keep: &mut Option<Cluster>) -> Result<String, Strin
     let c = keep.insert(c);
     let r = runner(c, slot)?;
     c.pause_until(r.t + 500);
-    let sent = c.signal(&r.node, "TERM");
+    let sent = c.signal(&r.node, Signal::Term);
     let (lease, hb) = (env.lease_ms(), env.heartbeat_ms());
     match env.mode {
         Mode::Lease => {
@@ -485,7 +485,7 @@ fn all_killed_restart(env: &Env, keep: &mut Option<Cluster>) -> Result<String, S
     c.pause_until(r.t + 500);
     let killed = now_ms();
     for n in NODES {
-        c.signal(n, "KILL");
+        c.signal(n, Signal::Kill);
     }
     c.pause_until(killed + env.lease_ms() + 500);
     let restarted = now_ms();
@@ -535,7 +535,7 @@ fn all_down_at_slot(env: &Env, keep: &mut Option<Cluster>) -> Result<String, Str
     let (c, slot) = env.cluster("alldown", env.scale.crash);
     let c = keep.insert(c);
     for n in NODES {
-        c.signal(n, "TERM");
+        c.signal(n, Signal::Term);
     }
     for n in NODES {
         if !c.wait_exit(n, Duration::from_secs(5)) {

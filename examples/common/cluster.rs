@@ -1,26 +1,29 @@
-//! The orchestration the multi-process examples (`quick-start`, `failover`) share, so that
-//! each example file shows the scheduler API and its story, not the plumbing.
+//! The story the multi-process examples (`quick-start`, `failover`) share, so that each
+//! example file shows the scheduler API and its story, not the plumbing.
 //!
 //! An example runs as a parent that starts copies of itself as child processes with the
 //! arguments `--node <id> <sqlite-file> <offset-ms>` ([`child`]). Each child runs one
 //! scheduler instance and prints one machine-readable line per scheduler event on its stdout
-//! ([`print_events`]: `EVENT start n1 slot=... attempt=1 reason=scheduled`). The parent
-//! ([`Cluster`]) reads those lines, sends the signals, tells the story (coloured on a
-//! terminal) and collects checks for a summary. A child exits when its stdin (held by the
-//! parent) closes, so no child outlives its parent.
+//! ([`print_events`]: `EVENT start n1 t=... slot=... attempt=1 reason=scheduled`). The
+//! parent ([`Cluster`]) reads those lines, sends the signals, tells the story (coloured on a
+//! terminal) and collects checks for a summary. The process plumbing (spawning, the lines,
+//! signals by PID, temporary files) is the harness in `process.rs` beside this file, which
+//! the slow tests use too.
 // Each example uses a different part of this module.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+#[path = "process.rs"]
+mod process;
 
-use anarchon::Event;
-use tokio::sync::broadcast::{self, error::RecvError};
+use std::future::Future;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+pub(crate) use process::{
+    Ev, Procs, Signal, clock, exited, now_ms, print_events, ready, remove_sqlite, secs, temp_db,
+};
 
 /// The first argument that makes an example run as a child instance.
 pub(crate) const NODE_ARG: &str = "--node";
@@ -53,10 +56,7 @@ where
         return ExitCode::from(2);
     };
     // The parent holds our stdin: if it dies without stopping us, we go too.
-    std::thread::spawn(|| {
-        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
-        std::process::exit(3);
-    });
+    process::exit_with_parent();
     let instance = Instance {
         id: id.clone(),
         db: PathBuf::from(db),
@@ -70,79 +70,6 @@ where
             ExitCode::FAILURE
         }
     }
-}
-
-/// Prints each event of `events` as one `EVENT` line for the parent, until the scheduler is
-/// dropped; await the task (see [`exited`]) to print the last ones.
-pub(crate) fn print_events(
-    id: &str,
-    mut events: broadcast::Receiver<Event>,
-) -> tokio::task::JoinHandle<()> {
-    let id = id.to_owned();
-    tokio::spawn(async move {
-        loop {
-            match events.recv().await {
-                Ok(event) => print_event(&id, &event),
-                Err(RecvError::Lagged(_)) => continue,
-                Err(RecvError::Closed) => break,
-            }
-        }
-    })
-}
-
-/// Tells the parent the instance is started.
-pub(crate) fn ready(id: &str) {
-    println!("READY {id} pid={}", std::process::id());
-}
-
-/// Prints the events of the stop (the handover) once the scheduler is dropped, then tells
-/// the parent the instance is done.
-pub(crate) async fn exited(id: &str, printer: tokio::task::JoinHandle<()>) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), printer).await;
-    println!("EXIT {id}");
-}
-
-/// `EVENT <name> <node> slot=<ms> attempt=<n> reason=<r> [skip=<why>] [cause=<why>]`,
-/// with spaces in causes written as `_`.
-fn print_event(id: &str, event: &Event) {
-    let name = event.name();
-    let line = match event {
-        Event::Start(run) | Event::Lost(run) | Event::Fenced(run) => format!(
-            "slot={} attempt={} reason={}",
-            run.slot_ms(),
-            run.attempt,
-            run.reason
-        ),
-        Event::Success { run, duration } => format!(
-            "slot={} attempt={} reason={} ms={}",
-            run.slot_ms(),
-            run.attempt,
-            run.reason,
-            duration.as_millis()
-        ),
-        Event::Failure { run, error } => format!(
-            "slot={} attempt={} reason={} cause={}",
-            run.slot_ms(),
-            run.attempt,
-            run.reason,
-            error.to_string().replace(' ', "_")
-        ),
-        Event::Interrupted { run, cause } => format!(
-            "slot={} attempt={} reason={} cause={}",
-            run.slot_ms(),
-            run.attempt,
-            run.reason,
-            cause.as_str().replace(' ', "_")
-        ),
-        Event::Skip { slot, reason, .. } => {
-            format!("slot={} skip={}", slot.timestamp_millis(), reason.as_str())
-        }
-        Event::Error {
-            operation, message, ..
-        } => format!("op={operation} cause={}", message.replace(' ', "_")),
-        other => format!("cause={:?}", format!("{other:?}").replace(' ', "_")),
-    };
-    println!("EVENT {name} {id} {line}");
 }
 
 // ----- the parent -----------------------------------------------------------------------
@@ -160,42 +87,6 @@ pub(crate) struct Timing {
     pub(crate) heartbeat: Duration,
 }
 
-/// One line a child printed.
-#[derive(Debug, Clone)]
-pub(crate) struct Ev {
-    /// When the parent read it.
-    pub(crate) at: Instant,
-    /// `start`, `success`, `skip` ..., or `READY` / `EXIT`.
-    pub(crate) kind: String,
-    /// The child that printed it.
-    pub(crate) node: String,
-    fields: HashMap<String, String>,
-}
-
-impl Ev {
-    /// The slot (epoch ms).
-    pub(crate) fn slot(&self) -> Option<i64> {
-        self.fields.get("slot")?.parse().ok()
-    }
-    /// The attempt.
-    pub(crate) fn attempt(&self) -> Option<u32> {
-        self.fields.get("attempt")?.parse().ok()
-    }
-    /// A field by name, empty when absent.
-    pub(crate) fn field(&self, key: &str) -> &str {
-        self.fields.get(key).map_or("", String::as_str)
-    }
-    /// An event of this kind for this slot.
-    pub(crate) fn is(&self, kind: &str, slot: i64) -> bool {
-        self.kind == kind && self.slot() == Some(slot)
-    }
-}
-
-struct Node {
-    name: String,
-    child: Child,
-}
-
 /// The parent's view: the children, what they printed, the story and its checks.
 pub(crate) struct Cluster {
     begin: Instant,
@@ -204,67 +95,25 @@ pub(crate) struct Cluster {
     pub(crate) db: PathBuf,
     timing: Timing,
     offset_ms: i64,
-    tx: Sender<Ev>,
-    rx: Receiver<Ev>,
-    /// Every line read so far, in order.
-    pub(crate) seen: Vec<Ev>,
-    nodes: Vec<Node>,
+    procs: Procs,
     colour: bool,
     checks: Vec<(bool, String)>,
 }
 
-/// Milliseconds since the epoch.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// `hh:mm:ss` UTC of an epoch ms.
-pub(crate) fn clock(ms: i64) -> String {
-    let s = ms.div_euclid(1000).rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-/// `2.51 s`.
-pub(crate) fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
-/// A temporary SQLite path for `example`, unique to this run.
-pub(crate) fn temp_db(example: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "anarchon-{example}-{}-{}.db",
-        std::process::id(),
-        now_ms()
-    ))
-}
-
-/// Deletes an SQLite file and its WAL companions.
-pub(crate) fn remove_db(db: &Path) {
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut p = db.as_os_str().to_owned();
-        p.push(suffix);
-        let _ = std::fs::remove_file(PathBuf::from(p));
-    }
-}
+process::wraps_procs!(Cluster, procs);
 
 impl Cluster {
     /// A cluster of children sharing `db`, whose job runs with `timing`.
     pub(crate) fn new(db: PathBuf, timing: Timing) -> Result<Self, String> {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find its own executable: {e}"))?;
-        let (tx, rx) = channel();
         Ok(Cluster {
             begin: Instant::now(),
             exe,
             db,
             timing,
             offset_ms: 0,
-            tx,
-            rx,
-            seen: Vec::new(),
-            nodes: Vec::new(),
+            procs: Procs::new(),
             colour: std::io::stdout().is_terminal(),
             checks: Vec::new(),
         })
@@ -336,49 +185,23 @@ impl Cluster {
 
     /// Starts a child instance `name`.
     pub(crate) fn spawn(&mut self, name: &str) -> Result<(), String> {
-        let mut child = Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        command
             .arg(NODE_ARG)
             .arg(name)
             .arg(&self.db)
-            .arg(self.offset_ms.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let tx = self.tx.clone();
-        let node = name.to_owned();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(ev) = parse(&node, &line)
-                    && tx.send(ev).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        self.nodes.push(Node {
-            name: name.to_owned(),
-            child,
-        });
+            .arg(self.offset_ms.to_string());
+        self.procs.spawn(name, command)?;
         Ok(())
     }
 
     /// Starts the children `names` and waits until each has started its scheduler.
     pub(crate) fn spawn_all(&mut self, names: &[&str], within: Duration) -> Result<(), String> {
+        let since = self.seen.len();
         for name in names {
             self.spawn(name)?;
         }
-        let ready = self.wait_for(Instant::now() + within, |seen| {
-            (seen.iter().filter(|e| e.kind == "READY").count() >= names.len()).then_some(())
-        });
-        if ready.is_none() {
-            return Err(format!(
-                "the {} processes did not start in time",
-                names.len()
-            ));
-        }
+        self.procs.wait_ready(names, since, within)?;
         let pids: Vec<String> = names
             .iter()
             .map(|n| format!("{} (pid {})", self.node(n), self.pid(n).unwrap_or(0)))
@@ -387,66 +210,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// The process id of a running child.
-    pub(crate) fn pid(&self, name: &str) -> Option<u32> {
-        self.nodes
-            .iter()
-            .find(|n| n.name == name)
-            .map(|n| n.child.id())
-    }
-
-    /// Reads the children's lines until `found` returns something or `deadline` passes.
-    pub(crate) fn wait_for<T>(
-        &mut self,
-        deadline: Instant,
-        mut found: impl FnMut(&[Ev]) -> Option<T>,
-    ) -> Option<T> {
-        loop {
-            if let Some(t) = found(&self.seen) {
-                return Some(t);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            match self.rx.recv_timeout(left) {
-                Ok(ev) => self.seen.push(ev),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
-            }
-        }
-    }
-
-    /// Pauses, still reading the children's lines.
-    pub(crate) fn pause(&mut self, d: Duration) {
-        let until = Instant::now() + d;
-        self.wait_for(until, |_| None::<()>);
-    }
-
-    /// Waits until the child `name` has exited; false if it is still running after `within`.
-    pub(crate) fn wait_exit(&mut self, name: &str, within: Duration) -> bool {
-        let Some(i) = self.nodes.iter().position(|n| n.name == name) else {
-            return true;
-        };
-        let until = Instant::now() + within;
-        loop {
-            if let Ok(Some(_)) = self.nodes[i].child.try_wait() {
-                self.nodes.remove(i);
-                return true;
-            }
-            if Instant::now() >= until {
-                return false;
-            }
-            self.pause(Duration::from_millis(50));
-        }
-    }
-
     /// Waits for `slot`: one process starts it (attempt 1), every other running process skips
     /// it as taken. Returns the start.
     pub(crate) fn one_runner(&mut self, title: &str, slot: i64) -> Option<Ev> {
         self.heading(&format!("{title} ({} UTC)", clock(slot)));
-        let others = self.nodes.len().saturating_sub(1);
+        let others = self.running().saturating_sub(1);
         let wait = Duration::from_millis((slot - now_ms()).max(0) as u64 + 2_000);
-        let start = self.wait_for(Instant::now() + wait, |seen| {
+        let start = self.wait_until(Instant::now() + wait, |seen| {
             seen.iter()
                 .find(|e| e.is("start", slot) && e.attempt() == Some(1))
                 .cloned()
@@ -460,7 +230,7 @@ impl Cluster {
             self.node(&start.node),
             start.field("reason")
         ));
-        let skips = self.wait_for(start.at + Duration::from_secs(1), |seen| {
+        let skips = self.wait_until(start.at + Duration::from_secs(1), |seen| {
             let skipped: Vec<String> = seen
                 .iter()
                 .filter(|e| e.is("skip", slot) && e.field("skip") == "taken")
@@ -508,7 +278,7 @@ impl Cluster {
         not_on: &str,
         deadline: Instant,
     ) -> Option<Ev> {
-        self.wait_for(deadline, |seen| {
+        self.wait_until(deadline, |seen| {
             seen.iter()
                 .find(|e| {
                     e.is("start", slot)
@@ -592,7 +362,7 @@ impl Cluster {
     /// Waits for attempt `attempt` of `slot`, started on `node` at `started`, to succeed.
     pub(crate) fn expect_success(&mut self, slot: i64, attempt: u32, node: &str, started: Instant) {
         let until = started + self.timing.work + Duration::from_secs(2);
-        let done = self.wait_for(until, |seen| {
+        let done = self.wait_until(until, |seen| {
             seen.iter()
                 .find(|e| {
                     (e.is("success", slot) || e.is("failure", slot) || e.is("lost", slot))
@@ -627,21 +397,12 @@ impl Cluster {
         }
     }
 
-    /// Sends SIGINT with the `kill` command; returns when it was sent.
+    /// Sends SIGINT by the child's PID; returns when it was sent.
     pub(crate) fn sigint(&mut self, name: &str) -> Instant {
-        let pid = self.pid(name).unwrap_or(0);
         let sent = Instant::now();
-        let ok = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            self.say(&format!("SIGINT -> {}", self.node(name)));
-        } else {
-            self.check(
-                false,
-                format!("could not send SIGINT to {name} (pid {pid})"),
-            );
+        match self.procs.send(name, Signal::Int) {
+            Ok(_) => self.say(&format!("SIGINT -> {}", self.node(name))),
+            Err(e) => self.check(false, format!("could not send SIGINT: {e}")),
         }
         sent
     }
@@ -649,36 +410,11 @@ impl Cluster {
     /// Kills the child `name` with SIGKILL and reaps it; returns when it was sent.
     pub(crate) fn sigkill(&mut self, name: &str) -> Instant {
         let killed = Instant::now();
-        if let Some(i) = self.nodes.iter().position(|n| n.name == name) {
-            let _ = self.nodes[i].child.kill();
-            let _ = self.nodes[i].child.wait();
-            self.nodes.remove(i);
+        match self.procs.send(name, Signal::Kill) {
+            Ok(_) => self.say(&format!("SIGKILL -> {}", self.node(name))),
+            Err(e) => self.check(false, format!("could not send SIGKILL: {e}")),
         }
-        self.say(&format!("SIGKILL -> {}", self.node(name)));
         killed
-    }
-
-    /// Stops the children that are left: SIGINT, then SIGKILL after 5 s.
-    pub(crate) fn shutdown(&mut self) {
-        for n in &self.nodes {
-            let _ = Command::new("kill")
-                .args(["-INT", &n.child.id().to_string()])
-                .status();
-        }
-        let until = Instant::now() + Duration::from_secs(5);
-        for n in &mut self.nodes {
-            while Instant::now() < until {
-                if let Ok(Some(_)) = n.child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if !matches!(n.child.try_wait(), Ok(Some(_))) {
-                let _ = n.child.kill();
-                let _ = n.child.wait();
-            }
-        }
-        self.nodes.clear();
     }
 
     /// Prints the checks; success (and `all_ok`) when every one passed.
@@ -704,37 +440,4 @@ impl Cluster {
             ExitCode::FAILURE
         }
     }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-/// Parses a child's `READY`/`EXIT`/`EVENT` line.
-fn parse(node: &str, line: &str) -> Option<Ev> {
-    let mut words = line.split_whitespace();
-    let kind = match words.next()? {
-        "EVENT" => {
-            let kind = words.next()?.to_owned();
-            words.next()?;
-            kind
-        }
-        tag @ ("READY" | "EXIT") => {
-            words.next()?;
-            tag.to_owned()
-        }
-        _ => return None,
-    };
-    let fields = words
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.replace('_', " ")))
-        .collect();
-    Some(Ev {
-        at: Instant::now(),
-        kind,
-        node: node.to_owned(),
-        fields,
-    })
 }

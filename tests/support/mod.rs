@@ -4,35 +4,38 @@
 //! A test binary runs a node by re-executing itself (`std::env::current_exe()`) with the
 //! arguments `child_node --exact --ignored --nocapture` and the node's configuration in the
 //! environment variable [`NODE_ENV`]; its `child_node` test (ignored, so no runner counts it
-//! as a test) calls [`child_main`], which does nothing without that variable. The node prints one line per scheduler event on stdout
-//! (`EVENT start n1 t=... slot=... attempt=1 reason=scheduled`), which the parent reads
-//! through [`Cluster`]. A node exits when its stdin closes, so no node outlives its test.
+//! as a test) calls [`child_main`], which does nothing without that variable. The node prints
+//! one line per scheduler event on stdout (`EVENT start n1 t=... slot=... attempt=1
+//! reason=scheduled`), which the parent reads through [`Cluster`]. A node exits when its
+//! stdin closes, so no node outlives its test.
+//!
+//! The process plumbing (spawning, reading the lines, signals by PID, temporary databases,
+//! the host clock) is the examples' harness, `examples/common/process.rs`, taken in here with
+//! `#[path]`: one copy for the examples and the tests.
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
 
 pub(crate) mod examples;
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+#[path = "../../examples/common/process.rs"]
+mod process;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use anarchon::store::RunRecord as HistoryRecord;
-use anarchon::{Event, JobName, Leased, Mode, Scheduler};
+use anarchon::{JobName, Leased, Mode, Scheduler};
+// Each test binary takes a different part.
+#[allow(unused_imports)]
+pub(crate) use process::{
+    Ev, Procs, Signal, TempDb, clock, now_ms, print_events, remove_sqlite, temp_db,
+};
 
 /// The environment variable that carries a child node's configuration.
 pub(crate) const NODE_ENV: &str = "ANARCHON_TEST_NODE";
 
-/// Milliseconds since the epoch on the host clock.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// A job name unique to this run.
 /// A Redis target for the nodes of one test run: the URL and a key prefix of its own
 /// (`<url>#<prefix>`), so runs never meet keys of other runs or of older key formats.
 #[cfg(feature = "redis")]
@@ -74,26 +77,9 @@ async fn open_store(spec: &str) -> anyhow::Result<anarchon::any::AnyStore> {
     Ok(any::open_with(url, options).await?)
 }
 
+/// A job name unique to this run.
 pub(crate) fn unique_job(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), now_ms() % 100_000_000)
-}
-
-/// A temporary SQLite path unique to this run; [`remove_sqlite`] deletes it.
-pub(crate) fn temp_db(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "anarchon-{name}-{}-{}.db",
-        std::process::id(),
-        now_ms()
-    ))
-}
-
-/// Deletes an SQLite file and its WAL companions.
-pub(crate) fn remove_sqlite(path: &Path) {
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut p = path.as_os_str().to_owned();
-        p.push(suffix);
-        let _ = std::fs::remove_file(PathBuf::from(p));
-    }
 }
 
 /// The store a node runs on: `sqlite:<path>`, `redis-lease:<url>`, `redis-naive:<url>`
@@ -212,10 +198,7 @@ pub(crate) fn child_main() {
     };
     let (id, cfg) = NodeConfig::decode(&text);
     // The parent holds our stdin: when it goes away, so do we.
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(3);
-    });
+    process::exit_with_parent();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -350,168 +333,46 @@ async fn serve<M: Mode>(
             }
         })?;
     }
-    let mut events = scheduler.events();
-    let printer = tokio::spawn({
-        let id = id.to_owned();
-        async move {
-            use tokio::sync::broadcast::error::RecvError;
-            loop {
-                match events.recv().await {
-                    Ok(e) => println!("{}", event_line(&id, &e)),
-                    Err(RecvError::Lagged(n)) => println!("LAGGED {id} n={n}"),
-                    Err(RecvError::Closed) => break,
-                }
-            }
-        }
-    });
+    let printer = print_events(id, scheduler.events());
     scheduler.start().await?;
-    println!("READY {id} t={} pid={}", now_ms(), std::process::id());
+    process::ready(id);
     let why = stop.await;
-    println!("STOPPING {id} t={} cause={why}", now_ms());
+    process::stopping(id, why);
     scheduler.stop(Duration::from_secs(5)).await?;
     drop(scheduler);
-    let _ = tokio::time::timeout(Duration::from_secs(1), printer).await;
-    println!("EXIT {id} t={}", now_ms());
+    process::exited(id, printer).await;
     Ok(())
-}
-
-/// `EVENT <name> <node> t=<ms> slot=<ms> attempt=<n> reason=<r> [skip=..] [cause=..]`, with
-/// spaces in causes written as `_`.
-fn event_line(id: &str, event: &Event) -> String {
-    let t = now_ms();
-    let run = |r: &anarchon::RunInfo| {
-        format!(
-            "slot={} attempt={} reason={} fence={}",
-            r.slot_ms(),
-            r.attempt,
-            r.reason,
-            r.fence
-        )
-    };
-    let rest = match event {
-        Event::Start(r) | Event::Lost(r) | Event::Fenced(r) => run(r),
-        Event::Success { run: r, .. } => run(r),
-        Event::Failure { run: r, error } => {
-            format!("{} cause={}", run(r), error.to_string().replace(' ', "_"))
-        }
-        Event::Interrupted { run: r, cause } => {
-            format!("{} cause={}", run(r), cause.as_str().replace(' ', "_"))
-        }
-        Event::Skip { slot, reason, .. } => {
-            format!("slot={} skip={}", slot.timestamp_millis(), reason.as_str())
-        }
-        Event::Error {
-            operation, message, ..
-        } => format!("op={operation} cause={}", message.replace(' ', "_")),
-        other => format!("cause={}", format!("{other:?}").replace(' ', "_")),
-    };
-    format!("EVENT {} {id} t={t} {rest}", event.name())
 }
 
 // ----- the parent -----------------------------------------------------------------------
 
-/// One line a node printed.
-#[derive(Debug, Clone)]
-pub(crate) struct Ev {
-    /// `start`, `skip`, `success`, ... or `READY`, `STOPPING`, `EXIT`, `FAILED`.
-    pub(crate) kind: String,
-    /// The node.
-    pub(crate) node: String,
-    /// When the node printed it (host clock, epoch ms).
-    pub(crate) t: i64,
-    /// The other `key=value` fields, `_` turned back into spaces.
-    pub(crate) fields: HashMap<String, String>,
-}
-
-impl Ev {
-    /// The slot, if any.
-    pub(crate) fn slot(&self) -> Option<i64> {
-        self.fields.get("slot")?.parse().ok()
-    }
-    /// The attempt, if any.
-    pub(crate) fn attempt(&self) -> Option<u32> {
-        self.fields.get("attempt")?.parse().ok()
-    }
-    /// A field, or "".
-    pub(crate) fn field(&self, key: &str) -> &str {
-        self.fields.get(key).map_or("", String::as_str)
-    }
-    /// This kind of event about this slot.
-    pub(crate) fn is(&self, kind: &str, slot: i64) -> bool {
-        self.kind == kind && self.slot() == Some(slot)
-    }
-}
-
-fn parse(node: &str, line: &str) -> Option<Ev> {
-    // libtest may print `test child_node ... ` in front of the first line.
-    let at = [
-        "EVENT ",
-        "READY ",
-        "STOPPING ",
-        "EXIT ",
-        "FAILED ",
-        "LAGGED ",
-    ]
-    .iter()
-    .filter_map(|tag| line.find(tag))
-    .min()?;
-    let mut words = line[at..].split_whitespace();
-    let mut kind = words.next()?.to_owned();
-    if kind == "EVENT" {
-        kind = words.next()?.to_owned();
-    }
-    words.next()?;
-    let fields: HashMap<String, String> = words
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.replace('_', " ")))
-        .collect();
-    let t = fields
-        .get("t")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(now_ms);
-    Some(Ev {
-        kind,
-        node: node.to_owned(),
-        t,
-        fields,
-    })
-}
-
-/// Nodes in child processes, all running one [`NodeConfig`], and everything they printed.
+/// Nodes in child processes, all running one [`NodeConfig`], and everything they printed:
+/// the harness's [`Procs`] (reading, waiting, signals, the log) with the nodes' configuration.
 pub(crate) struct Cluster {
     /// The configuration every node gets.
     pub(crate) cfg: NodeConfig,
-    children: BTreeMap<String, Child>,
-    frozen: Vec<String>,
-    tx: Sender<Ev>,
-    rx: Receiver<Ev>,
-    /// Every line read so far, in arrival order.
-    pub(crate) seen: Vec<Ev>,
-    /// `(epoch ms, what)` of each signal sent, for the log.
-    pub(crate) signals: Vec<(i64, String)>,
+    procs: Procs,
 }
+
+process::wraps_procs!(Cluster, procs);
 
 impl Cluster {
     /// No node yet.
     pub(crate) fn new(cfg: NodeConfig) -> Self {
-        let (tx, rx) = channel();
         Cluster {
             cfg,
-            children: BTreeMap::new(),
-            frozen: Vec::new(),
-            tx,
-            rx,
-            seen: Vec::new(),
-            signals: Vec::new(),
+            procs: Procs::new(),
         }
     }
 
-    /// Starts the nodes and waits until each printed `READY` (panics after 20 s).
+    /// Starts the nodes and waits until each printed `READY` (panics after 20 s, or when a
+    /// node printed `FAILED`).
     pub(crate) fn start(&mut self, ids: &[&str]) {
-        let since = self.seen.len();
+        let since = self.procs.seen.len();
+        let exe = std::env::current_exe().expect("the test binary");
         for id in ids {
-            let exe = std::env::current_exe().expect("the test binary");
-            let mut child = Command::new(exe)
+            let mut command = Command::new(&exe);
+            command
                 .args([
                     "child_node",
                     "--exact",
@@ -519,130 +380,13 @@ impl Cluster {
                     "--nocapture",
                     "--test-threads=1",
                 ])
-                .env(NODE_ENV, self.cfg.encode(id))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn a node");
-            let stdout = child.stdout.take().expect("stdout");
-            let tx = self.tx.clone();
-            let node = id.to_string();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if let Some(ev) = parse(&node, &line)
-                        && tx.send(ev).is_err()
-                    {
-                        break;
-                    }
-                }
-            });
-            self.children.insert(id.to_string(), child);
+                .env(NODE_ENV, self.cfg.encode(id));
+            self.procs
+                .spawn(id, command)
+                .unwrap_or_else(|e| panic!("{e}"));
         }
-        let want = ids.len();
-        let ok = self.wait_for(Duration::from_secs(20), |seen| {
-            if let Some(f) = seen[since..].iter().find(|e| e.kind == "FAILED") {
-                panic!("node {} failed: {:?}", f.node, f.fields);
-            }
-            (seen[since..].iter().filter(|e| e.kind == "READY").count() >= want).then_some(())
-        });
-        assert!(ok.is_some(), "nodes {ids:?} did not start within 20 s");
-    }
-
-    /// Reads lines until `found` returns something or `within` passes.
-    pub(crate) fn wait_for<T>(
-        &mut self,
-        within: Duration,
-        mut found: impl FnMut(&[Ev]) -> Option<T>,
-    ) -> Option<T> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(t) = found(&self.seen) {
-                return Some(t);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            match self.rx.recv_timeout(left) {
-                Ok(ev) => self.seen.push(ev),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
-            }
-        }
-    }
-
-    /// Waits for the first event matching `pred` (searching everything seen so far).
-    pub(crate) fn wait_event(
-        &mut self,
-        within: Duration,
-        pred: impl Fn(&Ev) -> bool,
-    ) -> Option<Ev> {
-        self.wait_for(within, |seen| seen.iter().find(|e| pred(e)).cloned())
-    }
-
-    /// Keeps reading lines for `d`.
-    pub(crate) fn pause(&mut self, d: Duration) {
-        self.wait_for(d, |_| None::<()>);
-    }
-
-    /// Keeps reading lines until the host clock reaches `t` (epoch ms).
-    pub(crate) fn pause_until(&mut self, t: i64) {
-        let d = (t - now_ms()).max(0) as u64;
-        self.pause(Duration::from_millis(d));
-    }
-
-    /// The pid of a node.
-    pub(crate) fn pid(&self, id: &str) -> u32 {
-        self.children[id].id()
-    }
-
-    /// True while the node's process is alive.
-    pub(crate) fn is_running(&mut self, id: &str) -> bool {
-        self.children
-            .get_mut(id)
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    /// Sends a signal (`"INT"`, `"TERM"`, `"STOP"`, `"CONT"`, `"KILL"`) with `kill`; returns
-    /// when it was sent (epoch ms). `KILL` also reaps the process.
-    pub(crate) fn signal(&mut self, id: &str, sig: &str) -> i64 {
-        let pid = self.pid(id);
-        let t = now_ms();
-        let ok = Command::new("kill")
-            .args([format!("-{sig}"), pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill -{sig} {pid} ({id}) failed");
-        self.signals.push((t, format!("SIG{sig} -> {id}")));
-        match sig {
-            "STOP" => self.frozen.push(id.to_owned()),
-            "CONT" => self.frozen.retain(|f| f != id),
-            "KILL" => {
-                if let Some(mut c) = self.children.remove(id) {
-                    let _ = c.wait();
-                }
-                self.frozen.retain(|f| f != id);
-            }
-            _ => {}
-        }
-        t
-    }
-
-    /// Waits until a node's process exits (after `INT`/`TERM`); false after `within`.
-    pub(crate) fn wait_exit(&mut self, id: &str, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        loop {
-            match self.children.get_mut(id).map(|c| c.try_wait()) {
-                None | Some(Ok(Some(_))) | Some(Err(_)) => {
-                    self.children.remove(id);
-                    return true;
-                }
-                Some(Ok(None)) => {}
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            self.pause(Duration::from_millis(25));
+        if let Err(e) = self.procs.wait_ready(ids, since, Duration::from_secs(20)) {
+            panic!("nodes {ids:?}: {e}");
         }
     }
 
@@ -688,68 +432,9 @@ impl Cluster {
         max as usize
     }
 
-    /// Every line read, as text, for a failure message.
-    pub(crate) fn log(&self) -> String {
-        let t0 = self.seen.first().map_or(0, |e| e.t);
-        let mut lines: Vec<(i64, String)> = self
-            .seen
-            .iter()
-            .map(|e| {
-                let mut f: Vec<String> = e
-                    .fields
-                    .iter()
-                    .filter(|(k, _)| k.as_str() != "t")
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                f.sort();
-                (e.t, format!("{} {} {}", e.node, e.kind, f.join(" ")))
-            })
-            .collect();
-        lines.extend(self.signals.iter().cloned());
-        lines.sort_by_key(|(t, _)| *t);
-        lines
-            .iter()
-            .map(|(t, l)| format!("  {:>7.3}s {l}", (t - t0) as f64 / 1000.0))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    /// Stops every node: SIGCONT to frozen ones, SIGINT to all, SIGKILL after 5 s.
-    pub(crate) fn shutdown(&mut self) {
-        for id in std::mem::take(&mut self.frozen) {
-            if let Some(c) = self.children.get(&id) {
-                let _ = Command::new("kill")
-                    .args(["-CONT", &c.id().to_string()])
-                    .status();
-            }
-        }
-        for c in self.children.values() {
-            let _ = Command::new("kill")
-                .args(["-INT", &c.id().to_string()])
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for c in self.children.values_mut() {
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-        self.children.clear();
-    }
-
     /// The store's history of the job (newest first), read from this process.
     pub(crate) fn history(&self, count: usize) -> Vec<HistoryRecord> {
         history(&self.cfg.store, &self.cfg.job, count)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -774,27 +459,6 @@ pub(crate) fn attempts_of(history: &[HistoryRecord], slot: i64) -> Vec<HistoryRe
     let mut v: Vec<HistoryRecord> = history.iter().filter(|r| r.slot == slot).cloned().collect();
     v.sort_by_key(|r| r.attempt);
     v
-}
-
-/// Deletes a temporary SQLite file when dropped.
-pub(crate) struct TempDb(pub PathBuf);
-
-impl TempDb {
-    /// A fresh temporary path; see [`temp_db`].
-    pub(crate) fn new(name: &str) -> Self {
-        TempDb(temp_db(name))
-    }
-
-    /// The store spec of this file.
-    pub(crate) fn spec(&self) -> StoreSpec {
-        format!("sqlite:{}", self.0.display())
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        remove_sqlite(&self.0);
-    }
 }
 
 /// One line of a handler's own log: `H <what> <node> <slot> <attempt> <fence> <t>`.

@@ -43,7 +43,9 @@ use crate::ids::EpochMs;
 use crate::store::{SlotClaim, SlotOutcome};
 
 /// The host's clock in epoch milliseconds: the clock of a store whose server has none
-/// (RabbitMQ and NATS cannot be asked for the time). A clock before 1970 reads as 0.
+/// (RabbitMQ and NATS cannot be asked for the time; an SQLite file has no clock, so every
+/// process that opens it reads this one), and of the conformance kit. A clock before 1970
+/// reads as 0.
 ///
 /// ```
 /// let now = anarchon_core::claim_only::host_now();

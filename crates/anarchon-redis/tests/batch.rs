@@ -280,7 +280,7 @@ async fn b16_a_batch_of_results_is_one_pipeline_on_a_cluster() {
 /// `INFO commandstats` counts this store's calls only.
 #[tokio::test]
 async fn claim_and_result_batches_and_runs_reads_are_few_short_script_calls() {
-    let Some(server) = common::OwnServer::start("redis-server", &[]) else {
+    let Some(server) = anarchon_test_support::OwnRedis::start() else {
         return;
     };
     let url = server.url();

@@ -13,7 +13,8 @@ use anarchon_core::store::{
 };
 use anarchon_core::testkit::unique_job;
 use anarchon_redis::RedisStore;
-use common::{OwnServer, options};
+use anarchon_test_support::OwnRedis;
+use common::options;
 
 const GRID_MS: i64 = 200;
 
@@ -32,7 +33,7 @@ fn host_ms() -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "slow suite: ANARCHON_SLOW=1 cargo xtask test"]
 async fn b29_server_restart_reconnects_without_duplicate_start() {
-    let Some(mut server) = OwnServer::start("redis-server", &[]) else {
+    let Some(mut server) = OwnRedis::start() else {
         return;
     };
     let opts = options()

@@ -15,7 +15,7 @@ use anarchon_core::store::{
 };
 use anarchon_core::testkit::unique_job;
 use anarchon_redis::{RedisClaimStore, RedisOptions, RedisStore, Strategy};
-use common::OwnServer;
+use anarchon_test_support::OwnRedis;
 
 /// The halves of the secret on both sides of URL delimiters: either one found anywhere
 /// means some of it leaked, even cut at a delimiter.
@@ -86,23 +86,20 @@ async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
     let logs = capture();
     let (raw, enc) = (secret(), encoded(&secret()));
     let acl = format!(">{raw}");
-    let Some(server) = OwnServer::start(
-        "redis-server",
-        &[
-            "--requirepass",
-            &raw,
-            "--user",
-            "app",
-            "on",
-            &acl,
-            "~*",
-            "&*",
-            "+@all",
-        ],
-    ) else {
+    let Some(server) = OwnRedis::start_with(&[
+        "--requirepass",
+        &raw,
+        "--user",
+        "app",
+        "on",
+        &acl,
+        "~*",
+        "&*",
+        "+@all",
+    ]) else {
         return;
     };
-    let (port, free) = (server.port, {
+    let (port, free) = (server.port(), {
         std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

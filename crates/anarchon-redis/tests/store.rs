@@ -14,7 +14,8 @@ use anarchon_core::store::{
 use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_redis::fred::prelude::*;
 use anarchon_redis::{RedisClaimStore, RedisError, RedisOptions, RedisStore, Strategy};
-use common::{OwnServer, admin, options};
+use anarchon_test_support::OwnRedis;
+use common::{admin, options};
 
 fn claim(run: RunKey, instance: &str, now: i64) -> LeaseClaim {
     LeaseClaim {
@@ -45,7 +46,7 @@ fn urls() -> Vec<String> {
 /// on the server clock and writes nothing.
 #[tokio::test]
 async fn b10_delayed_claim_is_refused_inside_the_script() {
-    let Some(server) = OwnServer::start("redis-server", &[]) else {
+    let Some(server) = OwnRedis::start() else {
         return;
     };
     let store = RedisStore::connect_with(&server.url(), options())
@@ -86,7 +87,7 @@ async fn b10_delayed_claim_is_refused_inside_the_script() {
 /// nobody knows about.
 #[tokio::test]
 async fn b10_claim_abandoned_by_the_client_has_no_effect_when_it_arrives() {
-    let Some(server) = OwnServer::start("redis-server", &[]) else {
+    let Some(server) = OwnRedis::start() else {
         return;
     };
     let opts = options().command_timeout(Duration::from_millis(300));
@@ -363,10 +364,10 @@ async fn bad_input_gives_clear_errors_without_passwords() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(!err.to_string().contains("hunter2"), "{err}");
 
-    let Some(server) = OwnServer::start("redis-server", &["--requirepass", "right"]) else {
+    let Some(server) = OwnRedis::start_with(&["--requirepass", "right"]) else {
         return;
     };
-    let url = format!("redis://:wrong-secret@127.0.0.1:{}", server.port);
+    let url = format!("redis://:wrong-secret@127.0.0.1:{}", server.port());
     let store = RedisStore::unconnected(&url, options()).unwrap();
     let err = store
         .prepare(&Prepare {
@@ -380,7 +381,7 @@ async fn bad_input_gives_clear_errors_without_passwords() {
     let msg = format!("{err} {err:?}");
     assert!(!msg.contains("wrong-secret"), "{msg}");
     let ok = RedisStore::unconnected(
-        &format!("redis://:right@127.0.0.1:{}", server.port),
+        &format!("redis://:right@127.0.0.1:{}", server.port()),
         options(),
     )
     .unwrap();

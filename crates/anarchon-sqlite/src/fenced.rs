@@ -20,13 +20,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anarchon_core::JobContext;
+use anarchon_core::claim_only::host_now;
 use anarchon_core::store::{AttemptKey, EpochMs, Error, FenceLoss, Result};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::sql::{Exec, Row, Sql, Value, ops};
 use crate::store::{
-    BUSY_UNTIL, KIND, SqliteStore, busy_wait, deadline_after, execute_rows, host_now_ms, map_error,
-    query_rows, ready,
+    BUSY_UNTIL, KIND, SqliteStore, busy_wait, deadline_after, execute_rows, map_error, query_rows,
+    ready,
 };
 
 /// A transaction on the store's file that holds this attempt's ownership of its run from
@@ -356,7 +357,7 @@ impl<'a> ConnExec<'a> {
 impl Exec for ConnExec<'_> {
     async fn now(&mut self) -> Result<EpochMs> {
         // The store's clock: the host's, as for every call of the store.
-        Ok(host_now_ms())
+        Ok(host_now())
     }
 
     async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {

@@ -15,8 +15,10 @@ use std::pin::pin;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+// The host clock in epoch ms: every process that opens the file shares this host. [B-20]
+use anarchon_core::claim_only::host_now;
 use anarchon_core::store::{
     BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
     LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store,
@@ -494,14 +496,6 @@ fn worker_died(operation: &'static str) -> Error {
     )
 }
 
-/// The host clock in epoch ms: every process that opens the file shares this host. [B-20]
-pub(crate) fn host_now_ms() -> EpochMs {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| EpochMs::try_from(d.as_millis()).unwrap_or(EpochMs::MAX))
-        .unwrap_or(0)
-}
-
 /// Polls a future that never waits (every [`Exec`] call on rusqlite completes at once).
 pub(crate) fn ready<F: Future>(f: F) -> F::Output {
     let mut f = pin!(f);
@@ -873,7 +867,7 @@ impl LocalExec<'_> {
 
 impl Exec for LocalExec<'_> {
     async fn now(&mut self) -> Result<EpochMs> {
-        Ok(host_now_ms())
+        Ok(host_now())
     }
 
     async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
@@ -924,7 +918,7 @@ impl Store for SqliteStore {
     }
 
     async fn now(&self) -> Result<EpochMs> {
-        Ok(host_now_ms())
+        Ok(host_now())
     }
 
     async fn close(&self) -> Result<()> {

@@ -27,6 +27,6 @@ mod proxy;
 mod servers;
 
 pub use anarchon_core::testkit::{require_servers, server_url};
-pub use own::{OwnNats, OwnPostgres, OwnRedis, SqliteLock};
+pub use own::{OwnNats, OwnPostgres, OwnRedis, SqliteLock, redis_server_installed};
 pub use proxy::FaultProxy;
 pub use servers::{reachable, spare_port, unobtainable, wait_port};

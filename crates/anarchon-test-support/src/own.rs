@@ -127,33 +127,52 @@ fn kill(pid: u32, sig: &str) {
         .status();
 }
 
-/// A `redis-server` of this test, persisting every write (`appendfsync always`), so a kill
-/// and restart loses nothing that was acknowledged.
+/// Is `redis-server` installed? Without it, [`unobtainable`] (a `SKIP` line, or a panic
+/// under `ANARCHON_REQUIRE_SERVERS=1`) and `false`.
+pub fn redis_server_installed() -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        unobtainable(
+            "redis-server is not installed",
+            "cargo xtask test-servers --install; the test starts a server of its own",
+        );
+    }
+    found
+}
+
+/// A `redis-server` of this test on a spare loopback port, persisting every write
+/// (`appendfsync always`), so a kill and restart loses nothing that was acknowledged.
+/// SIGKILLed (by its PID) and its folder removed on drop.
+#[derive(Debug)]
 pub struct OwnRedis {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    extra: Vec<String>,
 }
 
 impl OwnRedis {
-    /// Starts one; `None` (with a `SKIP` line) when `redis-server` is not installed.
+    /// Starts one; `None` (after [`unobtainable`]) when `redis-server` is not installed.
     pub fn start() -> Option<Self> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-        {
-            unobtainable(
-                "redis-server is not installed",
-                "cargo xtask test-servers --install; the test starts a server of its own",
-            );
+        Self::start_with(&[])
+    }
+
+    /// Starts one with these extra arguments (`--requirepass`, `--user` ...); `None` (after
+    /// [`unobtainable`]) when `redis-server` is not installed.
+    pub fn start_with(extra: &[&str]) -> Option<Self> {
+        if !redis_server_installed() {
             return None;
         }
         let mut r = OwnRedis {
             child: None,
             port: spare_port(),
             dir: scratch_dir("redis"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         r.spawn();
         Some(r)
@@ -175,6 +194,7 @@ impl OwnRedis {
                 "--dir",
             ])
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -192,6 +212,11 @@ impl OwnRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Freezes (`true`) or thaws the server: while frozen no call is answered.
     pub fn freeze(&self, frozen: bool) {
         if let Some(c) = &self.child {
@@ -199,23 +224,43 @@ impl OwnRedis {
         }
     }
 
-    /// SIGKILL, then a new server on the same port and data.
-    pub fn kill_and_restart(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.spawn();
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
+    /// SIGKILLs the server (no graceful shutdown); [`restart`](Self::restart) brings it back.
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             kill(c.id(), "CONT");
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Starts it again on the same port, data folder and arguments (after a SIGKILL if it
+    /// still runs).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGKILL, then a new server on the same port and data.
+    pub fn kill_and_restart(&mut self) {
+        self.restart();
+    }
+
+    /// Runs `redis-cli -p <port> <args>` against it (`CLIENT PAUSE 1000`); panics when it
+    /// fails.
+    pub fn cli(&self, args: &[&str]) {
+        let status = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-cli");
+        assert!(status.success(), "redis-cli {args:?} failed");
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

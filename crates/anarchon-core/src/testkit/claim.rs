@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::claim_only::host_now;
 use crate::history::{Reason, Retention, RunRecord, RunStatus};
 use crate::store::{ClaimStore, EpochMs, JobName, Prepare, SlotClaim, SlotOutcome};
 use crate::testkit::{key, unique_job};
@@ -17,13 +18,6 @@ macro_rules! __claim_store_tests {
             claim_b28_history_is_kept_by_count,
         );
     };
-}
-
-fn host_now() -> EpochMs {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as EpochMs
 }
 
 async fn prepared(store: &Arc<dyn ClaimStore>, job: &JobName) {

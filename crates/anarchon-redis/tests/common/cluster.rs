@@ -35,7 +35,10 @@ impl OwnCluster {
     /// Starts six nodes with `--cluster-node-timeout node_timeout_ms` and joins them;
     /// `None` (after a SKIP line) when redis-server is not installed.
     pub fn start(node_timeout_ms: u64) -> Option<OwnCluster> {
-        let binary = super::server_binary("redis-server")?;
+        if !anarchon_test_support::redis_server_installed() {
+            return None;
+        }
+        let binary = "redis-server";
         // Twelve spare ports: six client ports, six cluster-bus ports.
         let listeners: Vec<TcpListener> = (0..12)
             .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
