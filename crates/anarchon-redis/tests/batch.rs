@@ -72,7 +72,7 @@ async fn command_calls(url: &str, command: &str) -> u64 {
 /// private server, where `INFO commandstats` counts this store's calls only.
 #[tokio::test]
 async fn b11_a_lost_claim_stops_at_one_read_of_the_run() {
-    let Some(server) = common::OwnServer::start("redis-server", &[]) else {
+    let Some(server) = anarchon_test_support::OwnRedis::start() else {
         return;
     };
     let url = server.url();
