@@ -45,6 +45,10 @@ use crate::event::{Event, RunInfo, StoreOperation};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::store::Lease;
 
+/// Timers handled in one turn at most (see [`Core::handle_timeout`]): a batch of claims of
+/// the stores that batch most (256).
+pub(crate) const TIMERS_PER_TURN: usize = 256;
+
 /// The core of one scheduler instance. See the module docs.
 pub(crate) struct Core {
     cfg: CoreConfig,
@@ -215,9 +219,19 @@ impl Core {
     }
 
     /// Handles the timers due at `now`.
+    ///
+    /// At most [`TIMERS_PER_TURN`] of them: when more are due (thousands of jobs whose slots
+    /// fall due together), the rest stay due and the shell comes back for them on its next
+    /// turn, after it has handled what arrived meanwhile. So the first batch of claims
+    /// leaves after a few hundred timers rather than after all of them, the store works on it
+    /// while the core handles the next ones, and the answers (handler starts) are not held
+    /// back behind every timer of the burst.
     pub(crate) fn handle_timeout(&mut self, now: Now) {
         self.now = now;
-        while let Some(entry) = self.timers.first_entry() {
+        for _ in 0..TIMERS_PER_TURN {
+            let Some(entry) = self.timers.first_entry() else {
+                break;
+            };
             if entry.key().0 > now.mono {
                 break;
             }

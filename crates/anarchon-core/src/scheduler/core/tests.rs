@@ -743,6 +743,45 @@ fn instances_send_the_claims_that_fall_due_together_in_orders_of_their_own() {
 }
 
 #[test]
+fn slots_due_together_are_handled_in_turns_of_a_bounded_size_so_answers_are_not_held_back() {
+    // 1,000 jobs due in the same millisecond: one turn handles TIMERS_PER_TURN of their
+    // timers and leaves the rest due, so the first claims leave (and their answers are
+    // handled) before the last timer of the burst; every slot still starts once.
+    let jobs: Vec<Arc<JobDef>> = (0..1_000)
+        .map(|i| every(&format!("j{i:04}"), Duration::from_secs(1), opts()))
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.start(0);
+    sim.run_for(Duration::from_millis(2_500));
+    let due = sim
+        .core(0)
+        .poll_timeout()
+        .expect("the next slots are armed") as i64
+        + sim.start;
+    sim.now = due;
+    sim.clock.set(due.div_euclid(1_000));
+    let now = sim.now_of(0);
+    let before = sim.core(0).queues.claims.len();
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    core.handle_timeout(now);
+    assert_eq!(core.queues.claims.len() - before, TIMERS_PER_TURN);
+    assert!(
+        core.poll_timeout().is_some_and(|t| t <= now.mono),
+        "the rest stay due for the next turn"
+    );
+    sim.turn(0);
+    let starts_before = sim.nodes[0].starts.len();
+    sim.run_for(Duration::from_secs(1));
+    let slot_ms = due.div_euclid(1_000) - due.div_euclid(1_000) % 1_000;
+    let started: HashSet<String> = sim.nodes[0].starts[starts_before..]
+        .iter()
+        .filter(|s| s.slot.timestamp_millis() == slot_ms)
+        .map(|s| s.job.to_string())
+        .collect();
+    assert_eq!(started.len(), 1_000, "every slot of the burst started once");
+}
+
+#[test]
 fn an_idle_instance_sends_nothing_to_the_store() {
     let far = T0_MS + 86_400_000;
     let mut sim = Sim::new(1, vec![job("once", Schedule::At { at_ms: far }, opts())]);
