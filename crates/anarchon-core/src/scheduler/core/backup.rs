@@ -44,6 +44,7 @@ impl Core {
     /// claimed): it is not read run by run, so a backup's cost per heartbeat follows the
     /// runs still unfinished, not every run it learned of since the last poll.
     pub(super) fn watch_tick(&mut self) {
+        self.drop_pending_past_their_window();
         if self.watches.is_empty() {
             self.watch_armed = false;
             return;
@@ -60,6 +61,39 @@ impl Core {
         }
         let every = self.heartbeat_every();
         self.arm_after(every, Timer::Watch);
+    }
+
+    /// Pending watches (a slot someone may still claim, never seen as a run: claims that were
+    /// late, skipped as overlap, or failed with an unknown outcome) whose window is over and
+    /// whose job has a newer slot due end here, without waiting for a sweep to say the run
+    /// does not exist. While the store answers, the sweep ends them the same way (`Missing`
+    /// past the window); while it does not (an outage, a store 100 times slower), every
+    /// failed claim left one such watch per job and slot and they piled up with the length of
+    /// the stall (measured: 230,000 per instance after 2 minutes at 2,000 `every 1s` jobs).
+    /// If such a run does exist (a claim that committed although its answer was lost), the
+    /// job's later slots deal with it: their claim interrupts it once its lease ended, or
+    /// answers `overlap` naming it, which makes the claimer watch it (B-15, B-12). So a job
+    /// keeps at most about `lease / interval + 1` pending watches, whatever the store does.
+    fn drop_pending_past_their_window(&mut self) {
+        let now = self.now_ms();
+        let jobs = &self.jobs;
+        let over: Vec<RunKey> = self
+            .watches
+            .iter()
+            .filter(|(key, w)| {
+                matches!(w.state, WatchState::Pending { until } if until < now)
+                    && jobs
+                        .get(&key.job)
+                        .and_then(|j| j.schedule.newest_due(now))
+                        .is_some_and(|newest| newest > key.slot)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in over {
+            self.watches.remove(&key);
+            self.gave_up.remove(&key);
+            self.written_off.remove(&key);
+        }
     }
 
     /// A sweep (`swept`) or a `runs` read was answered.

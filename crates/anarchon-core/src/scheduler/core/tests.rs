@@ -782,6 +782,39 @@ fn slots_due_together_are_handled_in_turns_of_a_bounded_size_so_answers_are_not_
 }
 
 #[test]
+fn a_store_that_answers_nothing_for_minutes_leaves_a_bounded_number_of_watches() {
+    // Every claim fails with an unknown outcome while the store hangs, and the sweep that
+    // would end their watches fails too: the watches of slots whose window is over must
+    // still end, or they pile up one per job and slot for as long as the stall lasts.
+    let jobs: Vec<Arc<JobDef>> = (0..100)
+        .map(|i| every(&format!("j{i}"), Duration::from_secs(1), opts()))
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(3));
+    sim.store.set_health(StoreHealth::Hanging);
+    let lease_s = sim.timing.lease.as_secs() as usize;
+    let bound = 100 * (lease_s + 3);
+    let mut most = 0;
+    for _ in 0..60 {
+        sim.run_for(Duration::from_secs(5));
+        most = most.max(sim.core(0).watches.len());
+    }
+    assert!(
+        most <= bound,
+        "{most} watches after 5 minutes of a hanging store (bound {bound})"
+    );
+    sim.store.set_health(StoreHealth::Healthy);
+    sim.run_for(Duration::from_secs(20));
+    let started = sim.nodes[0].starts.len();
+    sim.run_for(Duration::from_secs(5));
+    assert!(
+        sim.nodes[0].starts.len() - started >= 5 * 100 - 100,
+        "on time again"
+    );
+}
+
+#[test]
 fn an_idle_instance_sends_nothing_to_the_store() {
     let far = T0_MS + 86_400_000;
     let mut sim = Sim::new(1, vec![job("once", Schedule::At { at_ms: far }, opts())]);
