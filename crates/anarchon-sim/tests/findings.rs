@@ -30,3 +30,18 @@ fn seed_3948_a_handed_over_run_of_a_removed_job_is_continued_when_the_job_return
     cfg.jobs = Some(vec![1, 2, 4, 5]);
     run(&cfg);
 }
+
+/// Long run, seed 21591 on 9 instances (`cargo xtask simulate --seed 21591 --nodes 9 --hours
+/// 1`), shrunk to 7 instances, 4 faults, 4 jobs and 17 s. The first slot of an `every 6s`
+/// job was claimed by one instance only (its clock was behind: the others, started on the
+/// slot, scheduled from the next one); it crashed 8 s later, and its run's lease expired
+/// with nobody watching it, although every other instance swept the job each second and the
+/// sweep listed the run. A sweep now adopts the unfinished runs it lists that the instance
+/// did not know of (`backup.rs`, `watched`), so the run is continued within the bound.
+#[test]
+fn seed_21591_a_run_only_its_crashed_owner_knew_is_taken_over_through_the_sweep() {
+    let mut cfg = SimConfig::new(21591, 7, 0.004722222222222222);
+    cfg.faults = Faults::only(["crash", "skew-within", "skew-beyond", "handler-long"]).unwrap();
+    cfg.jobs = Some(vec![1, 3, 4, 5]);
+    run(&cfg);
+}

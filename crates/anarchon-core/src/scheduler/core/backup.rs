@@ -118,6 +118,21 @@ impl Core {
                 None => self.feed_watch(&key, WatchInput::Missing),
             }
         }
+        if swept {
+            // The sweep lists every unfinished run of the jobs it asked about, also runs this
+            // instance never heard of: a slot that only one instance claimed (its clock was
+            // behind, or it alone caught the slot up) and whose owner then crashed would
+            // otherwise be continued by nobody. Back them up like any lost run. [B-14]
+            for (key, view) in by_key {
+                if !self.watches.contains_key(&key)
+                    && !self.is_here(&key)
+                    && self.jobs.contains_key(&key.job)
+                {
+                    self.watch(key.clone(), Watch::live());
+                    self.feed_watch(&key, WatchInput::Seen(view));
+                }
+            }
+        }
     }
 
     /// Feeds a watched run's machine and carries out its effects.
