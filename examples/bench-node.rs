@@ -32,10 +32,11 @@
 //!   fixed 4096 (the counts may lag at 10,000 jobs: `lagged=`). Prints `BASE rss_kb=` (store
 //!   connected, scheduler built, log buffer touched, no job yet), `REGISTERED rss_kb= ms=`
 //!   (jobs registered, not started; registration time), `READY pid= t= rss_kb= start_ms=`
-//!   (`start()` time), then every second `SAMPLE t= rss_kb= ticks= held= late= calls=` (its
-//!   own VmRSS, utime + stime, the most runs held under a lease at any 10 ms reading of the
-//!   second, slots reported late, the most store calls in flight at once in the second:
-//!   made and not yet answered or given up), and after the stop
+//!   (`start()` time), then every second `SAMPLE t= rss_kb= ticks= held= late= calls=
+//!   watched=` (its own VmRSS, utime + stime, the most runs held under a lease at any 10 ms
+//!   reading of the second, slots reported late, the most store calls in flight at once in
+//!   the second: made and not yet answered or given up, and the runs it backs up now,
+//!   `health().runs_watched`), and after the stop
 //!   `GRID jobs= off_grid=` (jobs whose next slot is not on the grid the judge assumes),
 //!   `COUNTS ...` (events by kind, skips by reason, store errors by operation, lagged events,
 //!   `health().slots_late`) and `EXIT`.
@@ -538,12 +539,13 @@ async fn run(args: &Args) -> Result<()> {
                 if Instant::now() >= next {
                     next += Duration::from_secs(1);
                     say(format_args!(
-                        "SAMPLE t={} rss_kb={} ticks={} held={held} late={} calls={}",
+                        "SAMPLE t={} rss_kb={} ticks={} held={held} late={} calls={} watched={}",
                         now_us() / 1000,
                         rss_kb(),
                         cpu_ticks(),
                         health.slots_late,
-                        calls.take_peak()
+                        calls.take_peak(),
+                        health.runs_watched
                     ));
                     held = 0;
                 }

@@ -256,7 +256,7 @@ impl Judged {
              times slower) for slots {:.0} s to {:.0} s of the window; by phase and by 30 s of \
              the window (nodes {}; late = slots the nodes reported late, `health().slots_late`; \
              store calls in flight = made by the scheduler and not yet answered or given up, \
-             the most at once):\n",
+             the most at once; runs backed up = `health().runs_watched`):\n",
             w.factor,
             w.factor,
             (w.from_ms - window.first_ms) as f64 / 1000.0,
@@ -265,9 +265,9 @@ impl Judged {
         );
         let _ = writeln!(
             out,
-            "| phase | slots | within their second | late | missed | duplicates | lag p50 / p99 | RSS MiB max | runs in flight (max) | store calls in flight (max) | CPU |"
+            "| phase | slots | within their second | late | missed | duplicates | lag p50 / p99 | RSS MiB max | runs in flight (max) | store calls in flight (max) | runs backed up (max) | CPU |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for row in self.phases.iter().chain(&self.stretches) {
             let s = &row.slots;
             let per_node = |f: &dyn Fn(&NodeStretch) -> String| {
@@ -279,7 +279,7 @@ impl Judged {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 row.label,
                 super::scale::grouped(s.slots),
                 if s.slots == 0 {
@@ -297,6 +297,7 @@ impl Judged {
                 per_node(&|n| format!("{:.1}", n.rss_max_kb as f64 / 1024.0)),
                 per_node(&|n| super::scale::grouped(n.held_max)),
                 per_node(&|n| n.calls_max.to_string()),
+                per_node(&|n| super::scale::grouped(n.watched_max)),
                 per_node(&|n| format!("{:.0} %", n.cores * 100.0)),
             );
         }
@@ -370,6 +371,7 @@ impl Judged {
                             "rss_max_kb": n.rss_max_kb,
                             "runs_in_flight_max": n.held_max,
                             "calls_in_flight_max": n.calls_max,
+                            "runs_backed_up_max": n.watched_max,
                             "cores": n.cores,
                         }))).collect::<Vec<_>>(),
                     })
@@ -519,6 +521,7 @@ mod tests {
                 held: 1,
                 late: if s >= 30 { 4 } else { 0 },
                 calls: if (20..40).contains(&s) { 12 } else { 2 },
+                watched: 0,
             })
             .collect();
         let judged = judge(slow, &starts, window(10, 79), &[&samples], 100.0);

@@ -415,6 +415,9 @@ pub(crate) struct Sample {
     /// The most store calls in flight at once in the second (0 from a node that does not
     /// report them).
     pub(crate) calls: u64,
+    /// Runs the node backs up at the reading (`health().runs_watched`; 0 from a node that
+    /// does not report them).
+    pub(crate) watched: u64,
 }
 
 /// The value of `key=` in a `TAG key=value ...` line.
@@ -435,6 +438,7 @@ pub(crate) fn parse_sample(line: &str) -> Option<Sample> {
         held: word(rest, "held")?,
         late: word(rest, "late")?,
         calls: word(rest, "calls").unwrap_or(0),
+        watched: word(rest, "watched").unwrap_or(0),
     })
 }
 
@@ -470,6 +474,8 @@ pub(crate) struct NodeStretch {
     pub(crate) late: u64,
     /// The most store calls in flight at once.
     pub(crate) calls_max: u64,
+    /// The most runs backed up at a reading.
+    pub(crate) watched_max: u64,
 }
 
 /// A node's readings in `from_ms..=to_ms`, CPU from the last reading before the stretch (or
@@ -503,6 +509,7 @@ pub(crate) fn node_stretch(
         held_max: inside.iter().map(|s| s.held).max().unwrap_or(0),
         late: last.late.saturating_sub(before.late),
         calls_max: inside.iter().map(|s| s.calls).max().unwrap_or(0),
+        watched_max: inside.iter().map(|s| s.watched).max().unwrap_or(0),
     })
 }
 
@@ -766,13 +773,14 @@ mod tests {
                 ticks: 10,
                 held: 3,
                 late: 0,
-                calls: 0
+                calls: 0,
+                watched: 0
             })
         );
         assert_eq!(
-            parse_sample("SAMPLE t=1000 rss_kb=2048 ticks=10 held=3 late=0 calls=4")
-                .map(|s| s.calls),
-            Some(4)
+            parse_sample("SAMPLE t=1000 rss_kb=2048 ticks=10 held=3 late=0 calls=4 watched=5")
+                .map(|s| (s.calls, s.watched)),
+            Some((4, 5))
         );
         assert_eq!(parse_sample("READY pid=1 t=5"), None);
         assert_eq!(parse_sample("SAMPLE t=1000 rss_kb=x"), None);
@@ -785,6 +793,7 @@ mod tests {
                 held: if i == 4 { 7 } else { 1 },
                 late: if i >= 8 { 2 } else { 0 },
                 calls: if i == 5 { 9 } else { 1 },
+                watched: 0,
             })
             .collect();
         // 100 ticks/s; the stretch 3-8 s counts from the reading before it (2 s), so the
