@@ -6,6 +6,7 @@
 //! ```text
 //! bench-node run     --store SPEC --jobs N --id ID --log FILE [--workload every1s|tenants|tenants-cron]
 //!                    [--history-size H] [--cron EXPR --grid-ms P]
+//!                    [--slow-factor F --slow-from-ms A --slow-until-ms B]
 //! bench-node ceiling --store SPEC --callers K --seconds S
 //! bench-node floor   --store SPEC --log FILE
 //! bench-node clean   --store SPEC
@@ -21,15 +22,21 @@
 //!   with offsets `j * 60 s / N` spread over the minute; `tenants-cron` N cron jobs
 //!   `c000000..` (`--cron`, default `*/5 * * * *`) cycling through 16 IANA timezones
 //!   (`--grid-ms`: the UTC grid of its slots, checked in `GRID`).
-//!   `--history-size` sets every job's `history_size` (else the default). Each handler start
+//!   `--history-size` sets every job's `history_size` (else the default). The store is
+//!   wrapped in the bench's slowed store (`bench-node/slow.rs`): with `--slow-factor F`
+//!   every store call made while the host clock reads from epoch ms A until B takes its
+//!   turn at one lock of the node and answers F times slower; otherwise calls pass
+//!   through. Each handler start
 //!   appends `<job> <slot ms> <start µs> <attempt> <id>` to FILE through a fixed 256 KiB
 //!   buffer touched before `BASE` (flushed after SIGTERM/SIGINT); the event buffer is a
 //!   fixed 4096 (the counts may lag at 10,000 jobs: `lagged=`). Prints `BASE rss_kb=` (store
 //!   connected, scheduler built, log buffer touched, no job yet), `REGISTERED rss_kb= ms=`
 //!   (jobs registered, not started; registration time), `READY pid= t= rss_kb= start_ms=`
-//!   (`start()` time), then every second `SAMPLE t= rss_kb= ticks= held= late=` (its own
-//!   VmRSS, utime + stime, the most runs held under a lease at any 10 ms reading of the
-//!   second, slots reported late), and after the stop
+//!   (`start()` time), then every second `SAMPLE t= rss_kb= ticks= held= late= calls=
+//!   watched=` (its own VmRSS, utime + stime, the most runs held under a lease at any 10 ms
+//!   reading of the second, slots reported late, the most store calls in flight at once in
+//!   the second: made and not yet answered or given up, and the runs it backs up now,
+//!   `health().runs_watched`), and after the stop
 //!   `GRID jobs= off_grid=` (jobs whose next slot is not on the grid the judge assumes),
 //!   `COUNTS ...` (events by kind, skips by reason, store errors by operation, lagged events,
 //!   `health().slots_late`) and `EXIT`.
@@ -64,6 +71,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anarchon::{Event, Leased, Scheduler, SchedulerBuilder, SkipReason};
 use anyhow::{Context, Result, bail};
+
+#[path = "bench-node/slow.rs"]
+mod slow;
+use slow::{CallsInFlight, SlowStore, Slowdown};
 
 const BATCH: usize = 256;
 
@@ -115,6 +126,16 @@ impl Spec {
     }
 
     async fn builder(&self) -> Result<SchedulerBuilder<Leased>> {
+        self.slowed_builder(Slowdown::NONE, Arc::default()).await
+    }
+
+    /// The scheduler on this store wrapped in a [`SlowStore`]: slowed by `slowdown`, its
+    /// calls in flight counted in `calls`.
+    async fn slowed_builder(
+        &self,
+        slowdown: Slowdown,
+        calls: Arc<CallsInFlight>,
+    ) -> Result<SchedulerBuilder<Leased>> {
         use anarchon::any::{self, AnyOptions};
         let options = match self.kind.as_str() {
             "sqlite" => AnyOptions::default(),
@@ -128,7 +149,9 @@ impl Spec {
             _ => self.target.clone(),
         };
         let store = any::open_with(&url, options).await?.into_lease()?;
-        Ok(Scheduler::leased_shared(store))
+        Ok(Scheduler::leased_shared(Arc::new(SlowStore::new(
+            store, slowdown, calls,
+        ))))
     }
 }
 
@@ -151,6 +174,25 @@ impl Args {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
             .with_context(|| format!("--{name} is missing"))
+    }
+    /// `--slow-factor F --slow-from-ms A --slow-until-ms B`, all three or none.
+    fn slowdown(&self) -> Result<Slowdown> {
+        if self.get("slow-factor").is_err() {
+            return Ok(Slowdown::NONE);
+        }
+        let factor = u32::try_from(self.num("slow-factor")?)
+            .ok()
+            .filter(|f| *f >= 1)
+            .context("--slow-factor: expected a whole number from 1")?;
+        let (from_ms, until_ms) = (self.num("slow-from-ms")?, self.num("slow-until-ms")?);
+        if until_ms <= from_ms {
+            bail!("--slow-until-ms {until_ms} is not after --slow-from-ms {from_ms}");
+        }
+        Ok(Slowdown {
+            factor,
+            from_ms: from_ms as i64,
+            until_ms: until_ms as i64,
+        })
     }
     fn num(&self, name: &str) -> Result<u64> {
         let v = self.get(name)?;
@@ -422,8 +464,10 @@ async fn run(args: &Args) -> Result<()> {
     // A fixed event buffer (the counts below may lag behind at 10,000 jobs; `lagged=` says
     // how many they missed): one of jobs * 8 filled 10 MiB at 10,000 jobs, the bench's own
     // memory inside the node's RSS per job.
+    let slowdown = args.slowdown()?;
+    let calls = Arc::new(CallsInFlight::default());
     let scheduler = spec
-        .builder()
+        .slowed_builder(slowdown, calls.clone())
         .await?
         .instance_id(&id)
         .jitter(Duration::ZERO)
@@ -495,11 +539,13 @@ async fn run(args: &Args) -> Result<()> {
                 if Instant::now() >= next {
                     next += Duration::from_secs(1);
                     say(format_args!(
-                        "SAMPLE t={} rss_kb={} ticks={} held={held} late={}",
+                        "SAMPLE t={} rss_kb={} ticks={} held={held} late={} calls={} watched={}",
                         now_us() / 1000,
                         rss_kb(),
                         cpu_ticks(),
-                        health.slots_late
+                        health.slots_late,
+                        calls.take_peak(),
+                        health.runs_watched
                     ));
                     held = 0;
                 }

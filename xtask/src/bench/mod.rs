@@ -12,6 +12,7 @@ mod node;
 mod precision;
 mod scale;
 mod session;
+mod slow;
 mod stats;
 
 use std::process::ExitCode;

@@ -126,6 +126,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
             floor: kind.has_raw_client(),
             node_args: Vec::new(),
             baseline_seconds: 0,
+            slow: None,
         })?;
         let stats = slot_stats(
             &session.starts,

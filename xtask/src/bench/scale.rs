@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::node::{self, RunDir, StoreKind};
 use super::session::{self, Cleanup, Plan, Session};
+use super::slow::{self, Slow};
 use super::stats::{
     CallRate, Grid, MinuteStats, NodeStretch, SlotStats, Window, call_rate, minute_stats,
     node_stretch, slot_stats,
@@ -19,7 +20,7 @@ use super::stats::{
 const USAGE: &str = "bench scale --store redis|postgres|sqlite|libsql \
                      [--workload every1s|tenants|tenants-cron] [--jobs N] [--instances K] \
                      [--seconds S] [--history-size H] [--cron EXPR] [--ceiling-seconds C] \
-                     [--json] [--keep]";
+                     [--slow F [--slow-from S] [--slow-for D]] [--json] [--keep]";
 
 /// Seconds of the store's call counters read before the nodes start (the same-run
 /// baseline of a shared server's calls).
@@ -109,6 +110,8 @@ pub(crate) struct ScaleArgs {
     /// The tenants-cron jobs' slot period (the UTC grid every zone shares), in ms.
     pub(crate) cron_period_ms: i64,
     pub(crate) ceiling_seconds: u64,
+    /// The store slowed for a while (`--slow`), else `None`.
+    pub(crate) slow: Option<Slow>,
     pub(crate) json: bool,
     pub(crate) keep: bool,
 }
@@ -209,6 +212,19 @@ pub(crate) struct Opts {
     /// How long the store's ceiling is measured.
     #[arg(long, value_name = "C", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     ceiling_seconds: u64,
+    /// Make every node's store FACTOR times slower (2 to 1000) for a while: each store
+    /// call takes its turn at one lock of the node and answers after FACTOR x its own
+    /// duration. The run is then also judged by phase (before, slowed, after) and by 30 s.
+    #[arg(long, value_name = "FACTOR", value_parser = clap::value_parser!(u32).range(2..=1000))]
+    slow: Option<u32>,
+    /// Seconds after the nodes were spawned when the slowdown begins (default 60; with
+    /// --slow only).
+    #[arg(long, value_name = "S")]
+    slow_from: Option<u64>,
+    /// Seconds the slowdown lasts (default 120; with --slow only); the run must last 30 s
+    /// more to see the recovery.
+    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u64).range(1..))]
+    slow_for: Option<u64>,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -241,6 +257,7 @@ impl Opts {
                 "bench scale: --seconds {seconds} is too short: 3 s of margin are not judged; use 5 or more"
             );
         }
+        let slow = Slow::check(self.slow, self.slow_from, self.slow_for, seconds)?;
         Ok(ScaleArgs {
             store,
             workload,
@@ -253,6 +270,7 @@ impl Opts {
             cron,
             cron_period_ms,
             ceiling_seconds: self.ceiling_seconds,
+            slow,
             json: self.json,
             keep: self.keep,
         })
@@ -342,6 +360,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         floor: false,
         node_args: args.node_args(),
         baseline_seconds: BASELINE_SECONDS,
+        slow: args.slow,
     })?;
     let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
     let report = Report::of(&args, &session, window, ceiling, load_before);
@@ -490,6 +509,8 @@ struct Report<'a> {
     idle_cores: Option<(f64, f64)>,
     ceiling: Option<Ceiling>,
     load_before: String,
+    /// The run judged by phase, when the store was slowed.
+    slowed: Option<slow::Judged>,
 }
 
 impl<'a> Report<'a> {
@@ -537,7 +558,13 @@ impl<'a> Report<'a> {
                 )
             })
         };
+        let slowed = session.slow.map(|w| {
+            let samples: Vec<&[super::stats::Sample]> =
+                session.nodes.iter().map(|n| n.samples.as_slice()).collect();
+            slow::judge(w, &session.starts, window, &samples, tps)
+        });
         Report {
+            slowed,
             args,
             session,
             window,
@@ -731,6 +758,9 @@ impl<'a> Report<'a> {
                 per_node(&|n| grouped(n.late)),
                 m.load.map_or("?".to_owned(), |l| format!("{l:.2}")),
             );
+        }
+        if let Some(slowed) = &self.slowed {
+            out.push_str(&slowed.text(&self.window, &names));
         }
         let registered = mean(
             session
@@ -1010,6 +1040,7 @@ impl<'a> Report<'a> {
                 (n.rss_registered as f64 - n.rss_base as f64) / f64::from(args.jobs)
             })),
             "minutes": self.minutes_json(),
+            "slow": self.slowed.as_ref().map(|s| s.json()),
             "store_calls": store_calls,
             "node_cores_idle": self.idle_cores.map(|(c, _)| c),
             "instances_detail": instances_detail,
@@ -1041,6 +1072,7 @@ mod tests {
                 cron: DEFAULT_CRON.to_owned(),
                 cron_period_ms: 300_000,
                 ceiling_seconds: 5,
+                slow: None,
                 json: false,
                 keep: false
             }
@@ -1134,6 +1166,33 @@ mod tests {
     }
 
     #[test]
+    fn slow_options_reach_the_run() {
+        let a = parse_args(&args(&[
+            "--store",
+            "sqlite",
+            "--jobs",
+            "2000",
+            "--seconds",
+            "300",
+            "--slow",
+            "100",
+            "--slow-for",
+            "90",
+        ]))
+        .unwrap();
+        assert_eq!(
+            a.slow,
+            Some(Slow {
+                factor: 100,
+                from_s: 60,
+                for_s: 90
+            })
+        );
+        // The window goes to the nodes through the session, not the workload's arguments.
+        assert!(a.node_args().iter().all(|a| !a.starts_with("--slow")));
+    }
+
+    #[test]
     fn cron_periods_are_those_every_zone_shares() {
         assert_eq!(cron_period_ms("*/5 * * * *").unwrap(), 300_000);
         assert_eq!(cron_period_ms("* * * * *").unwrap(), 60_000);
@@ -1172,6 +1231,19 @@ mod tests {
             (vec!["--store", "redis", "--seconds"], "'--seconds <S>'"),
             (vec!["--store", "redis", "--seconds", "3"], "too short"),
             (vec!["--store", "redis", "--fast"], "--fast"),
+            (vec!["--store", "redis", "--slow", "1"], "--slow <FACTOR>"),
+            (
+                vec!["--store", "redis", "--slow", "10x"],
+                "'10x' for '--slow",
+            ),
+            (
+                vec!["--store", "redis", "--slow-from", "60"],
+                "--slow-from 60 applies with --slow FACTOR only",
+            ),
+            (
+                vec!["--store", "redis", "--slow", "10", "--seconds", "200"],
+                "raise --seconds to 210",
+            ),
             (vec!["--store", "redis", "--workload", "daily"], "daily"),
             (
                 vec!["--store", "redis", "--history-size", "0"],

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::node::{self, Node, RunDir, StoreKind};
+use super::slow::{Slow, SlowWindow};
 use super::stats::{self, Counter, Sample, Start};
 
 /// What one node did.
@@ -69,6 +70,8 @@ pub(crate) struct Session {
     pub(crate) ticks_per_second: f64,
     /// The 1-minute load average every 10 s of the measured stretch (host clock ms, load).
     pub(crate) loads: Vec<(i64, f64)>,
+    /// When the nodes' store was slowed, on the host clock.
+    pub(crate) slow: Option<SlowWindow>,
 }
 
 /// What to run.
@@ -85,6 +88,8 @@ pub(crate) struct Plan<'a> {
     pub(crate) node_args: Vec<String>,
     /// Seconds of the store's call counters read before the nodes start (0: no counters).
     pub(crate) baseline_seconds: u64,
+    /// Slow the nodes' store, counted from their spawn.
+    pub(crate) slow: Option<Slow>,
 }
 
 /// Starts the nodes, waits until all are ready, measures for `seconds`, stops them with
@@ -122,6 +127,7 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         counters = Some(probe);
     }
     let spawned_ms = node::now_ms();
+    let slow = plan.slow.map(|s| s.window(spawned_ms));
     let mut nodes = Vec::new();
     for i in 1..=plan.instances {
         let name = format!("n{i}");
@@ -135,6 +141,9 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
             path_arg(&plan.dir.file(&format!("{name}.log"))),
         ]);
         args.extend(plan.node_args.iter().cloned());
+        if let Some(w) = &slow {
+            args.extend(w.node_args());
+        }
         nodes.push(Node::spawn(
             &name,
             plan.bin,
@@ -274,6 +283,7 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         spawned_ms,
         ticks_per_second: tps,
         loads,
+        slow,
     })
 }
 

@@ -198,11 +198,6 @@ impl Window {
         (from, (from + 59_999).min(self.last_ms))
     }
 
-    /// The minute of the window a slot falls in.
-    pub(crate) fn minute_of(&self, slot_ms: i64) -> usize {
-        ((slot_ms - self.first_ms).max(0) / 60_000) as usize
-    }
-
     fn contains(&self, start: &Start) -> bool {
         start.slot_ms >= self.first_ms
             && start.slot_ms <= self.last_ms
@@ -362,18 +357,34 @@ pub(crate) fn slot_stats(starts: &[Start], window: Window) -> SlotStats {
 /// Judges the starts of all nodes minute by minute of the window (by the minute of each
 /// slot, counted from the window's first slot; the last minute may be partial).
 pub(crate) fn minute_stats(starts: &[Start], window: Window) -> Vec<MinuteStats> {
+    let ranges: Vec<(i64, i64)> = (0..window.minutes())
+        .map(|m| window.minute_range(m))
+        .collect();
+    stretch_stats(starts, window, &ranges)
+}
+
+/// Judges the starts of all nodes on stretches of the window: `ranges` of slot times
+/// (`from_ms..=to_ms`, ascending, not overlapping); slots of the window outside every range
+/// are left out. The `minute` of each result is the range's index.
+pub(crate) fn stretch_stats(
+    starts: &[Start],
+    window: Window,
+    ranges: &[(i64, i64)],
+) -> Vec<MinuteStats> {
     let c = collect(starts, window);
-    let mut by_minute: Vec<Vec<(i64, &Judged)>> = vec![Vec::new(); window.minutes()];
+    let mut by_range: Vec<Vec<(i64, &Judged)>> = vec![Vec::new(); ranges.len()];
     for ((_, slot_ms), slot) in &c.slots {
-        if let Some(bucket) = by_minute.get_mut(window.minute_of(*slot_ms)) {
-            bucket.push((*slot_ms, slot));
+        // The last range starting at or before the slot, if the slot is inside it.
+        let i = ranges.partition_point(|(from, _)| *from <= *slot_ms);
+        if i > 0 && *slot_ms <= ranges[i - 1].1 {
+            by_range[i - 1].push((*slot_ms, slot));
         }
     }
-    by_minute
+    by_range
         .into_iter()
         .enumerate()
         .map(|(minute, slots)| {
-            let (from_ms, to_ms) = window.minute_range(minute);
+            let (from_ms, to_ms) = ranges[minute];
             let total = window.grid.slots_between(from_ms, to_ms);
             let (lags, started, within_second, duplicates) = tally(slots.into_iter());
             MinuteStats {
@@ -401,6 +412,12 @@ pub(crate) struct Sample {
     pub(crate) held: u64,
     /// Slots reported late so far.
     pub(crate) late: u64,
+    /// The most store calls in flight at once in the second (0 from a node that does not
+    /// report them).
+    pub(crate) calls: u64,
+    /// Runs the node backs up at the reading (`health().runs_watched`; 0 from a node that
+    /// does not report them).
+    pub(crate) watched: u64,
 }
 
 /// The value of `key=` in a `TAG key=value ...` line.
@@ -420,6 +437,8 @@ pub(crate) fn parse_sample(line: &str) -> Option<Sample> {
         ticks: word(rest, "ticks")?,
         held: word(rest, "held")?,
         late: word(rest, "late")?,
+        calls: word(rest, "calls").unwrap_or(0),
+        watched: word(rest, "watched").unwrap_or(0),
     })
 }
 
@@ -453,6 +472,10 @@ pub(crate) struct NodeStretch {
     pub(crate) cores: f64,
     pub(crate) held_max: u64,
     pub(crate) late: u64,
+    /// The most store calls in flight at once.
+    pub(crate) calls_max: u64,
+    /// The most runs backed up at a reading.
+    pub(crate) watched_max: u64,
 }
 
 /// A node's readings in `from_ms..=to_ms`, CPU from the last reading before the stretch (or
@@ -485,6 +508,8 @@ pub(crate) fn node_stretch(
         },
         held_max: inside.iter().map(|s| s.held).max().unwrap_or(0),
         late: last.late.saturating_sub(before.late),
+        calls_max: inside.iter().map(|s| s.calls).max().unwrap_or(0),
+        watched_max: inside.iter().map(|s| s.watched).max().unwrap_or(0),
     })
 }
 
@@ -701,6 +726,44 @@ mod tests {
     }
 
     #[test]
+    fn stretches_judge_their_own_slots_and_leave_the_gaps_out() {
+        // Two every-1s jobs, window 10 s ..= 39 s; slots 20-24 s late, 25 s missed.
+        let window = Window {
+            grid: Grid::every_second(2),
+            first_ms: 10_000,
+            last_ms: 39_000,
+        };
+        let mut log = String::new();
+        for s in 10..=39 {
+            for job in 0..2 {
+                match s {
+                    20..=24 => log += &line(job, s * 1000, 1_500_000, 1, "n1"),
+                    25 => {}
+                    _ => log += &line(job, s * 1000, 2_000, 1, "n2"),
+                }
+            }
+        }
+        log += &line(1, 30_000, 4_000, 1, "n1");
+        let (starts, _) = parse_log(&log);
+        let ranges = [(10_000, 19_999), (20_000, 25_999), (30_000, 30_999)];
+        let r = stretch_stats(&starts, window, &ranges);
+        let row = |m: &MinuteStats| {
+            (
+                m.minute,
+                m.slots,
+                m.started,
+                m.within_second,
+                m.missed,
+                m.duplicates,
+            )
+        };
+        assert_eq!(row(&r[0]), (0, 20, 20, 20, 0, 0));
+        assert_eq!(row(&r[1]), (1, 12, 10, 0, 2, 0));
+        assert_eq!(row(&r[2]), (2, 2, 2, 2, 0, 1));
+        assert_eq!(r[1].lag_ms.unwrap().p50, 1500.0);
+    }
+
+    #[test]
     fn node_readings_parse_and_read_per_stretch() {
         assert_eq!(
             parse_sample("SAMPLE t=1000 rss_kb=2048 ticks=10 held=3 late=0"),
@@ -709,8 +772,15 @@ mod tests {
                 rss_kb: 2048,
                 ticks: 10,
                 held: 3,
-                late: 0
+                late: 0,
+                calls: 0,
+                watched: 0
             })
+        );
+        assert_eq!(
+            parse_sample("SAMPLE t=1000 rss_kb=2048 ticks=10 held=3 late=0 calls=4 watched=5")
+                .map(|s| (s.calls, s.watched)),
+            Some((4, 5))
         );
         assert_eq!(parse_sample("READY pid=1 t=5"), None);
         assert_eq!(parse_sample("SAMPLE t=1000 rss_kb=x"), None);
@@ -722,14 +792,16 @@ mod tests {
                 ticks: (i as u64) * 50 + if i >= 3 { 100 } else { 0 },
                 held: if i == 4 { 7 } else { 1 },
                 late: if i >= 8 { 2 } else { 0 },
+                calls: if i == 5 { 9 } else { 1 },
+                watched: 0,
             })
             .collect();
         // 100 ticks/s; the stretch 3-8 s counts from the reading before it (2 s), so the
         // burst that ended at 3 s is in it: 400 ticks over 6 s.
         let s = node_stretch(&samples, 3_000, 8_000, 100.0).unwrap();
         assert_eq!(
-            (s.rss_end_kb, s.rss_max_kb, s.held_max, s.late),
-            (1080, 1080, 7, 2)
+            (s.rss_end_kb, s.rss_max_kb, s.held_max, s.late, s.calls_max),
+            (1080, 1080, 7, 2, 9)
         );
         assert!((s.cores - 4.0 / 6.0).abs() < 1e-9, "{}", s.cores);
         // From the first reading on, nothing before it: 350 ticks over 5 s.
