@@ -127,7 +127,10 @@ fn http_api_example_serves_jobs_history_health_and_run_now() {
         if let Some(run) = done {
             break run;
         }
-        assert!(Instant::now() < deadline, "no finished cleanup run: {history}");
+        assert!(
+            Instant::now() < deadline,
+            "no finished cleanup run: {history}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(finished["status"], "failed", "{finished}");
