@@ -28,8 +28,9 @@ fn claim(job: &JobName, slot: EpochMs, instance: &str, now: EpochMs) -> LeaseCla
     }
 }
 
-/// `EVALSHA` calls a single server has run so far (`INFO commandstats`); `None` on a cluster.
-async fn evalsha_calls(url: &str) -> Option<u64> {
+/// Calls of `command` a single server has run so far (`INFO commandstats`, scripts' own
+/// commands included); `None` on a cluster, whose counters are per node.
+async fn command_calls(url: &str, command: &str) -> Option<u64> {
     let config = Config::from_url(url).expect("url");
     let client = Builder::from_config(config).build().expect("client");
     client.init().await.expect("connect");
@@ -42,29 +43,18 @@ async fn evalsha_calls(url: &str) -> Option<u64> {
         .await
         .expect("info");
     let _ = client.quit().await;
+    let prefix = format!("cmdstat_{command}:calls=");
     Some(
         info.lines()
-            .filter_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .filter_map(|line| line.strip_prefix(prefix.as_str()))
             .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
             .sum(),
     )
 }
 
-/// Calls of one command a single server has run so far, scripts' own included.
-async fn command_calls(url: &str, command: &str) -> u64 {
-    let config = Config::from_url(url).expect("url");
-    let client = Builder::from_config(config).build().expect("client");
-    client.init().await.expect("connect");
-    let info: String = client
-        .info(Some(InfoKind::CommandStats))
-        .await
-        .expect("info");
-    let _ = client.quit().await;
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .filter_map(|line| line.strip_prefix(prefix.as_str()))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+/// `EVALSHA` calls a single server has run so far; `None` on a cluster.
+async fn evalsha_calls(url: &str) -> Option<u64> {
+    command_calls(url, "evalsha").await
 }
 
 /// The two instances that lose a slot stop at one read (`HLEN` of the run hash): they do not
@@ -95,19 +85,20 @@ async fn b11_a_lost_claim_stops_at_one_read_of_the_run() {
     for o in store.claim_many(&claims).await.unwrap() {
         assert!(matches!(o, ClaimOutcome::Won(_)), "{o:?}");
     }
-    let ranges = command_calls(&url, "zrangebyscore").await;
-    let reads = command_calls(&url, "hmget").await;
+    let single = "a private single server";
+    let ranges = command_calls(&url, "zrangebyscore").await.expect(single);
+    let reads = command_calls(&url, "hmget").await.expect(single);
     for c in &mut claims {
         c.instance_id = "b".into();
     }
     let lost = store.claim_many(&claims).await.unwrap();
     assert!(lost.iter().all(|o| *o == ClaimOutcome::Taken), "{lost:?}");
     assert_eq!(
-        command_calls(&url, "zrangebyscore").await - ranges,
+        command_calls(&url, "zrangebyscore").await.expect(single) - ranges,
         0,
         "a lost claim read the job's live runs"
     );
-    assert_eq!(command_calls(&url, "hmget").await - reads, 0);
+    assert_eq!(command_calls(&url, "hmget").await.expect(single) - reads, 0);
 }
 
 async fn one_round_trip_per_batch(var: &str) {
