@@ -696,7 +696,7 @@ fn overload_is_shed_as_late_with_bounded_claims_in_flight_and_recovers() {
 }
 
 #[test]
-fn instances_send_the_claims_that_fall_due_together_in_orders_of_their_own() {
+fn b11_instances_send_the_claims_that_fall_due_together_in_orders_of_their_own() {
     // 600 jobs due in the same millisecond, one batch of 64 claims in flight per instance:
     // in one shared order every instance's k-th batch would race its twins and the first
     // instance to reach the store would win every slot (the others holding the store's lock
@@ -743,7 +743,7 @@ fn instances_send_the_claims_that_fall_due_together_in_orders_of_their_own() {
 }
 
 #[test]
-fn slots_due_together_are_handled_in_turns_of_a_bounded_size_so_answers_are_not_held_back() {
+fn b10_slots_due_together_are_handled_in_turns_of_a_bounded_size_so_answers_are_not_held_back() {
     // 1,000 jobs due in the same millisecond: one turn handles TIMERS_PER_TURN of their
     // timers and leaves the rest due, so the first claims leave (and their answers are
     // handled) before the last timer of the burst; every slot still starts once.
@@ -782,7 +782,7 @@ fn slots_due_together_are_handled_in_turns_of_a_bounded_size_so_answers_are_not_
 }
 
 #[test]
-fn a_store_that_answers_nothing_for_minutes_leaves_a_bounded_number_of_watches() {
+fn b14_a_store_that_answers_nothing_for_minutes_leaves_a_bounded_number_of_watches() {
     // Every claim fails with an unknown outcome while the store hangs, and the sweep that
     // would end their watches fails too: the watches of slots whose window is over must
     // still end, or they pile up one per job and slot for as long as the stall lasts.
