@@ -27,6 +27,10 @@ pub(crate) struct Slow {
     pub(crate) for_s: u64,
 }
 
+/// `--slow-from` and `--slow-for` at most (a week): beyond it the window's epoch times could
+/// overflow, and no bench run lasts that long.
+const MAX_WINDOW_S: u64 = 7 * 86_400;
+
 /// `--slow-from` when not given.
 pub(crate) const DEFAULT_FROM_S: u64 = 60;
 /// `--slow-for` when not given.
@@ -54,6 +58,13 @@ impl Slow {
             from_s: from_s.unwrap_or(DEFAULT_FROM_S),
             for_s: for_s.unwrap_or(DEFAULT_FOR_S),
         };
+        for (name, value) in [("--slow-from", slow.from_s), ("--slow-for", slow.for_s)] {
+            if value > MAX_WINDOW_S {
+                bail!(
+                    "bench scale: {name} {value} is past a week ({MAX_WINDOW_S} s);                      give seconds within the run"
+                );
+            }
+        }
         let end = slow.from_s + slow.for_s;
         if end + AFTER_MIN_S > seconds {
             bail!(
@@ -397,6 +408,12 @@ mod tests {
     #[test]
     fn slow_options_need_the_factor_and_room_for_the_recovery() {
         assert_eq!(Slow::check(None, None, None, 300).unwrap(), None);
+        for (from, for_) in [(u64::MAX, 5), (5, u64::MAX), (u64::MAX, u64::MAX)] {
+            let err = Slow::check(Some(10), Some(from), Some(for_), u64::MAX)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("past a week"), "{err}");
+        }
         assert_eq!(
             Slow::check(Some(10), None, None, 300).unwrap(),
             Some(Slow {
