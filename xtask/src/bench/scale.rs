@@ -95,6 +95,10 @@ impl Workload {
 
 /// The job option `history_size` when not given (the scheduler's default).
 const DEFAULT_HISTORY_SIZE: u32 = 100;
+/// The longest run `--seconds` asks for: a day.
+const MAX_SECONDS: u64 = 86_400;
+/// The longest `--ceiling-seconds`: an hour.
+const MAX_CEILING_SECONDS: u64 = 3_600;
 
 /// The options of `bench scale`.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,7 +201,7 @@ pub(crate) struct Opts {
     /// Scheduler processes (at most 16; default 3, or 5 for the tenants workloads).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=16))]
     instances: Option<u32>,
-    /// How long the jobs run (5 or more: 3 s of margin are not judged). Default: every1s
+    /// How long the jobs run (5 s to a day: 3 s of margin are not judged). Default: every1s
     /// past its pruning point (history size x 1 s) plus 2 minutes, in whole minutes (240 s);
     /// tenants 300 s; tenants-cron 660 s (two `*/5` marks).
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
@@ -209,8 +213,8 @@ pub(crate) struct Opts {
     /// The cron expression of the tenants-cron jobs.
     #[arg(long, value_name = "EXPR")]
     cron: Option<String>,
-    /// How long the store's ceiling is measured.
-    #[arg(long, value_name = "C", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long the store's ceiling is measured (1 to 3600 s).
+    #[arg(long, value_name = "C", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=MAX_CEILING_SECONDS))]
     ceiling_seconds: u64,
     /// Make every node's store FACTOR times slower (2 to 1000) for a while: each store
     /// call takes its turn at one lock of the node and answers after FACTOR x its own
@@ -255,6 +259,13 @@ impl Opts {
         if seconds < 5 {
             bail!(
                 "bench scale: --seconds {seconds} is too short: 3 s of margin are not judged; use 5 or more"
+            );
+        }
+        if seconds > MAX_SECONDS {
+            bail!(
+                "bench scale: --seconds {seconds} is longer than a day ({MAX_SECONDS} s): the \
+                 nodes' start logs (about 40 bytes a slot) are read whole after the run; run a \
+                 day or less"
             );
         }
         let slow = Slow::check(self.slow, self.slow_from, self.slow_for, seconds)?;
@@ -1230,6 +1241,23 @@ mod tests {
             (vec!["--store", "redis", "--jobs", "100001"], "--jobs"),
             (vec!["--store", "redis", "--seconds"], "'--seconds <S>'"),
             (vec!["--store", "redis", "--seconds", "3"], "too short"),
+            (
+                vec!["--store", "redis", "--seconds", "86401"],
+                "longer than a day",
+            ),
+            (
+                vec!["--store", "redis", "--seconds", "18446744073709551615"],
+                "longer than a day",
+            ),
+            (
+                vec![
+                    "--store",
+                    "redis",
+                    "--ceiling-seconds",
+                    "18446744073709551615",
+                ],
+                "--ceiling-seconds",
+            ),
             (vec!["--store", "redis", "--fast"], "--fast"),
             (vec!["--store", "redis", "--slow", "1"], "--slow <FACTOR>"),
             (
