@@ -17,11 +17,11 @@ pub(crate) struct Args {
     /// The store under test (Redis and PostgreSQL on a server the test starts and crashes).
     #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "redis", "postgres"])]
     store: String,
-    /// Scheduler processes.
-    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Scheduler processes (1 to 32).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..=32))]
     instances: u64,
-    /// How long the chaos lasts.
-    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long the chaos lasts (1 s to a day).
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     seconds: u64,
     /// The seed of the plan (the default is fixed, so runs replay); a failure prints it.
     #[arg(long)]
@@ -61,4 +61,49 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         "--nocapture",
     ]);
     Ok(util::exit_code(util::run_visible(&mut command)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    #[command(name = "chaos", no_binary_name = true)]
+    struct One {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(list: &[&str]) -> Result<Args, String> {
+        One::try_parse_from(list)
+            .map(|one| one.args)
+            .map_err(|e| e.render().to_string())
+    }
+
+    #[test]
+    fn chaos_options_parse_with_defaults() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(
+            (a.store.as_str(), a.instances, a.seconds),
+            ("sqlite", 7, 90)
+        );
+        let a = parse(&["--instances", "32", "--seconds", "86400"]).unwrap();
+        assert_eq!((a.instances, a.seconds), (32, 86_400));
+    }
+
+    #[test]
+    fn chaos_options_out_of_range_are_named() {
+        for (bad, named) in [
+            (vec!["--instances", "0"], "--instances"),
+            (vec!["--instances", "33"], "--instances"),
+            (vec!["--instances", "18446744073709551615"], "--instances"),
+            (vec!["--seconds", "0"], "--seconds"),
+            (vec!["--seconds", "86401"], "--seconds"),
+            (vec!["--store", "mysql"], "mysql"),
+        ] {
+            let err = parse(&bad).unwrap_err();
+            assert!(err.contains(named), "{bad:?}: {err}");
+        }
+    }
 }

@@ -45,15 +45,15 @@ pub(crate) struct Opts {
     /// Redis and PostgreSQL where their URL is set.
     #[arg(long, value_delimiter = ',', value_parser = StoreKind::parse)]
     store: Vec<StoreKind>,
-    /// Handovers per store.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Handovers per store (1 to 10,000).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     rounds: u32,
-    /// The job's interval.
-    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// The job's interval (at most an hour).
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     every_ms: u64,
     /// How long a handler runs when nobody stops it (at least 1000, and 1000 below
     /// --every-ms).
-    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     hold_ms: u64,
     /// Keep the run's folders (the nodes' logs).
     #[arg(long)]
@@ -720,6 +720,9 @@ mod tests {
         for (bad, named) in [
             (vec!["--store", "libsql"], "libsql"),
             (vec!["--rounds", "0"], "--rounds"),
+            (vec!["--rounds", "4294967295"], "--rounds"),
+            (vec!["--every-ms", "18446744073709551615"], "--every-ms"),
+            (vec!["--hold-ms", "18446744073709551615"], "--hold-ms"),
             (vec!["--hold-ms", "4500"], "--hold-ms 4500"),
             (vec!["--every-ms"], "'--every-ms <MS>'"),
             (vec!["redis"], "redis"),

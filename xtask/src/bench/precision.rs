@@ -30,8 +30,8 @@ pub(crate) struct Opts {
     /// SQLite, and Redis and PostgreSQL where their URL is set.
     #[arg(long, value_delimiter = ',', value_parser = StoreKind::parse)]
     store: Vec<StoreKind>,
-    /// How long each store runs (5 or more: 3 s of margin are not judged).
-    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long each store runs (5 s to a day: 3 s of margin are not judged).
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     seconds: u64,
     /// Scheduler processes per store (at most 16).
     #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
@@ -299,6 +299,7 @@ mod tests {
             (vec!["--store", "mongo"], "mongo"),
             (vec!["--seconds", "2"], "too short"),
             (vec!["--seconds", "x"], "'x' for '--seconds"),
+            (vec!["--seconds", "18446744073709551615"], "--seconds"),
             (vec!["--instances"], "'--instances <K>'"),
             (vec!["redis"], "redis"),
         ] {
