@@ -45,3 +45,18 @@ fn seed_21591_a_run_only_its_crashed_owner_knew_is_taken_over_through_the_sweep(
     cfg.jobs = Some(vec![1, 3, 4, 5]);
     run(&cfg);
 }
+
+/// Long run, seed 707050 on 9 instances (`cargo xtask simulate --seed 707050 --nodes 9 --hours
+/// 1`), shrunk to 3 instances, 3 faults, 1 job and 10 s. A `*/15 s` cron slot came due between
+/// the instances' starts (clocks apart): the instances that started after it did not claim it
+/// (no catch-up) and did not watch it; the one that started before it claimed it and crashed,
+/// and nobody continued the run before the job's next slot. An instance now backs up the
+/// newest slot due before it scheduled a job while another may still claim it (`slots.rs`,
+/// `back_up_unclaimed_slot`).
+#[test]
+fn seed_707050_a_slot_due_before_a_start_is_backed_up() {
+    let mut cfg = SimConfig::new(707050, 3, 0.002777777777777778);
+    cfg.faults = Faults::only(["crash", "skew-within", "skew-beyond"]).unwrap();
+    cfg.jobs = Some(vec![2]);
+    run(&cfg);
+}

@@ -259,6 +259,11 @@ impl Core {
                             Pending::Adopt,
                             None,
                         );
+                        // Its newest slot, due before it was added here, is not claimed here
+                        // (no catch-up for an added job): back it up while others may claim it.
+                        if let Some(newest) = job.schedule.newest_due(self.now_ms()) {
+                            self.back_up_unclaimed_slot(&job, newest);
+                        }
                     }
                 }
             }
@@ -591,6 +596,9 @@ pub(crate) mod table {
                 } else {
                     crate::options::CatchUp::None
                 },
+                // Without catch-up the core starts 1 s before slot T0, and the slot before it
+                // can no longer be claimed by then: nothing is backed up at the start.
+                max_late: Duration::from_secs(1),
                 ..JobOptions::default()
             },
             handler: Arc::new(|_| Box::pin(async { Ok(()) })),
@@ -598,7 +606,7 @@ pub(crate) mod table {
         });
         let now = Now {
             mono: 0,
-            epoch_us: (T0 + 1) * 1_000,
+            epoch_us: if catch_up { T0 + 1 } else { T0 - 1_000 } * 1_000,
         };
         let cfg = CoreConfig {
             instance_id: "me".into(),
@@ -671,8 +679,8 @@ pub(crate) mod table {
                 for (name, answer) in &answers {
                     let (mut core, mut now) = core(catch_up);
                     if !catch_up {
-                        now.epoch_us = (T0 + 60_000) * 1_000;
-                        now.mono = 60_000_000;
+                        now.epoch_us = T0 * 1_000;
+                        now.mono = 1_000_000;
                         core.handle_timeout(now);
                         core.end_turn(now);
                     }

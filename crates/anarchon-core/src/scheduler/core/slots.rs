@@ -402,11 +402,9 @@ impl Core {
         }
         let now = self.now_ms();
         let window = signed(job.opts.catch_up_ms());
-        if window == 0 {
-            return;
-        }
         let slots: VecDeque<EpochMs> = match job.opts.catch_up {
-            CatchUp::None => return,
+            _ if window == 0 => VecDeque::new(),
+            CatchUp::None => VecDeque::new(),
             CatchUp::Latest => job
                 .schedule
                 .newest_due(now)
@@ -418,9 +416,32 @@ impl Core {
                 .due_between(now.saturating_sub(window).saturating_sub(1), now, max)
                 .into(),
         };
+        let queued = self.catch_up.get(&job.name).unwrap_or(&slots);
+        if let Some(newest) = job.schedule.newest_due(now)
+            && !queued.contains(&newest)
+        {
+            self.back_up_unclaimed_slot(job, newest);
+        }
         if !slots.is_empty() && !self.catch_up.contains_key(&job.name) {
             self.catch_up.insert(job.name.clone(), slots);
             self.advance_catch_up(job);
+        }
+    }
+
+    /// Backs up `slot` of `job`, due before this instance scheduled the job (at start, after
+    /// the store came back, or when the job was added) and not claimed here, for as long as
+    /// another instance may still claim it. Such an instance (its clock behind, or it
+    /// scheduled the job earlier) may be the only one that knows of the run; were it to
+    /// crash, nobody would continue the run before the job's next slot (a day, for a daily
+    /// job). Until the window closes the sweep looks for the run; once seen it is backed up
+    /// like any other. [B-14]
+    pub(super) fn back_up_unclaimed_slot(&mut self, job: &Arc<JobDef>, slot: EpochMs) {
+        if !self.cfg.lease_store {
+            return;
+        }
+        let until = self.claimable_until(job, slot);
+        if until >= self.now_ms() {
+            self.watch(RunKey::new(job.name.clone(), slot), Watch::pending(until));
         }
     }
 

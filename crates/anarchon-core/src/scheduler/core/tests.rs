@@ -1033,6 +1033,108 @@ fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release
     );
 }
 
+/// Simulator seed 707050 (`cargo xtask simulate --seed 707050 --nodes 9`; shrunk to 3
+/// instances, one `*/15 s` cron job and 10 s), reduced: a slot came due between two
+/// instances' starts (their clocks apart by a second). The one that started after it neither
+/// claims it (no catch-up) nor watches it; the one that started before it claims it and
+/// crashes: nobody knew of the run but its owner, and it stayed `running` until the job's next
+/// slot (two minutes here, a day for a daily job). Fixed: an instance backs up the newest slot
+/// due before it scheduled a job, while others may still claim it
+/// (`Core::back_up_unclaimed_slot`).
+#[test]
+fn seed_707050_a_slot_due_before_a_start_is_backed_up_by_the_instance_that_did_not_claim_it() {
+    let o = JobOptions {
+        catch_up: CatchUp::None,
+        ..opts()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(120), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.run_for(Duration::from_millis(500));
+    // Node 1 starts half a second after slot T0 and leaves it; node 0, 1 s behind, claims it.
+    sim.nodes[0].skew_us = -1_000_000;
+    sim.start(1);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(2));
+    assert!(
+        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == T0_MS),
+        "node 0 runs slot T0: {:?}",
+        sim.all_starts()
+    );
+    sim.crash(0);
+    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
+    sim.run_for(bound);
+    assert!(
+        sim.nodes[1]
+            .starts
+            .iter()
+            .any(|s| s.slot_ms() == T0_MS && s.attempt == 2),
+        "the crashed owner's run is taken over within lease + 2 heartbeats: {:?}",
+        sim.all_starts()
+    );
+}
+
+/// The same for a job added while the instances run: the one that added it after its slot
+/// came due backs that slot up (an added job catches nothing up).
+#[test]
+fn b14_a_job_added_after_its_slot_came_due_backs_that_slot_up() {
+    let mut sim = Sim::new(2, vec![]).behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.nodes[0].skew_us = -1_000_000;
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_millis(500));
+    let job = every("j", Duration::from_secs(120), opts());
+    sim.command(0, CoreCommand::Add(job.clone()));
+    sim.command(1, CoreCommand::Add(job));
+    sim.run_for(Duration::from_secs(2));
+    assert!(
+        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == T0_MS),
+        "node 0 runs slot T0: {:?}",
+        sim.all_starts()
+    );
+    sim.crash(0);
+    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
+    sim.run_for(bound);
+    assert!(
+        sim.nodes[1]
+            .starts
+            .iter()
+            .any(|s| s.slot_ms() == T0_MS && s.attempt == 2),
+        "the crashed owner's run is taken over within lease + 2 heartbeats: {:?}",
+        sim.all_starts()
+    );
+}
+
+/// The backup of a slot due before the start lasts while another instance may still claim
+/// the slot (`max_late` plus a lease), not longer: an instance alone keeps no watch after it.
+#[test]
+fn b14_a_slot_due_before_the_start_is_watched_only_while_it_can_still_be_claimed() {
+    let o = JobOptions {
+        catch_up: CatchUp::None,
+        max_late: Duration::from_secs(10),
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(120), o)]);
+    sim.run_for(Duration::from_millis(500));
+    sim.start(0);
+    let watches = |sim: &Sim| {
+        sim.core(0)
+            .tracked()
+            .into_iter()
+            .find(|(what, _)| *what == "watches")
+            .map_or(0, |(_, n)| n)
+    };
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(watches(&sim), 1, "slot T0 is backed up after the start");
+    assert!(
+        sim.all_starts().is_empty(),
+        "and not claimed: {:?}",
+        sim.all_starts()
+    );
+    let window = Duration::from_secs(10) + sim.timing.lease + 2 * sim.timing.heartbeat;
+    sim.run_for(window);
+    assert_eq!(watches(&sim), 0, "the watch ends with the slot's window");
+}
+
 /// Simulator seed 1291 (`cargo xtask simulate --seed 1291`, at 664.8 s), reduced: a process
 /// freezes right after sending a claim, longer than the lease. A backup takes the expired run
 /// over (attempt 2); then the frozen process wakes, reads its `Won` answer and starts attempt 1
