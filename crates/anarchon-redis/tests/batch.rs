@@ -101,6 +101,59 @@ async fn b11_a_lost_claim_stops_at_one_read_of_the_run() {
     assert_eq!(command_calls(&url, "hmget").await.expect(single) - reads, 0);
 }
 
+/// A finish that does not prune reads the run (`HMGET`) and writes it and two indexes: no
+/// `TYPE` read (the writes themselves check their keys); a finish that prunes checks the
+/// indexes it prunes first (3 `TYPE` reads). Counted on a private server.
+#[tokio::test]
+async fn a_finish_that_does_not_prune_makes_no_type_reads() {
+    let Some(server) = anarchon_test_support::OwnRedis::start() else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::connect_with(&url, common::options())
+        .await
+        .expect("store");
+    let jobs: Vec<JobName> = (0..50).map(|_| unique_job("fin")).collect();
+    let t = store.now().await.unwrap();
+    let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
+    let held: Vec<Lease> = store
+        .claim_many(&claims)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            ClaimOutcome::Won(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let done = |size| Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention { size, ttl_ms: None },
+    };
+    let single = "a private single server";
+    let types = command_calls(&url, "type").await.expect(single);
+    // `size` 100 prunes on one finish in 8 fences; these runs have fence 1.
+    let batch: Vec<(Lease, Finish)> = held[..25].iter().map(|l| (l.clone(), done(100))).collect();
+    let out = store.finish_many(&batch).await.unwrap();
+    assert!(out.iter().all(|o| *o == OwnerWrite::Done), "{out:?}");
+    assert_eq!(
+        command_calls(&url, "type").await.expect(single) - types,
+        0,
+        "a finish that does not prune read key types"
+    );
+    // `size` 1 prunes on every finish.
+    let batch: Vec<(Lease, Finish)> = held[25..].iter().map(|l| (l.clone(), done(1))).collect();
+    let types = command_calls(&url, "type").await.expect(single);
+    let out = store.finish_many(&batch).await.unwrap();
+    assert!(out.iter().all(|o| *o == OwnerWrite::Done), "{out:?}");
+    assert_eq!(
+        command_calls(&url, "type").await.expect(single) - types,
+        3 * 25,
+        "a pruning finish checks runs, hist and fin"
+    );
+}
+
 async fn one_round_trip_per_batch(var: &str) {
     let Some(url) = server_url(var) else { return };
     let store = RedisStore::connect_with(

@@ -262,6 +262,57 @@ async fn claim_with_an_index_of_the_wrong_type_writes_no_run() {
     }
 }
 
+/// A key of the wrong type among the job's indexes stops a finish with `Corrupt` naming it,
+/// and the finish writes nothing: the run stays `running` under its owner and stays listed
+/// as unfinished. `live` and `fin` are written by every finish (checked by the writes
+/// themselves on a finish that does not prune: `live` is put back when `fin` fails); `runs`,
+/// `hist` and `fin` by one that prunes (every finish at `size` 1), which checks them before
+/// its first write.
+#[tokio::test]
+async fn finish_with_an_index_of_the_wrong_type_writes_nothing() {
+    for url in urls() {
+        let admin = admin(&url).await;
+        for (index, size) in [
+            ("live", 100),
+            ("fin", 100),
+            ("fin", 1),
+            ("runs", 1),
+            ("hist", 1),
+        ] {
+            let opts = options();
+            let prefix = opts.key_prefix().to_owned();
+            let store = RedisStore::connect_with(&url, opts).await.unwrap();
+            let job = unique_job("wrongfin");
+            let base = format!("{prefix}{{{job}}}:");
+            let keep = Retention { size, ttl_ms: None };
+            let t = store.now().await.unwrap();
+            let lease = won(&store, &claim(&job, t, t, 60_000, keep)).await;
+            let bad = format!("{base}{index}");
+            let _: () = admin.del(&bad).await.unwrap();
+            let _: () = admin.rpush(&bad, "not anarchon's").await.unwrap();
+            let err = store.finish(&lease, &done(keep)).await.unwrap_err();
+            assert!(
+                matches!(&err, Error::Corrupt { location, .. } if location.contains(&bad)),
+                "{index}: {err}"
+            );
+            let run_key = format!("{base}run:{t}");
+            let (st, own): (String, String) = admin.hmget(&run_key, ("st", "own")).await.unwrap();
+            assert_eq!((st.as_str(), own.as_str()), ("running", "a"), "{index}");
+            if index != "live" {
+                let live: Option<f64> = admin.zscore(format!("{base}live"), t).await.unwrap();
+                assert_eq!(live, Some(t as f64), "{index}: the run left `live`");
+            }
+            if index != "fin" {
+                let fin: i64 = admin.exists(format!("{base}fin")).await.unwrap();
+                assert_eq!(fin, 0, "{index}: a finished row was indexed");
+            }
+            let len: i64 = admin.llen(&bad).await.unwrap();
+            assert_eq!(len, 1, "{index}: the foreign key was changed");
+            store.close().await.unwrap();
+        }
+    }
+}
+
 /// [B-37] A job at its steady state (every slot claimed and finished, `size` 40): a finish
 /// prunes by count on one finish in 4 (`size / 8` rounded down to a power of two), removing
 /// the runs beyond `size` together, so the job holds between 40 and 40 + 15 runs; every

@@ -10,9 +10,24 @@ local function finish_run(rk, a, now)
   if expired(now) then return {-2} end
   local r = on(rk, 'hash', 'HMGET', rk, 'st', 'att', 'own', att .. 's')
   if r[1] ~= 'running' or r[2] ~= att or r[3] == '' or r[3] ~= ARGV[a + 3] then return {0} end
-  want(k('live'), 'zset'); want(k('fin'), 'zset'); want(k('runs'), 'zset')
-  want(k('hist'), 'zset')
+  -- Nothing is written unless every key written below has its type (a key of another type
+  -- stops the finish with it named). The run hash was read above. Pruning (one finish in
+  -- `size / 8`, or a TTL) also writes `runs`, `hist` and `fin`: check them first. Otherwise
+  -- the first write checks `live` itself, and `live` is restored if `fin` then fails: on
+  -- most finishes 4 calls instead of 8 (four `TYPE` reads fewer).
+  local size, ttl = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  if size > 0 or ttl > 0 then
+    want(k('runs'), 'zset'); want(k('hist'), 'zset'); want(k('fin'), 'zset')
+  end
+  local live = k('live')
+  local was_live = on(live, 'zset', 'ZREM', live, slot)
   if r[4] == 'running' then
+    local f = redis.pcall('ZADD', k('fin'), -now, 'l:' .. slot .. '|' .. att)
+    if type(f) == 'table' and f.err then
+      if was_live == 1 then redis.call('ZADD', live, slot, slot) end
+      want(k('fin'), 'zset')
+      error(f)
+    end
     if ARGV[a + 6] == '1' then
       redis.call('HSET', rk, 'st', ARGV[a + 4], 'own', '', att .. 's', ARGV[a + 4],
         att .. 'e', now, att .. 'x', ARGV[a + 5])
@@ -20,11 +35,9 @@ local function finish_run(rk, a, now)
       redis.call('HSET', rk, 'st', ARGV[a + 4], 'own', '', att .. 's', ARGV[a + 4],
         att .. 'e', now)
     end
-    redis.call('ZADD', k('fin'), -now, 'l:' .. slot .. '|' .. att)
   else
     redis.call('HSET', rk, 'st', ARGV[a + 4], 'own', '')
   end
-  redis.call('ZREM', k('live'), slot)
-  prune(tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]), now)
+  prune(size, ttl, now)
   return {1, now}
 end
