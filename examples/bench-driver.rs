@@ -8,8 +8,14 @@
 //! driver's own ceiling and memory can be read apart from any store's.
 //!
 //! ```text
-//! bench-driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H]
+//! bench-driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H] [--hold-ms M]
 //! ```
+//!
+//! `--hold-ms M` makes each handler hold its run M ms (returning early when its signal is
+//! cancelled): with M above the interval every job keeps one run in flight (its next slots
+//! are skipped as overlapping), so the memory of N runs in flight reads as the anonymous RSS
+//! with them held less the RSS with the jobs registered, per run (`RssAnon`: the heap and
+//! stacks, not the binary's mapped file pages).
 //!
 //! The in-memory store keeps its runs and history in the same process: `--history-size 1`
 //! (the default here) keeps that part small, so the RSS is mostly the scheduler's.
@@ -64,15 +70,25 @@ impl Lags {
     }
 }
 
-fn rss_kb() -> u64 {
+/// A field (in KiB) of `/proc/self/status`: `VmRSS:` (all resident pages) or `RssAnon:`
+/// (the anonymous ones: heap and stacks).
+fn status_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+fn rss_kb() -> u64 {
+    status_kb("VmRSS:")
+}
+
+fn anon_kb() -> u64 {
+    status_kb("RssAnon:")
 }
 
 /// utime + stime of this process in clock ticks (100 a second on Linux).
@@ -109,6 +125,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds = arg(&args, "--seconds", 60)?.max(10);
     let jitter = Duration::from_millis(arg(&args, "--jitter-ms", 0)?);
     let history = u32::try_from(arg(&args, "--history-size", 1)?).unwrap_or(u32::MAX);
+    let hold = Duration::from_millis(arg(&args, "--hold-ms", 0)?);
     let scheduler = Scheduler::leased(MemoryStore::new())
         .jitter(jitter)
         .history_size(history)
@@ -125,15 +142,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let slot_us = ctx.slot_ms().max(0) as u64 * 1000;
                 lags.add(now_us().saturating_sub(slot_us));
                 starts.fetch_add(1, Ordering::Relaxed);
-                async { Ok(()) }
+                let signal = ctx.signal.clone();
+                async move {
+                    if !hold.is_zero() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(hold) => {}
+                            _ = signal.cancelled() => {}
+                        }
+                    }
+                    Ok(())
+                }
             })?;
     }
     let registered = rss_kb();
+    let registered_anon = anon_kb();
     scheduler.start().await?;
     let per_job = |kb: u64| kb.saturating_sub(base) as f64 / jobs as f64;
     println!(
-        "bench driver: {jobs} `every 1s` jobs, jitter {} ms, history size {history}, in-memory store, {seconds} s",
-        jitter.as_millis()
+        "bench driver: {jobs} `every 1s` jobs, jitter {} ms, history size {history}, handlers hold {} ms, in-memory store, {seconds} s",
+        jitter.as_millis(),
+        hold.as_millis()
     );
     println!(
         "RSS {:.1} MiB with no job; {:.2} KiB per job registered, {:.2} KiB per job started",
@@ -141,8 +169,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_job(registered),
         per_job(rss_kb())
     );
-    println!("|   t | starts / s | late (total) | lag p50 / p99 | CPU | RSS per job |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "|   t | starts / s | late (total) | lag p50 / p99 | CPU | RSS per job | runs in flight | anonymous RSS per run in flight |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     let mut last = (Instant::now(), cpu_ticks(), 0u64);
     for t in 1..=seconds / 10 {
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -152,11 +182,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let lag = lags.take().map_or("-".to_owned(), |(p50, p99)| {
             format!("{p50:.1} / {p99:.1} ms")
         });
+        let health = scheduler.health();
+        let held = health.leases_held;
+        // Runs in flight, each: the anonymous RSS above the registered jobs', per run.
+        let per_run = if held >= jobs / 10 {
+            format!(
+                "{:.2} KiB",
+                anon_kb().saturating_sub(registered_anon) as f64 / held as f64
+            )
+        } else {
+            "-".to_owned()
+        };
         println!(
-            "| {:>3} | {:.0} | {} | {lag} | {:.0} % | {:.2} KiB |",
+            "| {:>3} | {:.0} | {} | {lag} | {:.0} % | {:.2} KiB | {held} | {per_run} |",
             t * 10,
             (done - last.2) as f64 / wall,
-            scheduler.health().slots_late,
+            health.slots_late,
             cpu * 100.0,
             per_job(rss_kb())
         );
