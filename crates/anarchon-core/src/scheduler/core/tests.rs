@@ -1329,3 +1329,333 @@ fn start_two_and_fail_the_owners_heartbeats(sim: &mut Sim) -> usize {
     sim.fail_next.insert("heartbeat", beats as u32);
     owner
 }
+
+// ----- found by mutation testing (docs/testing.md, "Mutation testing") ----------------------
+
+#[test]
+fn b34_stop_returns_once_the_last_handler_returned_not_at_its_timeout() {
+    let mut sim =
+        Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(3),
+            result: Ok(()),
+            obeys_cancel: false,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.nodes[0].starts.len(), 1);
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(60),
+        },
+    );
+    assert!(sim.nodes[0].core.is_some(), "waits for the running handler");
+    sim.run_for(Duration::from_secs(5));
+    assert!(
+        sim.nodes[0].core.is_none(),
+        "stopped when the handler returned, not at the timeout: {}",
+        sim.timeline.join("\n")
+    );
+    assert_eq!(sim.history("j")[0].status, RunStatus::Succeeded);
+    // An idle instance stops at once.
+    sim.start(0);
+    sim.run_for(Duration::from_secs(5));
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(60),
+        },
+    );
+    assert!(sim.nodes[0].core.is_none(), "nothing to wait for");
+}
+
+#[test]
+fn b34_stop_waits_for_the_release_of_a_claim_won_while_stopping() {
+    // Stopped while its claim is in flight, the instance wins the slot and hands it over at
+    // once; stop returns only after that release was answered.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(10), opts())]);
+    sim.latency = 200_000;
+    sim.start(0);
+    sim.run_for(Duration::from_millis(10_050));
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    sim.run_for(Duration::from_secs(5));
+    let line = |what: &str| sim.timeline.iter().position(|l| l.contains(what));
+    let stopped = line("n0 stopped").expect("stopped");
+    let release = sim
+        .timeline
+        .iter()
+        .find(|l| l.contains("n0 Call") && l.contains("request: Release("))
+        .expect("the won claim was released");
+    let id: u64 = release
+        .split("id: ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.trim().parse().ok())
+        .expect("the call's id");
+    let answered = line(&format!("n0 answer #{id}:")).expect("the release was answered");
+    assert!(
+        answered < stopped,
+        "stop returned before its release was answered: {}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn b34_claims_still_queued_at_stop_are_never_sent() {
+    // 200 jobs due together, 10 claims in flight: 190 wait in the queue when stop comes.
+    let jobs: Vec<Arc<JobDef>> = (0..200)
+        .map(|i| every(&format!("j{i:03}"), Duration::from_secs(3_600), opts()))
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.claims_in_flight = 10;
+    sim.latency = 100_000;
+    sim.start(0);
+    for _ in 0..100 {
+        if sim.core(0).queues.claims.len() >= 150 {
+            break;
+        }
+        sim.run_for(Duration::from_millis(10));
+    }
+    assert!(
+        sim.core(0).queues.claims.len() >= 150,
+        "{}",
+        sim.timeline.join("\n")
+    );
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    sim.run_for(Duration::from_secs(6));
+    let stop = sim
+        .timeline
+        .iter()
+        .position(|l| l.contains("n0 command Stop"))
+        .unwrap();
+    let claims_after = sim.timeline[stop..]
+        .iter()
+        .filter(|l| l.contains("n0 Call") && l.contains("request: Claim"))
+        .count();
+    assert_eq!(claims_after, 0, "{}", sim.timeline.join("\n"));
+    assert!(sim.nodes[0].core.is_none(), "stopped");
+}
+
+#[test]
+fn b34_stop_drops_the_watches_of_runs_not_being_taken_over() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let backup = 1 - sim.all_starts()[0].0;
+    assert_eq!(
+        sim.core(backup).watches.len(),
+        1,
+        "the backup watches the run"
+    );
+    let now = sim.now_of(backup);
+    let core = sim.nodes[backup].core.as_mut().expect("running");
+    core.handle_command(
+        now,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    assert!(
+        core.watches.is_empty(),
+        "nothing is backed up once stopping"
+    );
+}
+
+#[test]
+fn b14_a_backup_tells_the_store_it_watches_runs_only_while_it_watches_one() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(20)));
+    sim.start(0);
+    sim.start(1);
+    assert!(!sim.core(0).is_watching() && !sim.core(1).is_watching());
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    assert!(!sim.core(owner).is_watching(), "the owner watches nothing");
+    assert!(
+        sim.core(1 - owner).is_watching(),
+        "the backup watches the run"
+    );
+    sim.run_for(Duration::from_secs(40));
+    assert!(
+        !sim.core(0).is_watching() && !sim.core(1).is_watching(),
+        "the run ended: nothing is watched"
+    );
+}
+
+#[test]
+fn b14_a_backup_never_watches_a_run_it_holds_itself() {
+    // Two instances with overlapping runs of one job: each owns some and backs up the
+    // other's; a sweep lists both, and only the other's runs are watched. (Jitter varies
+    // the winner from slot to slot.)
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..JobOptions::default()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(1), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(12)));
+    sim.start(0);
+    sim.start(1);
+    let mut both = [false; 2];
+    for _ in 0..20 {
+        sim.run_for(Duration::from_secs(1));
+        for (n, both) in both.iter_mut().enumerate() {
+            let core = sim.core(n);
+            *both |= !core.held.is_empty() && !core.watches.is_empty();
+            for key in core.held.keys() {
+                assert!(
+                    !core.watches.contains_key(key),
+                    "node {n} watches its own run {key}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        both,
+        [true, true],
+        "each instance owned runs and watched others"
+    );
+}
+
+#[test]
+fn b15_a_crashed_owners_run_is_replaced_although_its_job_has_a_newer_slot_running() {
+    // Slot 0 runs on the owner, which crashes; the other instance wins slot 20 s (overlap
+    // allowed), keeps watching slot 0 and, once its lease is gone, ends it as replaced by
+    // the newer slot (B-14's sweep, B-15), not only when a later claim finds it.
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..opts()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(20), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let (owner, first) = sim.all_starts()[0].clone();
+    sim.crash(owner);
+    // The lease ends 30 s after the claim; the backup's sweep sees it within a heartbeat.
+    sim.run_for(Duration::from_secs(36));
+    let slot0 = sim
+        .history("j")
+        .into_iter()
+        .find(|r| r.slot == first.slot_ms())
+        .expect("slot 0's record");
+    assert_eq!(
+        slot0.status,
+        RunStatus::Interrupted,
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert!(sim.events(1 - owner).iter().any(|e| matches!(
+        e,
+        Event::Interrupted {
+            cause: InterruptCause::ReplacedByNextSlot,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn b16_an_owner_whose_release_failed_says_lost_only_once_another_instance_took_the_run_over() {
+    let mut sim =
+        Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(600),
+            result: Ok(()),
+            obeys_cancel: true,
+        });
+    let owner = start_two_and_fail_the_owners_heartbeats(&mut sim);
+    sim.fail_next.insert("release", 1);
+    sim.fail_next.insert("take_over", 1);
+    let end = sim.now + (sim.timing.lease_ms() as i64 + 15_000) * 1_000;
+    while sim.now < end {
+        sim.run_for(Duration::from_millis(500));
+        let lost = sim
+            .events(owner)
+            .iter()
+            .any(|e| matches!(e, Event::Lost(_)));
+        if lost {
+            assert_eq!(
+                sim.all_starts().len(),
+                2,
+                "lost before anyone took the run over: {}",
+                sim.timeline.join("\n")
+            );
+        }
+    }
+    assert!(
+        sim.events(owner)
+            .iter()
+            .any(|e| matches!(e, Event::Lost(_)))
+    );
+}
+
+#[test]
+fn a_store_that_answers_again_is_reported_reachable_and_the_slot_missed_meanwhile_is_caught_up() {
+    let o = JobOptions {
+        catch_up: CatchUp::Latest,
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(60), o)]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    sim.store.set_health(StoreHealth::Unavailable);
+    sim.run_for(Duration::from_secs(50));
+    let h = sim.core(0).health();
+    assert!(h.store_unreachable && h.last_error.is_some(), "{h:?}");
+    assert!(
+        !sim.nodes[0]
+            .starts
+            .iter()
+            .any(|s| s.slot_ms() == T0_MS + 60_000)
+    );
+    sim.store.set_health(StoreHealth::Healthy);
+    sim.run_for(Duration::from_secs(15));
+    let h = sim.core(0).health();
+    assert!(!h.store_unreachable && h.last_error.is_none(), "{h:?}");
+    let caught_up: Vec<Reason> = sim.nodes[0]
+        .starts
+        .iter()
+        .filter(|s| s.slot_ms() == T0_MS + 60_000)
+        .map(|s| s.reason)
+        .collect();
+    assert_eq!(
+        caught_up,
+        vec![Reason::CatchUp],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn b20_a_skewed_clock_is_reported_once_a_minute_not_at_every_heartbeat() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(600)));
+    sim.nodes[0].skew_us = 5_000_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(150));
+    let skews = sim
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::ClockSkew { .. }))
+        .count();
+    // Heartbeats every 5 s for 150 s: 30 measurements, one event a minute.
+    assert!((2..=3).contains(&skews), "{skews} clock-skew events");
+}
+
+#[test]
+fn claim_rank_mixes_with_splitmix64s_finalizer() {
+    // splitmix64 seeded with 0: its first output is the finalizer of the golden gamma.
+    assert_eq!(mix64(0x9E37_79B9_7F4A_7C15), 0xE220_A839_7B1D_CDAF);
+    assert_eq!(mix64(0), 0);
+}
