@@ -4,7 +4,7 @@
 //! how long they take and how they answer cancellation, and a failing test prints the
 //! timeline of inputs and effects.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1658,4 +1658,59 @@ fn claim_rank_mixes_with_splitmix64s_finalizer() {
     // splitmix64 seeded with 0: its first output is the finalizer of the golden gamma.
     assert_eq!(mix64(0x9E37_79B9_7F4A_7C15), 0xE220_A839_7B1D_CDAF);
     assert_eq!(mix64(0), 0);
+}
+
+#[test]
+fn b19_a_catch_up_claim_shed_as_late_moves_on_to_the_jobs_next_missed_slot() {
+    // Catch-up claims go one at a time per job, each claimed when the previous one was
+    // answered; one shed from the queue (no room in flight, its window over) is answered by
+    // nobody, so shedding it must claim the next missed slot or the catch-up stalls.
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 5 },
+        ..opts()
+    };
+    let job = every("c", Duration::from_secs(10), o);
+    let mut sim = Sim::new(1, vec![job.clone()]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    let now = sim.now_of(0);
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let (older, newer) = (T0_MS + 10_000, T0_MS + 20_000);
+    core.queues.claims_in_flight = core.cfg.limits.claims_in_flight;
+    core.catch_up
+        .insert(job.name.clone(), [newer].into_iter().collect());
+    core.claim(job.clone(), older, Reason::CatchUp, now.epoch_ms() - 1);
+    core.end_turn(now);
+    let queued: Vec<(EpochMs, Reason)> = core
+        .queues
+        .claims
+        .iter()
+        .map(|q| (q.slot, q.reason))
+        .collect();
+    assert_eq!(
+        queued,
+        vec![(newer, Reason::CatchUp)],
+        "the next missed slot"
+    );
+}
+
+#[test]
+fn b19_a_job_whose_catch_up_is_under_way_is_not_caught_up_a_second_time() {
+    // The store came back while a job's missed slots were being claimed one by one: the
+    // catch-up goes on where it is, it does not start over with a second claim in flight.
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 5 },
+        ..opts()
+    };
+    let job = every("c", Duration::from_secs(10), o);
+    let mut sim = Sim::new(1, vec![job.clone()]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(45));
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let rest: VecDeque<EpochMs> = [T0_MS + 30_000].into_iter().collect();
+    core.catch_up.insert(job.name.clone(), rest.clone());
+    let queued = core.queues.claims.len();
+    core.catch_up_job(&job);
+    assert_eq!(core.queues.claims.len(), queued, "no second catch-up claim");
+    assert_eq!(core.catch_up.get(&job.name), Some(&rest));
 }
