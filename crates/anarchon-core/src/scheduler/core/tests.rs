@@ -1714,3 +1714,103 @@ fn b19_a_job_whose_catch_up_is_under_way_is_not_caught_up_a_second_time() {
     assert_eq!(core.queues.claims.len(), queued, "no second catch-up claim");
     assert_eq!(core.catch_up.get(&job.name), Some(&rest));
 }
+
+#[test]
+fn a_run_counts_as_holding_its_lease_until_its_result_is_written() {
+    // `health().leases_held` counts a run while its handler runs and while its result write
+    // is in flight: the store still shows it running, owned by this instance.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(1)));
+    sim.latency = 100_000;
+    sim.start(0);
+    let mut checked = 0;
+    for _ in 0..300 {
+        sim.run_for(Duration::from_millis(10));
+        let running = sim
+            .history("j")
+            .first()
+            .is_some_and(|r| r.status == RunStatus::Running);
+        if !sim.nodes[0].starts.is_empty() && running {
+            assert_eq!(
+                sim.core(0).health().leases_held,
+                1,
+                "{}",
+                sim.timeline.join("\n")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    assert_eq!(sim.history("j")[0].status, RunStatus::Succeeded);
+    assert_eq!(sim.core(0).health().leases_held, 0);
+}
+
+#[test]
+fn b14_a_backup_sends_no_second_sweep_while_one_is_unanswered() {
+    // The store hangs and calls time out only after 20 s: the backup's sweep every heartbeat
+    // waits for the one in flight instead of piling up calls on a store that does not answer.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.store_timeout = Duration::from_secs(20);
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let backup = 1 - sim.all_starts()[0].0;
+    assert_eq!(sim.core(backup).watches.len(), 1);
+    sim.store.set_health(StoreHealth::Hanging);
+    let from = sim.timeline.len();
+    sim.run_for(Duration::from_secs(30));
+    let sweeps = sim.timeline[from..]
+        .iter()
+        .filter(|l| l.contains(&format!("n{backup} Call")) && l.contains("request: Unfinished("))
+        .count();
+    assert!(
+        (1..=2).contains(&sweeps),
+        "{sweeps} sweeps in 30 s: {}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn tracked_counts_what_a_core_holds_per_run() {
+    // The simulator's check that nothing is kept for ended runs reads these counts.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(20)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    let count = |sim: &Sim, node: usize, what: &str| {
+        sim.core(node)
+            .tracked()
+            .into_iter()
+            .find(|(k, _)| *k == what)
+            .map(|(_, n)| n)
+    };
+    assert_eq!(count(&sim, owner, "owned runs"), Some(1));
+    assert_eq!(count(&sim, owner, "held leases"), Some(1));
+    assert_eq!(count(&sim, 1 - owner, "watches"), Some(1));
+    assert_eq!(count(&sim, 1 - owner, "owned runs"), Some(0));
+}
+
+#[test]
+fn b15_an_expired_run_replaced_by_a_backup_lets_the_skipped_newer_slot_start_at_once() {
+    // Slot 20 s was skipped as overlap while the crashed owner's run of slot 0 still looked
+    // live; when the backup finds slot 0 expired it replaces it and claims slot 20 s at
+    // once, not at slot 40 s.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(20), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    sim.crash(owner);
+    sim.run_for(Duration::from_secs(38));
+    let slot20: Vec<usize> = sim
+        .all_starts()
+        .iter()
+        .filter(|(_, s)| s.slot_ms() == T0_MS + 20_000)
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(slot20, vec![1 - owner], "{}", sim.timeline.join("\n"));
+}
