@@ -1814,3 +1814,102 @@ fn b15_an_expired_run_replaced_by_a_backup_lets_the_skipped_newer_slot_start_at_
         .collect();
     assert_eq!(slot20, vec![1 - owner], "{}", sim.timeline.join("\n"));
 }
+
+#[test]
+fn b19_a_catch_up_run_whose_result_write_is_sent_again_claims_the_next_slot_only_after_it() {
+    // Catch-up runs one missed slot after another. The first run's result write fails once
+    // and is sent again: the next slot is claimed after that write, not at its failure
+    // (the run still holds its lease then, so the claim would be skipped as overlap).
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 3 },
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(10), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(1)));
+    sim.run_for(Duration::from_secs(35));
+    sim.fail_next.insert("finish", 1);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(4));
+    let slots: Vec<i64> = sim.nodes[0]
+        .starts
+        .iter()
+        .filter(|s| s.reason == Reason::CatchUp)
+        .map(|s| s.slot_ms() - T0_MS)
+        .collect();
+    assert_eq!(
+        slots,
+        vec![10_000, 20_000, 30_000],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert_eq!(skips(sim.events(0), SkipReason::Overlap), 0);
+    assert_eq!(sim.calls_sent["finish"], 4, "three results, one sent again");
+}
+
+#[test]
+fn b14_a_slot_skipped_late_is_still_backed_up_when_another_instance_claims_it_later() {
+    // Node 0's clock is 5 s behind: its claim of slot 0 is late (max_late 2 s) and it watches
+    // the slot while anyone may still claim it. Its sweeps find no run for 15 s; then node 1
+    // starts, catches the slot up and crashes: node 0 takes the run over.
+    let o = JobOptions {
+        max_late: Duration::from_secs(2),
+        ..opts()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.nodes[0].skew_us = -5_000_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(20));
+    assert_eq!(skips(sim.events(0), SkipReason::Late), 1);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(5));
+    assert_eq!(
+        sim.nodes[1].starts.first().map(|s| s.reason),
+        Some(Reason::CatchUp)
+    );
+    sim.crash(1);
+    sim.run_for(Duration::from_secs(45));
+    let taken: Vec<(u32, Reason)> = sim.nodes[0]
+        .starts
+        .iter()
+        .map(|s| (s.attempt, s.reason))
+        .collect();
+    assert_eq!(
+        taken,
+        vec![(2, Reason::Takeover)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn b22_a_claim_only_run_is_recorded_by_the_claim_store_and_a_manual_one_as_history() {
+    // On a claim-only store a scheduled run's records go to the store that claimed its slot
+    // (`claim_only: true`), a manual run's to the history like on every store; both the
+    // record of the start and that of the result.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(10), opts())]).claim_only();
+    sim.start(0);
+    let j = sim.jobs[0].clone();
+    sim.run_for(Duration::from_secs(12));
+    sim.command(
+        0,
+        CoreCommand::RunNow {
+            job: j,
+            data: None,
+            reply: 7,
+        },
+    );
+    sim.run_for(Duration::from_secs(2));
+    let records: Vec<(bool, bool)> = sim
+        .timeline
+        .iter()
+        .filter(|l| l.contains("n0 Call") && l.contains("request: Record {"))
+        .map(|l| (l.contains("manual: true"), l.contains("claim_only: true")))
+        .collect();
+    assert_eq!(
+        records,
+        vec![(false, true), (false, true), (true, false), (true, false)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
