@@ -1913,3 +1913,36 @@ fn b22_a_claim_only_run_is_recorded_by_the_claim_store_and_a_manual_one_as_histo
         sim.timeline.join("\n")
     );
 }
+
+#[test]
+fn shedding_runs_once_its_interval_is_up_and_sheds_only_claims_whose_last_moment_passed() {
+    // No room in flight: at the end of a turn, queued claims that can no longer go out in
+    // time are shed as late, in a pass that runs at most every SHED_EVERY_MS. A claim whose
+    // last moment is now may still go out.
+    let jobs: Vec<Arc<JobDef>> = ["a", "b"]
+        .into_iter()
+        .map(|n| every(n, Duration::from_secs(3_600), opts()))
+        .collect();
+    let mut sim = Sim::new(1, jobs.clone());
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    let now = sim.now_of(0);
+    let ms = now.epoch_ms();
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    core.queues.claims_in_flight = core.cfg.limits.claims_in_flight;
+    core.queues.next_shed_ms = ms;
+    core.claim(jobs[0].clone(), T0_MS, Reason::Scheduled, ms - 1);
+    core.claim(jobs[1].clone(), T0_MS, Reason::Scheduled, ms);
+    // (`claim` caps a claim's last moment at the call deadline; set them exactly.)
+    core.queues.claims[0].claim.not_after = ms - 1;
+    core.queues.claims[1].claim.not_after = ms;
+    core.end_turn(now);
+    let queued: Vec<&str> = core
+        .queues
+        .claims
+        .iter()
+        .map(|q| q.job.name.as_str())
+        .collect();
+    assert_eq!(queued, vec!["b"], "a is past its last moment, b is not");
+    assert_eq!(core.queues.next_shed_ms, ms + 50);
+}
