@@ -1946,3 +1946,112 @@ fn shedding_runs_once_its_interval_is_up_and_sheds_only_claims_whose_last_moment
     assert_eq!(queued, vec!["b"], "a is past its last moment, b is not");
     assert_eq!(core.queues.next_shed_ms, ms + 50);
 }
+
+#[test]
+fn b04_removing_a_job_keeps_backing_up_the_other_jobs_runs() {
+    // Two jobs, each run by one instance and backed up by the other; removing job b from
+    // an instance ends only b's watches there. The instance's figures follow.
+    let jobs = vec![
+        every("a", Duration::from_secs(3_600), opts()),
+        every("b", Duration::from_secs(3_600), opts()),
+    ];
+    let mut sim = Sim::new(2, jobs).behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner_of = |sim: &Sim, job: &str| {
+        sim.all_starts()
+            .iter()
+            .find(|(_, s)| s.job.as_str() == job)
+            .map(|(n, _)| *n)
+            .expect("started")
+    };
+    let backup = 1 - owner_of(&sim, "a");
+    let watched = |sim: &Sim, job: &str| {
+        sim.core(backup)
+            .watches
+            .keys()
+            .filter(|k| k.job.as_str() == job)
+            .count()
+    };
+    assert_eq!(watched(&sim, "a"), 1);
+    sim.command(backup, CoreCommand::Remove(JobName::new("b").unwrap()));
+    assert_eq!(watched(&sim, "a"), 1, "a's run is still backed up");
+    assert_eq!(watched(&sim, "b"), 0);
+    let core = sim.core(backup);
+    assert_eq!(core.health().runs_watched, core.watches.len() as u64);
+    // `job_of` names the job of each run the instance owns.
+    let owner = owner_of(&sim, "a");
+    let core = sim.core(owner);
+    let ids: Vec<RunId> = core.runs.keys().copied().collect();
+    assert!(!ids.is_empty());
+    for id in ids {
+        assert!(
+            core.job_of(id)
+                .is_some_and(|j| core.runs[&id].info.job == *j)
+        );
+    }
+}
+
+#[test]
+fn b10_slots_between_counts_from_its_start_up_to_but_not_including_its_end() {
+    let s = Schedule::every(Duration::from_secs(10), 0).unwrap();
+    assert_eq!(super::slots::slots_between(&s, T0_MS, T0_MS + 30_000), 3);
+    assert_eq!(super::slots::slots_between(&s, T0_MS, T0_MS + 30_001), 4);
+    assert_eq!(super::slots::slots_between(&s, T0_MS, T0_MS), 0);
+}
+
+#[test]
+fn b20_a_slow_store_is_not_mistaken_for_a_skewed_clock() {
+    // 1.2 s each way: the store's time read from a heartbeat's answer is 1.2 s old, more
+    // than the 1 s threshold, but within the round trip, so it is no evidence of skew.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(600)));
+    sim.latency = 1_200_000;
+    sim.store_timeout = Duration::from_secs(10);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(60));
+    assert_eq!(sim.nodes[0].starts.len(), 1);
+    let skews = sim
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::ClockSkew { .. }))
+        .count();
+    assert_eq!(skews, 0);
+}
+
+#[test]
+fn a_claim_batch_answered_with_too_few_outcomes_fails_every_claim_in_it() {
+    let job = every("j", Duration::from_secs(3_600), opts());
+    let mut sim = Sim::new(1, vec![job.clone()]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(5));
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let sent = core.now.mono;
+    let slot = T0_MS + 3_600_000;
+    core.claims_answered(
+        vec![
+            (job.clone(), slot, Reason::Scheduled),
+            (job.clone(), slot + 1, Reason::Scheduled),
+        ],
+        sent,
+        Ok(vec![crate::store::ClaimOutcome::Taken]),
+    );
+    let errors = std::iter::from_fn(|| core.poll_effect())
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Emit(Event::Error {
+                    operation: crate::event::StoreOperation::Claim,
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!(errors, 2, "every claim of the batch fails");
+    assert_eq!(core.health().slots_late, 0);
+    assert!(
+        core.watches
+            .contains_key(&crate::ids::RunKey::new(job.name.clone(), slot))
+    );
+}
