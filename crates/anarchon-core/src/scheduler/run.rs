@@ -517,6 +517,37 @@ mod tests {
         });
         assert_eq!(fx, vec![OwnerEffect::Write(Write::Release)]);
     }
+
+    #[test]
+    fn a_failed_result_write_is_sent_once_more_unless_stopping() {
+        let after_a_failed_write = |stopping: bool| {
+            let mut run = OwnerRun::new(true);
+            let cause = if stopping {
+                run.handle(OwnerInput::Stop);
+                Some(CancelCause::Stopping)
+            } else {
+                None
+            };
+            let fx = run.handle(OwnerInput::HandlerReturned {
+                result: Ok(()),
+                cause,
+            });
+            assert!(
+                fx.iter()
+                    .any(|e| matches!(e, OwnerEffect::Write(Write::Finish { .. }))),
+                "{fx:?}"
+            );
+            run.handle(OwnerInput::WriteAnswered(WriteAnswer::Failed(
+                "down".into(),
+            )))
+        };
+        let sent_again = |fx: &[OwnerEffect]| fx.iter().any(|e| matches!(e, OwnerEffect::Write(_)));
+        assert!(sent_again(&after_a_failed_write(false)));
+        assert!(
+            !sent_again(&after_a_failed_write(true)),
+            "stop does not wait for a second round"
+        );
+    }
 }
 
 /// The transition table of [`OwnerRun`], rendered from the machine itself; a test checks

@@ -425,6 +425,29 @@ pub(crate) mod table {
         }
     }
 
+    #[test]
+    fn a_release_notification_of_a_run_held_here_reads_nothing() {
+        // The run is this instance's own (or its claim or takeover is in flight): nothing to
+        // read, and the watch stays as it was.
+        let facts = Facts {
+            now: NOW,
+            newest_due: Some(SLOT),
+            instance_id: "me",
+            here: true,
+            gave_up: false,
+            stopping: false,
+        };
+        for (name, state) in states() {
+            let mut w = Watch {
+                state: state.clone(),
+                seen: None,
+            };
+            let effects = w.handle(&facts, WatchInput::Released);
+            assert!(effects.is_empty(), "{name}: {effects:?}");
+            assert_eq!(w.state, state, "{name}");
+        }
+    }
+
     /// Every (state, input) pair, as markdown rows.
     pub(crate) fn render() -> String {
         let mut out = String::from("| state | input | next state | effects |\n|---|---|---|---|\n");

@@ -4,7 +4,7 @@
 //! how long they take and how they answer cancellation, and a failing test prints the
 //! timeline of inputs and effects.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1430,4 +1430,730 @@ fn start_two_and_fail_the_owners_heartbeats(sim: &mut Sim) -> usize {
     let beats = sim.timing.lease_ms() / sim.timing.heartbeat_ms() + 2;
     sim.fail_next.insert("heartbeat", beats as u32);
     owner
+}
+
+// ----- found by mutation testing (docs/testing.md, "Mutation testing") ----------------------
+
+#[test]
+fn b34_stop_returns_once_the_last_handler_returned_not_at_its_timeout() {
+    let mut sim =
+        Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(3),
+            result: Ok(()),
+            obeys_cancel: false,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.nodes[0].starts.len(), 1);
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(60),
+        },
+    );
+    assert!(sim.nodes[0].core.is_some(), "waits for the running handler");
+    sim.run_for(Duration::from_secs(5));
+    assert!(
+        sim.nodes[0].core.is_none(),
+        "stopped when the handler returned, not at the timeout: {}",
+        sim.timeline.join("\n")
+    );
+    assert_eq!(sim.history("j")[0].status, RunStatus::Succeeded);
+    // An idle instance stops at once.
+    sim.start(0);
+    sim.run_for(Duration::from_secs(5));
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(60),
+        },
+    );
+    assert!(sim.nodes[0].core.is_none(), "nothing to wait for");
+}
+
+#[test]
+fn b34_stop_waits_for_the_release_of_a_claim_won_while_stopping() {
+    // Stopped while its claim is in flight, the instance wins the slot and hands it over at
+    // once; stop returns only after that release was answered.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(10), opts())]);
+    sim.latency = 200_000;
+    sim.start(0);
+    sim.run_for(Duration::from_millis(10_050));
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    sim.run_for(Duration::from_secs(5));
+    let line = |what: &str| sim.timeline.iter().position(|l| l.contains(what));
+    let stopped = line("n0 stopped").expect("stopped");
+    let release = sim
+        .timeline
+        .iter()
+        .find(|l| l.contains("n0 Call") && l.contains("request: Release("))
+        .expect("the won claim was released");
+    let id: u64 = release
+        .split("id: ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.trim().parse().ok())
+        .expect("the call's id");
+    let answered = line(&format!("n0 answer #{id}:")).expect("the release was answered");
+    assert!(
+        answered < stopped,
+        "stop returned before its release was answered: {}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn b34_claims_still_queued_at_stop_are_never_sent() {
+    // 200 jobs due together, 10 claims in flight: 190 wait in the queue when stop comes.
+    let jobs: Vec<Arc<JobDef>> = (0..200)
+        .map(|i| every(&format!("j{i:03}"), Duration::from_secs(3_600), opts()))
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.claims_in_flight = 10;
+    sim.latency = 100_000;
+    sim.start(0);
+    for _ in 0..100 {
+        if sim.core(0).queues.claims.len() >= 150 {
+            break;
+        }
+        sim.run_for(Duration::from_millis(10));
+    }
+    assert!(
+        sim.core(0).queues.claims.len() >= 150,
+        "{}",
+        sim.timeline.join("\n")
+    );
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    sim.run_for(Duration::from_secs(6));
+    let stop = sim
+        .timeline
+        .iter()
+        .position(|l| l.contains("n0 command Stop"))
+        .unwrap();
+    let claims_after = sim.timeline[stop..]
+        .iter()
+        .filter(|l| l.contains("n0 Call") && l.contains("request: Claim"))
+        .count();
+    assert_eq!(claims_after, 0, "{}", sim.timeline.join("\n"));
+    assert!(sim.nodes[0].core.is_none(), "stopped");
+}
+
+#[test]
+fn b34_stop_drops_the_watches_of_runs_not_being_taken_over() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let backup = 1 - sim.all_starts()[0].0;
+    assert_eq!(
+        sim.core(backup).watches.len(),
+        1,
+        "the backup watches the run"
+    );
+    let now = sim.now_of(backup);
+    let core = sim.nodes[backup].core.as_mut().expect("running");
+    core.handle_command(
+        now,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    assert!(
+        core.watches.is_empty(),
+        "nothing is backed up once stopping"
+    );
+}
+
+#[test]
+fn b14_a_backup_tells_the_store_it_watches_runs_only_while_it_watches_one() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(20)));
+    sim.start(0);
+    sim.start(1);
+    assert!(!sim.core(0).is_watching() && !sim.core(1).is_watching());
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    assert!(!sim.core(owner).is_watching(), "the owner watches nothing");
+    assert!(
+        sim.core(1 - owner).is_watching(),
+        "the backup watches the run"
+    );
+    sim.run_for(Duration::from_secs(40));
+    assert!(
+        !sim.core(0).is_watching() && !sim.core(1).is_watching(),
+        "the run ended: nothing is watched"
+    );
+}
+
+#[test]
+fn b14_a_backup_never_watches_a_run_it_holds_itself() {
+    // Two instances with overlapping runs of one job: each owns some and backs up the
+    // other's; a sweep lists both, and only the other's runs are watched. (Jitter varies
+    // the winner from slot to slot.)
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..JobOptions::default()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(1), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(12)));
+    sim.start(0);
+    sim.start(1);
+    let mut both = [false; 2];
+    for _ in 0..20 {
+        sim.run_for(Duration::from_secs(1));
+        for (n, both) in both.iter_mut().enumerate() {
+            let core = sim.core(n);
+            *both |= !core.held.is_empty() && !core.watches.is_empty();
+            for key in core.held.keys() {
+                assert!(
+                    !core.watches.contains_key(key),
+                    "node {n} watches its own run {key}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        both,
+        [true, true],
+        "each instance owned runs and watched others"
+    );
+}
+
+#[test]
+fn b15_a_crashed_owners_run_is_replaced_although_its_job_has_a_newer_slot_running() {
+    // Slot 0 runs on the owner, which crashes; the other instance wins slot 20 s (overlap
+    // allowed), keeps watching slot 0 and, once its lease is gone, ends it as replaced by
+    // the newer slot (B-14's sweep, B-15), not only when a later claim finds it.
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..opts()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(20), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let (owner, first) = sim.all_starts()[0].clone();
+    sim.crash(owner);
+    // The lease ends 30 s after the claim; the backup's sweep sees it within a heartbeat.
+    sim.run_for(Duration::from_secs(36));
+    let slot0 = sim
+        .history("j")
+        .into_iter()
+        .find(|r| r.slot == first.slot_ms())
+        .expect("slot 0's record");
+    assert_eq!(
+        slot0.status,
+        RunStatus::Interrupted,
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert!(sim.events(1 - owner).iter().any(|e| matches!(
+        e,
+        Event::Interrupted {
+            cause: InterruptCause::ReplacedByNextSlot,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn b16_an_owner_whose_release_failed_says_lost_only_once_another_instance_took_the_run_over() {
+    let mut sim =
+        Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(600),
+            result: Ok(()),
+            obeys_cancel: true,
+        });
+    let owner = start_two_and_fail_the_owners_heartbeats(&mut sim);
+    sim.fail_next.insert("release", 1);
+    sim.fail_next.insert("take_over", 1);
+    let end = sim.now + (sim.timing.lease_ms() as i64 + 15_000) * 1_000;
+    while sim.now < end {
+        sim.run_for(Duration::from_millis(500));
+        let lost = sim
+            .events(owner)
+            .iter()
+            .any(|e| matches!(e, Event::Lost(_)));
+        if lost {
+            assert_eq!(
+                sim.all_starts().len(),
+                2,
+                "lost before anyone took the run over: {}",
+                sim.timeline.join("\n")
+            );
+        }
+    }
+    assert!(
+        sim.events(owner)
+            .iter()
+            .any(|e| matches!(e, Event::Lost(_)))
+    );
+}
+
+#[test]
+fn a_store_that_answers_again_is_reported_reachable_and_the_slot_missed_meanwhile_is_caught_up() {
+    let o = JobOptions {
+        catch_up: CatchUp::Latest,
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(60), o)]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    sim.store.set_health(StoreHealth::Unavailable);
+    sim.run_for(Duration::from_secs(50));
+    let h = sim.core(0).health();
+    assert!(h.store_unreachable && h.last_error.is_some(), "{h:?}");
+    assert!(
+        !sim.nodes[0]
+            .starts
+            .iter()
+            .any(|s| s.slot_ms() == T0_MS + 60_000)
+    );
+    sim.store.set_health(StoreHealth::Healthy);
+    sim.run_for(Duration::from_secs(15));
+    let h = sim.core(0).health();
+    assert!(!h.store_unreachable && h.last_error.is_none(), "{h:?}");
+    let caught_up: Vec<Reason> = sim.nodes[0]
+        .starts
+        .iter()
+        .filter(|s| s.slot_ms() == T0_MS + 60_000)
+        .map(|s| s.reason)
+        .collect();
+    assert_eq!(
+        caught_up,
+        vec![Reason::CatchUp],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn b20_a_skewed_clock_is_reported_once_a_minute_not_at_every_heartbeat() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(600)));
+    sim.nodes[0].skew_us = 5_000_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(150));
+    let skews = sim
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::ClockSkew { .. }))
+        .count();
+    // Heartbeats every 5 s for 150 s: 30 measurements, one event a minute.
+    assert!((2..=3).contains(&skews), "{skews} clock-skew events");
+}
+
+#[test]
+fn claim_rank_mixes_with_splitmix64s_finalizer() {
+    // splitmix64 seeded with 0: its first output is the finalizer of the golden gamma.
+    assert_eq!(mix64(0x9E37_79B9_7F4A_7C15), 0xE220_A839_7B1D_CDAF);
+    assert_eq!(mix64(0), 0);
+}
+
+#[test]
+fn b19_a_catch_up_claim_shed_as_late_moves_on_to_the_jobs_next_missed_slot() {
+    // Catch-up claims go one at a time per job, each claimed when the previous one was
+    // answered; one shed from the queue (no room in flight, its window over) is answered by
+    // nobody, so shedding it must claim the next missed slot or the catch-up stalls.
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 5 },
+        ..opts()
+    };
+    let job = every("c", Duration::from_secs(10), o);
+    let mut sim = Sim::new(1, vec![job.clone()]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    let now = sim.now_of(0);
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let (older, newer) = (T0_MS + 10_000, T0_MS + 20_000);
+    core.queues.claims_in_flight = core.cfg.limits.claims_in_flight;
+    core.catch_up
+        .insert(job.name.clone(), [newer].into_iter().collect());
+    core.claim(job.clone(), older, Reason::CatchUp, now.epoch_ms() - 1);
+    core.end_turn(now);
+    let queued: Vec<(EpochMs, Reason)> = core
+        .queues
+        .claims
+        .iter()
+        .map(|q| (q.slot, q.reason))
+        .collect();
+    assert_eq!(
+        queued,
+        vec![(newer, Reason::CatchUp)],
+        "the next missed slot"
+    );
+}
+
+#[test]
+fn b19_a_job_whose_catch_up_is_under_way_is_not_caught_up_a_second_time() {
+    // The store came back while a job's missed slots were being claimed one by one: the
+    // catch-up goes on where it is, it does not start over with a second claim in flight.
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 5 },
+        ..opts()
+    };
+    let job = every("c", Duration::from_secs(10), o);
+    let mut sim = Sim::new(1, vec![job.clone()]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(45));
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let rest: VecDeque<EpochMs> = [T0_MS + 30_000].into_iter().collect();
+    core.catch_up.insert(job.name.clone(), rest.clone());
+    let queued = core.queues.claims.len();
+    core.catch_up_job(&job);
+    assert_eq!(core.queues.claims.len(), queued, "no second catch-up claim");
+    assert_eq!(core.catch_up.get(&job.name), Some(&rest));
+}
+
+#[test]
+fn a_run_counts_as_holding_its_lease_until_its_result_is_written() {
+    // `health().leases_held` counts a run while its handler runs and while its result write
+    // is in flight: the store still shows it running, owned by this instance.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(1)));
+    sim.latency = 100_000;
+    sim.start(0);
+    let mut checked = 0;
+    for _ in 0..300 {
+        sim.run_for(Duration::from_millis(10));
+        let running = sim
+            .history("j")
+            .first()
+            .is_some_and(|r| r.status == RunStatus::Running);
+        if !sim.nodes[0].starts.is_empty() && running {
+            assert_eq!(
+                sim.core(0).health().leases_held,
+                1,
+                "{}",
+                sim.timeline.join("\n")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    assert_eq!(sim.history("j")[0].status, RunStatus::Succeeded);
+    assert_eq!(sim.core(0).health().leases_held, 0);
+}
+
+#[test]
+fn b14_a_backup_sends_no_second_sweep_while_one_is_unanswered() {
+    // The store hangs and calls time out only after 20 s: the backup's sweep every heartbeat
+    // waits for the one in flight instead of piling up calls on a store that does not answer.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.store_timeout = Duration::from_secs(20);
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let backup = 1 - sim.all_starts()[0].0;
+    assert_eq!(sim.core(backup).watches.len(), 1);
+    sim.store.set_health(StoreHealth::Hanging);
+    let from = sim.timeline.len();
+    sim.run_for(Duration::from_secs(30));
+    let sweeps = sim.timeline[from..]
+        .iter()
+        .filter(|l| l.contains(&format!("n{backup} Call")) && l.contains("request: Unfinished("))
+        .count();
+    assert!(
+        (1..=2).contains(&sweeps),
+        "{sweeps} sweeps in 30 s: {}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn tracked_counts_what_a_core_holds_per_run() {
+    // The simulator's check that nothing is kept for ended runs reads these counts.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(20)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    let count = |sim: &Sim, node: usize, what: &str| {
+        sim.core(node)
+            .tracked()
+            .into_iter()
+            .find(|(k, _)| *k == what)
+            .map(|(_, n)| n)
+    };
+    assert_eq!(count(&sim, owner, "owned runs"), Some(1));
+    assert_eq!(count(&sim, owner, "held leases"), Some(1));
+    assert_eq!(count(&sim, 1 - owner, "watches"), Some(1));
+    assert_eq!(count(&sim, 1 - owner, "owned runs"), Some(0));
+}
+
+#[test]
+fn b15_an_expired_run_replaced_by_a_backup_lets_the_skipped_newer_slot_start_at_once() {
+    // Slot 20 s was skipped as overlap while the crashed owner's run of slot 0 still looked
+    // live; when the backup finds slot 0 expired it replaces it and claims slot 20 s at
+    // once, not at slot 40 s.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(20), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    sim.crash(owner);
+    sim.run_for(Duration::from_secs(38));
+    let slot20: Vec<usize> = sim
+        .all_starts()
+        .iter()
+        .filter(|(_, s)| s.slot_ms() == T0_MS + 20_000)
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(slot20, vec![1 - owner], "{}", sim.timeline.join("\n"));
+}
+
+#[test]
+fn b19_a_catch_up_run_whose_result_write_is_sent_again_claims_the_next_slot_only_after_it() {
+    // Catch-up runs one missed slot after another. The first run's result write fails once
+    // and is sent again: the next slot is claimed after that write, not at its failure
+    // (the run still holds its lease then, so the claim would be skipped as overlap).
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 3 },
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(10), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(1)));
+    sim.run_for(Duration::from_secs(35));
+    sim.fail_next.insert("finish", 1);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(4));
+    let slots: Vec<i64> = sim.nodes[0]
+        .starts
+        .iter()
+        .filter(|s| s.reason == Reason::CatchUp)
+        .map(|s| s.slot_ms() - T0_MS)
+        .collect();
+    assert_eq!(
+        slots,
+        vec![10_000, 20_000, 30_000],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert_eq!(skips(sim.events(0), SkipReason::Overlap), 0);
+    assert_eq!(sim.calls_sent["finish"], 4, "three results, one sent again");
+}
+
+#[test]
+fn b14_a_slot_skipped_late_is_still_backed_up_when_another_instance_claims_it_later() {
+    // Node 0's clock is 5 s behind: its claim of slot 0 is late (max_late 2 s) and it watches
+    // the slot while anyone may still claim it. Its sweeps find no run for 15 s; then node 1
+    // starts, catches the slot up and crashes: node 0 takes the run over.
+    let o = JobOptions {
+        max_late: Duration::from_secs(2),
+        ..opts()
+    };
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.nodes[0].skew_us = -5_000_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(20));
+    assert_eq!(skips(sim.events(0), SkipReason::Late), 1);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(5));
+    assert_eq!(
+        sim.nodes[1].starts.first().map(|s| s.reason),
+        Some(Reason::CatchUp)
+    );
+    sim.crash(1);
+    sim.run_for(Duration::from_secs(45));
+    let taken: Vec<(u32, Reason)> = sim.nodes[0]
+        .starts
+        .iter()
+        .map(|s| (s.attempt, s.reason))
+        .collect();
+    assert_eq!(
+        taken,
+        vec![(2, Reason::Takeover)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn b22_a_claim_only_run_is_recorded_by_the_claim_store_and_a_manual_one_as_history() {
+    // On a claim-only store a scheduled run's records go to the store that claimed its slot
+    // (`claim_only: true`), a manual run's to the history like on every store; both the
+    // record of the start and that of the result.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(10), opts())]).claim_only();
+    sim.start(0);
+    let j = sim.jobs[0].clone();
+    sim.run_for(Duration::from_secs(12));
+    sim.command(
+        0,
+        CoreCommand::RunNow {
+            job: j,
+            data: None,
+            reply: 7,
+        },
+    );
+    sim.run_for(Duration::from_secs(2));
+    let records: Vec<(bool, bool)> = sim
+        .timeline
+        .iter()
+        .filter(|l| l.contains("n0 Call") && l.contains("request: Record {"))
+        .map(|l| (l.contains("manual: true"), l.contains("claim_only: true")))
+        .collect();
+    assert_eq!(
+        records,
+        vec![(false, true), (false, true), (true, false), (true, false)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+}
+
+#[test]
+fn shedding_runs_once_its_interval_is_up_and_sheds_only_claims_whose_last_moment_passed() {
+    // No room in flight: at the end of a turn, queued claims that can no longer go out in
+    // time are shed as late, in a pass that runs at most every SHED_EVERY_MS. A claim whose
+    // last moment is now may still go out.
+    let jobs: Vec<Arc<JobDef>> = ["a", "b"]
+        .into_iter()
+        .map(|n| every(n, Duration::from_secs(3_600), opts()))
+        .collect();
+    let mut sim = Sim::new(1, jobs.clone());
+    sim.start(0);
+    sim.run_for(Duration::from_secs(30));
+    let now = sim.now_of(0);
+    let ms = now.epoch_ms();
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    core.queues.claims_in_flight = core.cfg.limits.claims_in_flight;
+    core.queues.next_shed_ms = ms;
+    core.claim(jobs[0].clone(), T0_MS, Reason::Scheduled, ms - 1);
+    core.claim(jobs[1].clone(), T0_MS, Reason::Scheduled, ms);
+    // (`claim` caps a claim's last moment at the call deadline; set them exactly.)
+    core.queues.claims[0].claim.not_after = ms - 1;
+    core.queues.claims[1].claim.not_after = ms;
+    core.end_turn(now);
+    let queued: Vec<&str> = core
+        .queues
+        .claims
+        .iter()
+        .map(|q| q.job.name.as_str())
+        .collect();
+    assert_eq!(queued, vec!["b"], "a is past its last moment, b is not");
+    assert_eq!(core.queues.next_shed_ms, ms + 50);
+}
+
+#[test]
+fn b04_removing_a_job_keeps_backing_up_the_other_jobs_runs() {
+    // Two jobs, each run by one instance and backed up by the other; removing job b from
+    // an instance ends only b's watches there. The instance's figures follow.
+    let jobs = vec![
+        every("a", Duration::from_secs(3_600), opts()),
+        every("b", Duration::from_secs(3_600), opts()),
+    ];
+    let mut sim = Sim::new(2, jobs).behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner_of = |sim: &Sim, job: &str| {
+        sim.all_starts()
+            .iter()
+            .find(|(_, s)| s.job.as_str() == job)
+            .map(|(n, _)| *n)
+            .expect("started")
+    };
+    let backup = 1 - owner_of(&sim, "a");
+    let watched = |sim: &Sim, job: &str| {
+        sim.core(backup)
+            .watches
+            .keys()
+            .filter(|k| k.job.as_str() == job)
+            .count()
+    };
+    assert_eq!(watched(&sim, "a"), 1);
+    sim.command(backup, CoreCommand::Remove(JobName::new("b").unwrap()));
+    assert_eq!(watched(&sim, "a"), 1, "a's run is still backed up");
+    assert_eq!(watched(&sim, "b"), 0);
+    let core = sim.core(backup);
+    assert_eq!(core.health().runs_watched, core.watches.len() as u64);
+    // `job_of` names the job of each run the instance owns.
+    let owner = owner_of(&sim, "a");
+    let core = sim.core(owner);
+    let ids: Vec<RunId> = core.runs.keys().copied().collect();
+    assert!(!ids.is_empty());
+    for id in ids {
+        assert!(
+            core.job_of(id)
+                .is_some_and(|j| core.runs[&id].info.job == *j)
+        );
+    }
+}
+
+#[test]
+fn b10_slots_between_counts_from_its_start_up_to_but_not_including_its_end() {
+    let s = Schedule::every(Duration::from_secs(10), 0).unwrap();
+    assert_eq!(super::slots::slots_between(&s, T0_MS, T0_MS + 30_000), 3);
+    assert_eq!(super::slots::slots_between(&s, T0_MS, T0_MS + 30_001), 4);
+    assert_eq!(super::slots::slots_between(&s, T0_MS, T0_MS), 0);
+}
+
+#[test]
+fn b20_a_slow_store_is_not_mistaken_for_a_skewed_clock() {
+    // 1.2 s each way: the store's time read from a heartbeat's answer is 1.2 s old, more
+    // than the 1 s threshold, but within the round trip, so it is no evidence of skew.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(600)));
+    sim.latency = 1_200_000;
+    sim.store_timeout = Duration::from_secs(10);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(60));
+    assert_eq!(sim.nodes[0].starts.len(), 1);
+    let skews = sim
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::ClockSkew { .. }))
+        .count();
+    assert_eq!(skews, 0);
+}
+
+#[test]
+fn a_claim_batch_answered_with_too_few_outcomes_fails_every_claim_in_it() {
+    let job = every("j", Duration::from_secs(3_600), opts());
+    let mut sim = Sim::new(1, vec![job.clone()]);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(5));
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let sent = core.now.mono;
+    let slot = T0_MS + 3_600_000;
+    core.claims_answered(
+        vec![
+            (job.clone(), slot, Reason::Scheduled),
+            (job.clone(), slot + 1, Reason::Scheduled),
+        ],
+        sent,
+        Ok(vec![crate::store::ClaimOutcome::Taken]),
+    );
+    let errors = std::iter::from_fn(|| core.poll_effect())
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Emit(Event::Error {
+                    operation: crate::event::StoreOperation::Claim,
+                    ..
+                })
+            )
+        })
+        .count();
+    assert_eq!(errors, 2, "every claim of the batch fails");
+    assert_eq!(core.health().slots_late, 0);
+    assert!(
+        core.watches
+            .contains_key(&crate::ids::RunKey::new(job.name.clone(), slot))
+    );
 }
