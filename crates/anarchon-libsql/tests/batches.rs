@@ -412,16 +412,7 @@ async fn claims_and_results_prune_as_on_the_sqlite_store() {
             ..claim(&j, t - 100_000 + n * 1_000, t, "p")
         })
         .collect();
-    let leases: Vec<_> = s
-        .claim_many(&claims)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| match o {
-            ClaimOutcome::Won(l) => l,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let leases = anarchon_core::testkit::lease::won_all(&s, &claims).await;
     assert_eq!(
         s.history(&j, 100).await.unwrap().len(),
         40,

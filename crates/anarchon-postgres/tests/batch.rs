@@ -237,15 +237,7 @@ fn result(n: usize) -> Finish {
 /// Claims one slot of every job in one batch and answers the leases, all won.
 async fn leases(s: &PostgresStore, jobs: &[JobName], t: EpochMs) -> Vec<Lease> {
     let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t + 60_000)).collect();
-    s.claim_many(&claims)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| match o {
-            ClaimOutcome::Won(l) => l,
-            other => panic!("{other:?}"),
-        })
-        .collect()
+    anarchon_core::testkit::lease::won_all(s, &claims).await
 }
 
 #[tokio::test]

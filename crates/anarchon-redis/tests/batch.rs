@@ -8,6 +8,7 @@ use anarchon_core::store::{
     ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
     OwnerWrite, Prepare, Reason, Retention, RunStatus, Store,
 };
+use anarchon_core::testkit::lease::won_all;
 use anarchon_core::testkit::{key, server_url, unique_job};
 use anarchon_redis::fred::prelude::*;
 use anarchon_redis::fred::types::InfoKind;
@@ -116,16 +117,7 @@ async fn a_finish_that_does_not_prune_makes_no_type_reads() {
     let jobs: Vec<JobName> = (0..50).map(|_| unique_job("fin")).collect();
     let t = store.now().await.unwrap();
     let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
-    let held: Vec<Lease> = store
-        .claim_many(&claims)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| match o {
-            ClaimOutcome::Won(l) => l,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let held = won_all(&store, &claims).await;
     let done = |size| Finish {
         status: RunStatus::Succeeded,
         error: None,
@@ -238,16 +230,7 @@ async fn one_round_trip_per_result_batch(var: &str) {
         .expect("prepare");
     let t = store.now().await.unwrap();
     let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
-    let held: Vec<Lease> = store
-        .claim_many(&claims)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| match o {
-            ClaimOutcome::Won(l) => l,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let held = won_all(&store, &claims).await;
     let finish = |n: usize| Finish {
         status: if n.is_multiple_of(2) {
             RunStatus::Succeeded

@@ -524,16 +524,7 @@ pub async fn b14_take_over_many_takes_a_batch_larger_than_its_limit(store: Arc<d
     prepared(&store, &refs).await;
     let t = now(&store).await;
     let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
-    let leases: Vec<Lease> = store
-        .claim_many(&claims)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| match o {
-            ClaimOutcome::Won(l) => l,
-            other => panic!("expected to win: {other:?}"),
-        })
-        .collect();
+    let leases = won_all(store.as_ref(), &claims).await;
     sleep_ms(PAST_LEASE_MS).await;
     let batch: Vec<Takeover> = leases.iter().map(|l| takeover(l, "b", 3)).collect();
     let out = store.take_over_many(&batch).await.unwrap();
@@ -884,7 +875,7 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
     // Two earlier runs per job, ended: history the sweep must not list.
     for back in [2_000, 1_000] {
         let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t - back, "a", t)).collect();
-        let leases = won_all(&store, &claims).await;
+        let leases = won_all(store.as_ref(), &claims).await;
         finish_all(&store, &leases).await;
     }
     // The current slot: jobs 0..150 live, 150..200 released, 200..600 ended. A lease long
@@ -896,7 +887,7 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
             ..claim(j, t, "a", t)
         })
         .collect();
-    let leases = won_all(&store, &claims).await;
+    let leases = won_all(store.as_ref(), &claims).await;
     for lease in &leases[150..200] {
         assert_eq!(store.release(lease).await.unwrap(), OwnerWrite::Done);
     }
@@ -921,8 +912,9 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
     }
 }
 
-/// Wins every claim, in batches of the store's limit.
-async fn won_all(store: &Arc<dyn LeaseStore>, claims: &[LeaseClaim]) -> Vec<Lease> {
+/// Wins every claim, in `claim_many` batches of the store's limit, and answers the leases in
+/// order; panics unless every claim was won.
+pub async fn won_all(store: &dyn LeaseStore, claims: &[LeaseClaim]) -> Vec<Lease> {
     let mut leases = Vec::new();
     for chunk in claims.chunks(store.limits().claims.max(1)) {
         for outcome in store.claim_many(chunk).await.expect("claim_many") {
