@@ -876,14 +876,7 @@ fn seed_2_a_removed_jobs_slot_timer_does_not_outlive_it() {
     let mut sim = Sim::new(1, vec![every("kept", Duration::from_secs(1), opts())]);
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
-    let timers = |sim: &Sim| {
-        sim.core(0)
-            .tracked()
-            .into_iter()
-            .find(|(what, _)| *what == "timers")
-            .map_or(0, |(_, n)| n)
-    };
-    let base = timers(&sim);
+    let base = tracked(&sim, 0, "timers");
     for i in 0..1_000 {
         let daily = every(
             &format!("daily{}", i % 10),
@@ -898,9 +891,9 @@ fn seed_2_a_removed_jobs_slot_timer_does_not_outlive_it() {
             );
         }
         assert!(
-            timers(&sim) <= base + 2 * 11,
+            tracked(&sim, 0, "timers") <= base + 2 * 11,
             "{} timers after {i} changes",
-            timers(&sim)
+            tracked(&sim, 0, "timers")
         );
     }
     for i in 0..10 {
@@ -1033,6 +1026,37 @@ fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release
     );
 }
 
+/// Node 0 runs slot T0 and crashes; node 1 takes the run over within lease + 2 heartbeats.
+fn node_1_takes_over_slot_t0_when_node_0_crashes(sim: &mut Sim) {
+    assert!(
+        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == T0_MS),
+        "node 0 runs slot T0: {:?}",
+        sim.all_starts()
+    );
+    sim.crash(0);
+    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
+    sim.run_for(bound);
+    assert!(
+        sim.nodes[1]
+            .starts
+            .iter()
+            .any(|s| s.slot_ms() == T0_MS && s.attempt == 2),
+        "the crashed owner's run is taken over within lease + 2 heartbeats: {:?}",
+        sim.all_starts()
+    );
+}
+
+/// How many of `what` (a name of `Core::tracked`; another name panics) node `node`'s core
+/// holds.
+fn tracked(sim: &Sim, node: usize, what: &str) -> usize {
+    sim.core(node)
+        .tracked()
+        .into_iter()
+        .find(|(k, _)| *k == what)
+        .map(|(_, n)| n)
+        .unwrap_or_else(|| panic!("`tracked` has no `{what}`"))
+}
+
 /// Simulator seed 707050 (`cargo xtask simulate --seed 707050 --nodes 9`; shrunk to 3
 /// instances, one `*/15 s` cron job and 10 s), reduced: a slot came due between two
 /// instances' starts (their clocks apart by a second). The one that started after it neither
@@ -1055,22 +1079,7 @@ fn seed_707050_a_slot_due_before_a_start_is_backed_up_by_the_instance_that_did_n
     sim.start(1);
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
-    assert!(
-        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == T0_MS),
-        "node 0 runs slot T0: {:?}",
-        sim.all_starts()
-    );
-    sim.crash(0);
-    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
-    sim.run_for(bound);
-    assert!(
-        sim.nodes[1]
-            .starts
-            .iter()
-            .any(|s| s.slot_ms() == T0_MS && s.attempt == 2),
-        "the crashed owner's run is taken over within lease + 2 heartbeats: {:?}",
-        sim.all_starts()
-    );
+    node_1_takes_over_slot_t0_when_node_0_crashes(&mut sim);
 }
 
 /// The same for a job added while the instances run: the one that added it after its slot
@@ -1086,22 +1095,7 @@ fn b14_a_job_added_after_its_slot_came_due_backs_that_slot_up() {
     sim.command(0, CoreCommand::Add(job.clone()));
     sim.command(1, CoreCommand::Add(job));
     sim.run_for(Duration::from_secs(2));
-    assert!(
-        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == T0_MS),
-        "node 0 runs slot T0: {:?}",
-        sim.all_starts()
-    );
-    sim.crash(0);
-    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
-    sim.run_for(bound);
-    assert!(
-        sim.nodes[1]
-            .starts
-            .iter()
-            .any(|s| s.slot_ms() == T0_MS && s.attempt == 2),
-        "the crashed owner's run is taken over within lease + 2 heartbeats: {:?}",
-        sim.all_starts()
-    );
+    node_1_takes_over_slot_t0_when_node_0_crashes(&mut sim);
 }
 
 /// The backup of a slot due before the start lasts while another instance may still claim
@@ -1116,15 +1110,12 @@ fn b14_a_slot_due_before_the_start_is_watched_only_while_it_can_still_be_claimed
     let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(120), o)]);
     sim.run_for(Duration::from_millis(500));
     sim.start(0);
-    let watches = |sim: &Sim| {
-        sim.core(0)
-            .tracked()
-            .into_iter()
-            .find(|(what, _)| *what == "watches")
-            .map_or(0, |(_, n)| n)
-    };
     sim.run_for(Duration::from_secs(2));
-    assert_eq!(watches(&sim), 1, "slot T0 is backed up after the start");
+    assert_eq!(
+        tracked(&sim, 0, "watches"),
+        1,
+        "slot T0 is backed up after the start"
+    );
     assert!(
         sim.all_starts().is_empty(),
         "and not claimed: {:?}",
@@ -1132,7 +1123,11 @@ fn b14_a_slot_due_before_the_start_is_watched_only_while_it_can_still_be_claimed
     );
     let window = Duration::from_secs(10) + sim.timing.lease + 2 * sim.timing.heartbeat;
     sim.run_for(window);
-    assert_eq!(watches(&sim), 0, "the watch ends with the slot's window");
+    assert_eq!(
+        tracked(&sim, 0, "watches"),
+        0,
+        "the watch ends with the slot's window"
+    );
 }
 
 /// Simulator seed 1291 (`cargo xtask simulate --seed 1291`, at 664.8 s), reduced: a process
@@ -1882,17 +1877,10 @@ fn tracked_counts_what_a_core_holds_per_run() {
     sim.start(1);
     sim.run_for(Duration::from_secs(1));
     let owner = sim.all_starts()[0].0;
-    let count = |sim: &Sim, node: usize, what: &str| {
-        sim.core(node)
-            .tracked()
-            .into_iter()
-            .find(|(k, _)| *k == what)
-            .map(|(_, n)| n)
-    };
-    assert_eq!(count(&sim, owner, "owned runs"), Some(1));
-    assert_eq!(count(&sim, owner, "held leases"), Some(1));
-    assert_eq!(count(&sim, 1 - owner, "watches"), Some(1));
-    assert_eq!(count(&sim, 1 - owner, "owned runs"), Some(0));
+    assert_eq!(tracked(&sim, owner, "owned runs"), 1);
+    assert_eq!(tracked(&sim, owner, "held leases"), 1);
+    assert_eq!(tracked(&sim, 1 - owner, "watches"), 1);
+    assert_eq!(tracked(&sim, 1 - owner, "owned runs"), 0);
 }
 
 #[test]
