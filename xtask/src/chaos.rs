@@ -66,19 +66,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    #[command(name = "chaos", no_binary_name = true)]
-    struct One {
-        #[command(flatten)]
-        args: Args,
-    }
 
     fn parse(list: &[&str]) -> Result<Args, String> {
-        One::try_parse_from(list)
-            .map(|one| one.args)
-            .map_err(|e| e.render().to_string())
+        let args: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        crate::bench::parse_with::<Args>(&args).map_err(|e| e.to_string())
     }
 
     #[test]

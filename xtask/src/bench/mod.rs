@@ -64,9 +64,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
     }
 }
 
-/// Parses one bench's arguments (without `cargo xtask bench <name>`), for the unit tests.
+/// Parses one command's arguments (without `cargo xtask <command>`), for the unit tests.
 #[cfg(test)]
-fn parse_with<T: clap::Args>(args: &[String]) -> Result<T> {
+pub(crate) fn parse_with<T: clap::Args>(args: &[String]) -> Result<T> {
     use clap::Parser;
     #[derive(Parser)]
     #[command(name = "bench", no_binary_name = true)]
