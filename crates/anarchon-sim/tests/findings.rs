@@ -60,3 +60,17 @@ fn seed_707050_a_slot_due_before_a_start_is_backed_up() {
     cfg.jobs = Some(vec![2]);
     run(&cfg);
 }
+
+/// Long run, seed 908536 on 9 instances (`cargo xtask simulate --seed 908536 --nodes 9
+/// --hours 1`), shrunk to 1 instance, one fault (handlers longer than the lease) and no job
+/// of the mix. A claim was in flight when the idle check removed every job; it won after the
+/// removal and the core started the handler of a job it no longer had, which heartbeated
+/// through the ten idle minutes. A claim won after its job's removal is now handed straight
+/// over (`slots.rs`, `claimed`), and the idle check waits for calls in flight to settle.
+#[test]
+fn seed_908536_a_claim_won_after_its_job_was_removed_is_handed_over() {
+    let mut cfg = SimConfig::new(908536, 1, 1.0);
+    cfg.faults = Faults::only(["handler-long"]).unwrap();
+    cfg.jobs = Some(vec![0]);
+    run(&cfg);
+}

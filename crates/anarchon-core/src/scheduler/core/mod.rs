@@ -203,6 +203,11 @@ impl Core {
         ]
     }
 
+    /// Store calls sent and not yet answered (or given up).
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
     /// `stop()` was asked for.
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping

@@ -1020,8 +1020,15 @@ mod world {
                     }
                 }
             }
+            // Until no handler runs and no call is in flight: a claim sent before the removal
+            // is answered after it (and a win is handed straight over, not started).
             for _ in 0..40 {
-                if self.check.running.is_empty() {
+                let calls_out = self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.core.as_ref())
+                    .any(|c| c.calls_in_flight() > 0);
+                if self.check.running.is_empty() && !calls_out {
                     break;
                 }
                 self.run_for(Duration::from_secs(10));
@@ -1649,6 +1656,22 @@ impl Sim {
             );
         }
         self.check.fences.insert(key.clone(), (attempt, fence));
+        // A handler starts only on an instance that has its job (`remove` stops a job here,
+        // a claim or takeover won after it included).
+        let registered = self.nodes[node]
+            .core
+            .as_ref()
+            .is_some_and(|c| c.jobs.contains_key(&key.job));
+        if !start.info.manual && !registered {
+            self.violation(
+                "a handler starts only where its job is registered",
+                Some(&key),
+                format!(
+                    "attempt {attempt} started on n{node}, which has no job {}",
+                    key.job
+                ),
+            );
+        }
         // An older handler of the slot still running was told to stop.
         let lives = self.check.running.get(&key).cloned().unwrap_or_default();
         for l in lives {

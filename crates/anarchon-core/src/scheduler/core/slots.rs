@@ -263,6 +263,19 @@ impl Core {
                     self.side_release(lease);
                     return;
                 }
+                if !self.jobs.contains_key(&job.name) {
+                    // Won after the job was removed here (the claim was in flight): its
+                    // handler is not started on an instance that no longer has the job; the
+                    // run is handed straight over, to a backup that still has it, or to
+                    // whichever instance registers the job next, as a won takeover is.
+                    // [B-35, B-19]
+                    tracing::info!(
+                        run = %key,
+                        "handing over a run claimed just before its job was removed here"
+                    );
+                    self.side_release(lease);
+                    return;
+                }
                 self.start_leased(job, lease, sent);
                 return;
             }

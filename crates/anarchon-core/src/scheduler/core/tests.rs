@@ -1348,6 +1348,102 @@ fn seed_3948_a_run_handed_over_while_its_job_is_registered_nowhere_is_continued_
     );
 }
 
+/// Simulator seed 908536 (`cargo xtask simulate --seed 908536 --nodes 9 --hours 1`): a claim
+/// was in flight when every instance removed the job; it won after the removal and the
+/// instance started the handler of a job it no longer had (and kept heartbeating it through
+/// the idle check). A claim won after its job's removal is handed straight over instead: the
+/// run waits, released, for an instance that has the job.
+#[test]
+fn seed_908536_a_claim_won_after_its_job_was_removed_is_handed_over_not_started() {
+    let def = every("j", Duration::from_secs(10), opts());
+    let mut sim = Sim::new(1, vec![def.clone()]);
+    sim.latency = 200_000;
+    sim.start(0);
+    // The claim of the 10 s slot is in flight when the job is removed.
+    sim.run_for(Duration::from_millis(10_050));
+    assert!(
+        sim.timeline.iter().any(|l| l.contains("request: Claim")),
+        "{}",
+        sim.timeline.join("\n")
+    );
+    sim.command(0, CoreCommand::Remove(def.name.clone()));
+    sim.run_for(Duration::from_secs(5));
+    let started = |sim: &Sim| -> Vec<u32> {
+        sim.all_starts()
+            .iter()
+            .filter(|(_, s)| s.slot.timestamp_millis() == T0_MS + 10_000)
+            .map(|(_, s)| s.attempt)
+            .collect()
+    };
+    assert!(
+        started(&sim).is_empty(),
+        "the removed job's handler was started: {}",
+        sim.timeline.join("\n")
+    );
+    let lease: &dyn LeaseStore = &sim.store;
+    let left = lease
+        .unfinished_runs(std::slice::from_ref(&def.name))
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        (left[0].run.slot, left[0].owner.as_deref()),
+        (T0_MS + 10_000, None),
+        "won, then released"
+    );
+    // Nothing more reaches the store from an instance with no job and no run.
+    let calls = |sim: &Sim| {
+        sim.timeline
+            .iter()
+            .filter(|l| l.contains("n0 Call"))
+            .count()
+    };
+    let before = calls(&sim);
+    sim.run_for(Duration::from_secs(600));
+    assert_eq!(calls(&sim), before, "{}", sim.timeline.join("\n"));
+    // Registered again, the job's handed-over run is continued at once.
+    sim.command(0, CoreCommand::Add(def.clone()));
+    sim.run_for(Duration::from_secs(2));
+    assert_eq!(started(&sim), vec![2], "{}", sim.timeline.join("\n"));
+}
+
+#[test]
+fn b35_a_claim_won_after_a_removal_here_is_continued_by_an_instance_that_still_has_the_job() {
+    let def = every("j", Duration::from_secs(10), opts());
+    let mut sim = Sim::new(2, vec![def.clone()]);
+    sim.latency = 200_000;
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_millis(10_050));
+    // The first claim sent wins; its instance removes the job while the claim is in flight.
+    let first = sim
+        .timeline
+        .iter()
+        .find(|l| l.contains("request: Claim"))
+        .map(|l| usize::from(l.contains("n1 Call")))
+        .expect("a claim was sent");
+    sim.command(first, CoreCommand::Remove(def.name.clone()));
+    sim.run_for(Duration::from_secs(8));
+    let starts: Vec<(usize, EpochMs, u32)> = sim
+        .all_starts()
+        .iter()
+        .filter(|(_, s)| s.slot.timestamp_millis() == T0_MS + 10_000)
+        .map(|(n, s)| (*n, s.slot.timestamp_millis(), s.attempt))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(1 - first, T0_MS + 10_000, 2)],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert!(
+        sim.history("j")
+            .iter()
+            .any(|r| r.slot == T0_MS + 10_000 && r.status == RunStatus::Succeeded)
+    );
+}
+
 #[test]
 fn a_slot_is_never_claimed_before_it_by_the_instance_clock_even_if_the_clock_was_set_back() {
     let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(60), opts())]);
