@@ -204,6 +204,7 @@ impl Core {
     }
 
     /// Store calls sent and not yet answered (or given up).
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn calls_in_flight(&self) -> usize {
         self.calls.len()
     }
