@@ -1026,6 +1026,60 @@ fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release
     );
 }
 
+/// A sweep lists every unfinished run of the jobs it asks about; a run no watch here knows
+/// of (its owner alone caught that slot up: its clock was behind) is adopted, so when its owner
+/// crashes (no release notification) a backup still continues it within the bound.
+#[test]
+fn b14_a_sweep_adopts_a_run_of_a_swept_job_that_only_its_owner_knew() {
+    let o = JobOptions {
+        catch_up: CatchUp::Latest,
+        ..opts()
+    };
+    let mut sim = Sim::new(3, vec![every("j", Duration::from_secs(120), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.run_for(Duration::from_millis(500));
+    // Nodes 1 and 2 (on time) catch up slot T0: one runs it, the other backs it up and so
+    // sweeps the job; node 0, 1 s behind, catches up T0 - 120 s, which nobody else claims.
+    sim.nodes[0].skew_us = -1_000_000;
+    sim.start(1);
+    sim.start(2);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(5));
+    let old = T0_MS - 120_000;
+    assert_eq!(
+        sim.all_starts()
+            .iter()
+            .map(|(n, s)| (*n, s.slot_ms(), s.attempt))
+            .filter(|(_, slot, _)| *slot == old)
+            .collect::<Vec<_>>(),
+        vec![(0, old, 1)],
+        "node 0 alone runs the older slot"
+    );
+    sim.crash(0);
+    let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
+    sim.run_for(bound);
+    // Continued by the documented rule: a newer slot of the job runs, so the expired run is
+    // ended as replaced by it (not started again), within lease + 2 heartbeats.
+    let lease: &dyn LeaseStore = &sim.store;
+    let left = lease
+        .unfinished_runs(&[JobName::new("j").unwrap()])
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    assert!(
+        left.iter().all(|v| v.run.slot != old),
+        "the run only its crashed owner knew is still running: {left:?}\n{}",
+        sim.timeline.join("\n")
+    );
+    let ended_by = (1..3).find(|&n| {
+        sim.events(n).iter().any(|e| {
+            matches!(e, Event::Interrupted { run, cause: InterruptCause::ReplacedByNextSlot }
+                if run.slot_ms() == old)
+        })
+    });
+    assert!(ended_by.is_some(), "{}", sim.timeline.join("\n"));
+}
+
 /// Node 0 runs slot T0 and crashes; node 1 takes the run over within lease + 2 heartbeats.
 fn node_1_takes_over_slot_t0_when_node_0_crashes(sim: &mut Sim) {
     assert!(
