@@ -959,10 +959,15 @@ mod world {
                             self.command(node, CoreCommand::Add(def.clone()));
                         }
                         self.run_for(lease * 2 + Duration::from_secs(12));
+                        // Continued: ended, or taken over (a newer attempt, whose handler
+                        // may still run); not continued: the attempt that was left.
                         let still: Vec<_> = self
                             .unfinished(&waiting)
                             .into_iter()
-                            .filter(|v| left.iter().any(|l| l.run == v.run))
+                            .filter(|v| {
+                                left.iter()
+                                    .any(|l| l.run == v.run && l.attempt == v.attempt)
+                            })
                             .collect();
                         if let Some(v) = still.first() {
                             self.violation(
