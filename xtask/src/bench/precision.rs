@@ -78,7 +78,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<PrecisionArgs> {
 /// The target of the issue for a store, given the bare operation's p99 (ms).
 fn target(kind: StoreKind, floor_p99_ms: Option<f64>) -> (String, Option<f64>) {
     match kind {
-        StoreKind::Redis | StoreKind::Sqlite => ("p99 <= 2 ms".to_owned(), Some(2.0)),
+        StoreKind::Redis | StoreKind::Sqlite => ("p99 <= 1 ms".to_owned(), Some(1.0)),
         StoreKind::Postgres => (
             "p99 <= 1.5x the bare commit's p99".to_owned(),
             floor_p99_ms.map(|f| 1.5 * f),
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn targets_follow_the_store() {
-        assert_eq!(target(StoreKind::Redis, Some(0.1)).1, Some(2.0));
+        assert_eq!(target(StoreKind::Redis, Some(0.1)).1, Some(1.0));
         assert_eq!(target(StoreKind::Postgres, Some(4.0)).1, Some(6.0));
         assert_eq!(target(StoreKind::Postgres, None).1, None);
     }
