@@ -263,20 +263,21 @@ impl Core {
                     self.side_release(lease);
                     return;
                 }
-                if !self.jobs.contains_key(&job.name) {
-                    // Won after the job was removed here (the claim was in flight): its
-                    // handler is not started on an instance that no longer has the job; the
-                    // run is handed straight over, to a backup that still has it, or to
-                    // whichever instance registers the job next, as a won takeover is.
-                    // [B-35, B-19]
-                    tracing::info!(
-                        run = %key,
-                        "handing over a run claimed just before its job was removed here"
-                    );
-                    self.side_release(lease);
-                    return;
+                // The job as registered now, as a won takeover starts it (`feed_watch`).
+                match self.jobs.get(&job.name).cloned() {
+                    Some(job) => self.start_leased(job, lease, sent),
+                    None => {
+                        // Won after the job was removed here (the claim was in flight): no
+                        // handler of a job this instance no longer has; the run is handed
+                        // straight over, to a backup that still has the job or to whichever
+                        // instance registers it next. [B-35, B-19]
+                        tracing::info!(
+                            run = %key,
+                            "handing over a run claimed just before its job was removed here"
+                        );
+                        self.side_release(lease);
+                    }
                 }
-                self.start_leased(job, lease, sent);
                 return;
             }
             Ok(ClaimOutcome::Taken) => {
@@ -336,7 +337,9 @@ impl Core {
         }
         let reason = match result {
             Ok(SlotOutcome::Won) => {
-                if self.stopping {
+                // Won while stopping, or after the job was removed here: a claim-only store
+                // has no handover, so the slot is not run (at most once). [B-34, B-35]
+                if self.stopping || !self.jobs.contains_key(&job.name) {
                     return;
                 }
                 let info = RunInfo {

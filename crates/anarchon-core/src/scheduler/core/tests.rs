@@ -982,6 +982,47 @@ fn b39_a_jobs_own_option_overrides_the_default() {
 
 // ----- found by the simulator (crates/anarchon-sim) -------------------------------------------
 
+/// `nodes` instances and one `every 120s` job (catch-up `Latest`, handlers of 300 s) half a
+/// second past slot T0: the others (on time) catch up T0 (one runs it, the rest back it up);
+/// node 0, its clock 1 s behind, catches up T0 - 120 s, which nobody else claims or watches.
+/// Returns the simulation 5 s on and that older slot.
+fn node_0_behind_alone_catches_up_the_older_slot(nodes: usize) -> (Sim, EpochMs) {
+    let o = JobOptions {
+        catch_up: CatchUp::Latest,
+        ..opts()
+    };
+    let mut sim = Sim::new(nodes, vec![every("j", Duration::from_secs(120), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
+    sim.run_for(Duration::from_millis(500));
+    sim.nodes[0].skew_us = -1_000_000;
+    for n in (1..nodes).chain([0]) {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(5));
+    let old = T0_MS - 120_000;
+    assert_eq!(
+        sim.all_starts()
+            .iter()
+            .filter(|(_, s)| s.slot_ms() == old)
+            .map(|(n, s)| (*n, s.attempt))
+            .collect::<Vec<_>>(),
+        vec![(0, 1)],
+        "node 0 alone runs the older slot: {:?}",
+        sim.all_starts()
+    );
+    (sim, old)
+}
+
+/// The store's unfinished runs of `job`.
+fn unfinished(sim: &Sim, job: &JobName) -> Vec<crate::store::RunView> {
+    let lease: &dyn LeaseStore = &sim.store;
+    lease
+        .unfinished_runs(std::slice::from_ref(job))
+        .now_or_never()
+        .expect("the in-memory store answers at once")
+        .expect("unfinished runs")
+}
+
 /// Simulator seed 69 (`cargo xtask simulate --seed 69`), reduced: an instance whose clock is
 /// behind catches up an older slot than the others did, so no other instance watches that
 /// run; when it stops, it hands the run over and every instance gets the release
@@ -990,24 +1031,7 @@ fn b39_a_jobs_own_option_overrides_the_default() {
 /// notification of a run no watch knows starts a watch (`Core::handle_release`).
 #[test]
 fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release() {
-    let o = JobOptions {
-        catch_up: CatchUp::Latest,
-        ..opts()
-    };
-    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(120), o)])
-        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
-    sim.run_for(Duration::from_millis(500));
-    // Node 1 (on time) catches up slot T0; node 0, 1 s behind, catches up T0 - 120 s.
-    sim.nodes[0].skew_us = -1_000_000;
-    sim.start(1);
-    sim.start(0);
-    sim.run_for(Duration::from_secs(5));
-    let old = T0_MS - 120_000;
-    assert!(
-        sim.nodes[0].starts.iter().any(|s| s.slot_ms() == old),
-        "node 0 runs the older slot: {:?}",
-        sim.all_starts()
-    );
+    let (mut sim, old) = node_0_behind_alone_catches_up_the_older_slot(2);
     sim.command(
         0,
         CoreCommand::Stop {
@@ -1031,41 +1055,14 @@ fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release
 /// crashes (no release notification) a backup still continues it within the bound.
 #[test]
 fn b14_a_sweep_adopts_a_run_of_a_swept_job_that_only_its_owner_knew() {
-    let o = JobOptions {
-        catch_up: CatchUp::Latest,
-        ..opts()
-    };
-    let mut sim = Sim::new(3, vec![every("j", Duration::from_secs(120), o)])
-        .behave(|_| Behaviour::ok(Duration::from_secs(300)));
-    sim.run_for(Duration::from_millis(500));
-    // Nodes 1 and 2 (on time) catch up slot T0: one runs it, the other backs it up and so
-    // sweeps the job; node 0, 1 s behind, catches up T0 - 120 s, which nobody else claims.
-    sim.nodes[0].skew_us = -1_000_000;
-    sim.start(1);
-    sim.start(2);
-    sim.start(0);
-    sim.run_for(Duration::from_secs(5));
-    let old = T0_MS - 120_000;
-    assert_eq!(
-        sim.all_starts()
-            .iter()
-            .map(|(n, s)| (*n, s.slot_ms(), s.attempt))
-            .filter(|(_, slot, _)| *slot == old)
-            .collect::<Vec<_>>(),
-        vec![(0, old, 1)],
-        "node 0 alone runs the older slot"
-    );
+    // Of nodes 1 and 2, the one that did not win T0 backs it up and so sweeps the job.
+    let (mut sim, old) = node_0_behind_alone_catches_up_the_older_slot(3);
     sim.crash(0);
     let bound = sim.timing.lease + 2 * sim.timing.heartbeat + Duration::from_secs(1);
     sim.run_for(bound);
     // Continued by the documented rule: a newer slot of the job runs, so the expired run is
     // ended as replaced by it (not started again), within lease + 2 heartbeats.
-    let lease: &dyn LeaseStore = &sim.store;
-    let left = lease
-        .unfinished_runs(&[JobName::new("j").unwrap()])
-        .now_or_never()
-        .unwrap()
-        .unwrap();
+    let left = unfinished(&sim, &JobName::new("j").unwrap());
     assert!(
         left.iter().all(|v| v.run.slot != old),
         "the run only its crashed owner knew is still running: {left:?}\n{}",
@@ -1374,12 +1371,7 @@ fn seed_3948_a_run_handed_over_while_its_job_is_registered_nowhere_is_continued_
     }
     // The handler ignores its cancellation and returns its error at 60 s: handed over.
     sim.run_for(Duration::from_secs(40));
-    let lease: &dyn LeaseStore = &sim.store;
-    let left = lease
-        .unfinished_runs(std::slice::from_ref(&def.name))
-        .now_or_never()
-        .unwrap()
-        .unwrap();
+    let left = unfinished(&sim, &def.name);
     assert_eq!(left.len(), 1, "{left:?}\n{}", sim.timeline.join("\n"));
     assert_eq!(left[0].owner, None, "released");
     assert_eq!(
@@ -1434,12 +1426,7 @@ fn seed_908536_a_claim_won_after_its_job_was_removed_is_handed_over_not_started(
         "the removed job's handler was started: {}",
         sim.timeline.join("\n")
     );
-    let lease: &dyn LeaseStore = &sim.store;
-    let left = lease
-        .unfinished_runs(std::slice::from_ref(&def.name))
-        .now_or_never()
-        .unwrap()
-        .unwrap();
+    let left = unfinished(&sim, &def.name);
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(
         (left[0].run.slot, left[0].owner.as_deref()),
@@ -1495,6 +1482,36 @@ fn b35_a_claim_won_after_a_removal_here_is_continued_by_an_instance_that_still_h
         sim.history("j")
             .iter()
             .any(|r| r.slot == T0_MS + 10_000 && r.status == RunStatus::Succeeded)
+    );
+}
+
+#[test]
+fn b35_on_a_claim_only_store_a_claim_won_after_the_jobs_removal_here_starts_nothing() {
+    let def = every("j", Duration::from_secs(10), opts());
+    let mut sim = Sim::new(1, vec![def.clone()]).claim_only();
+    sim.latency = 200_000;
+    sim.start(0);
+    sim.run_for(Duration::from_millis(10_050));
+    assert!(
+        sim.timeline
+            .iter()
+            .any(|l| l.contains("request: ClaimSlot")),
+        "{}",
+        sim.timeline.join("\n")
+    );
+    sim.command(0, CoreCommand::Remove(def.name.clone()));
+    sim.run_for(Duration::from_secs(5));
+    assert!(
+        sim.timeline.iter().any(|l| l.contains("Won")),
+        "the claim won: {}",
+        sim.timeline.join("\n")
+    );
+    assert!(
+        sim.all_starts()
+            .iter()
+            .all(|(_, s)| s.slot.timestamp_millis() != T0_MS + 10_000),
+        "no handler of a removed job (no handover on a claim-only store): {}",
+        sim.timeline.join("\n")
     );
 }
 
