@@ -66,6 +66,9 @@ struct Shell {
     next_reply: u64,
     stop_replies: Vec<oneshot::Sender<()>>,
     published: CoreHealth,
+    /// The data of a run with none (no scheduler, job or manual data): one shared value
+    /// rather than one allocation per run.
+    no_data: Arc<Data>,
 }
 
 /// The core's configuration from the scheduler's.
@@ -128,6 +131,7 @@ pub(crate) async fn run(
         next_reply: 0,
         stop_replies: Vec::new(),
         published: CoreHealth::default(),
+        no_data: Arc::new(Data::new()),
     };
     let tick = super::watchdog::tick(&s.shared);
     let mut next_tick = Instant::now() + tick;
@@ -398,15 +402,21 @@ impl Shell {
             reason: info.reason,
             fence: info.fence,
             signal: control.token(),
-            data: Arc::new(Data::new()),
+            data: self.no_data.clone(),
             control: control.clone(),
         };
-        let scheduler_data = self.shared.cfg.data.clone();
+        // Boxed: the task keeps a pointer to it until the handler is called, not its size.
+        let start = Box::new(super::handler_task::Start {
+            job,
+            ctx,
+            scheduler_data: self.shared.cfg.data.clone(),
+            manual: data,
+        });
         let tx = self.msgs.clone();
         use tracing::Instrument;
         let handle = tokio::spawn(
             async move {
-                let result = super::handler_task::run_handler(job, ctx, scheduler_data, data).await;
+                let result = super::handler_task::run_handler(start).await;
                 let _ = tx.send(Msg::HandlerDone { run, result });
             }
             .instrument(span.clone()),
