@@ -444,6 +444,48 @@ mod tests {
     }
 
     #[test]
+    fn a_run_without_a_lease_stopped_is_recorded_stopped_not_handed_over() {
+        let mut run = OwnerRun::new(false);
+        run.handle(OwnerInput::Stop);
+        let fx = run.handle(OwnerInput::HandlerReturned {
+            result: Err("cancelled".into()),
+            cause: Some(CancelCause::Stopping),
+        });
+        assert_eq!(fx, vec![OwnerEffect::Write(Write::Release)]);
+        let fx = run.handle(OwnerInput::WriteAnswered(WriteAnswer::Done));
+        assert_eq!(
+            fx[0],
+            OwnerEffect::Emit(Note::Interrupted(InterruptCause::Stopped))
+        );
+    }
+
+    #[test]
+    fn a_run_without_a_lease_writes_its_success_even_if_told_its_handler_recorded_it() {
+        // Only a leased run's handler can record its end in a fenced transaction; one
+        // without a lease writes its result as usual.
+        let mut leased = OwnerRun::new(true);
+        let fx = leased.handle(OwnerInput::HandlerRecorded);
+        assert_eq!(fx[0], OwnerEffect::Emit(Note::Succeeded));
+        assert!(leased.is_finished());
+        let mut unleased = OwnerRun::new(false);
+        let fx = unleased.handle(OwnerInput::HandlerRecorded);
+        assert_eq!(
+            fx,
+            vec![OwnerEffect::Write(Write::Finish {
+                status: RunStatus::Succeeded,
+                error: None,
+            })]
+        );
+    }
+
+    #[test]
+    fn a_failed_store_call_reads_as_its_message() {
+        let failed = Failed::from("the store said no");
+        assert_eq!(failed.to_string(), "the store said no");
+        assert_eq!(failed.kind, ErrorKind::Store);
+    }
+
+    #[test]
     fn timeout_fails_at_once_and_aborts_after_the_grace() {
         let mut run = OwnerRun::new(true);
         let fx = run.handle(OwnerInput::TimeoutElapsed);

@@ -329,12 +329,15 @@ fn b17_stop_hands_the_run_over_at_once_and_a_backup_starts_the_same_slot() {
     sim.start(1);
     sim.run_for(Duration::from_secs(1));
     let (owner, first) = sim.all_starts()[0].clone();
+    let stopping = |sim: &Sim| sim.nodes[owner].core.as_ref().unwrap().is_stopping();
+    assert!(!stopping(&sim));
     sim.command(
         owner,
         CoreCommand::Stop {
             timeout: Duration::from_secs(10),
         },
     );
+    assert!(stopping(&sim), "the core says it is stopping");
     let stopped_at = sim.now;
     sim.run_for(Duration::from_secs(12));
     assert!(sim.nodes[owner].core.is_none(), "stop finished");
@@ -422,6 +425,48 @@ fn b21_a_timeout_fails_the_attempt_at_once_and_aborts_the_handler_after_the_grac
     sim.run_for(Duration::from_secs(5));
     assert!(sim.core(0).runs.is_empty(), "aborted after the grace");
     assert!(sim.timeline.iter().any(|l| l.contains("Abort")));
+}
+
+#[test]
+fn b34_a_stop_keeps_the_abort_of_a_timed_out_handler_and_drops_the_slot_timers() {
+    let o = JobOptions {
+        timeout: Some(Duration::from_secs(5)),
+        ..opts()
+    };
+    let mut sim =
+        Sim::new(1, vec![every("j", Duration::from_secs(3_600), o)]).behave(|_| Behaviour {
+            takes: Duration::from_secs(1_000),
+            result: Ok(()),
+            obeys_cancel: false,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_secs(6));
+    assert_eq!(
+        sim.core(0).runs.len(),
+        1,
+        "timed out, draining until the abort"
+    );
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(60),
+        },
+    );
+    assert!(
+        !sim.core(0)
+            .timers
+            .values()
+            .any(|t| matches!(t, Timer::Due { .. } | Timer::Watch)),
+        "no slot or watch timer is left once stopping"
+    );
+    // The handler is aborted at the end of its grace, as without the stop, and the stop
+    // ends then, not at its own 60 s timeout.
+    sim.run_for(Duration::from_secs(5));
+    assert!(sim.timeline.iter().any(|l| l.contains("Abort")));
+    assert!(
+        sim.nodes[0].core.is_none(),
+        "stopped once the handler was aborted"
+    );
 }
 
 #[test]
@@ -1759,6 +1804,26 @@ fn b14_a_backup_tells_the_store_it_watches_runs_only_while_it_watches_one() {
 }
 
 #[test]
+fn b17_a_release_notification_of_a_run_held_here_starts_no_watch_of_it() {
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    let key = sim.core(owner).held.keys().next().expect("held").clone();
+    let now = sim.now_of(owner);
+    let core = sim.nodes[owner].core.as_mut().expect("running");
+    core.handle_release(now, key.clone());
+    assert!(
+        !core.watches.contains_key(&key),
+        "the owner watches its own run after a stray notification"
+    );
+    sim.run_for(Duration::from_secs(5));
+    assert_eq!(sim.all_starts().len(), 1, "the run goes on where it is");
+}
+
+#[test]
 fn b14_a_backup_never_watches_a_run_it_holds_itself() {
     // Two instances with overlapping runs of one job: each owns some and backs up the
     // other's; a sweep lists both, and only the other's runs are watched. (Jitter varies
@@ -1915,6 +1980,288 @@ fn b20_a_skewed_clock_is_reported_once_a_minute_not_at_every_heartbeat() {
         .count();
     // Heartbeats every 5 s for 150 s: 30 measurements, one event a minute.
     assert!((2..=3).contains(&skews), "{skews} clock-skew events");
+}
+
+#[test]
+fn b20_a_skewed_clock_is_reported_again_at_the_first_heartbeat_past_the_minute() {
+    // Heartbeats every 7 s never fall exactly a minute apart: the next report comes at the
+    // first heartbeat after the minute (63 s), not never.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(600)));
+    sim.timing = LeaseTiming {
+        lease: Duration::from_secs(30),
+        heartbeat: Duration::from_secs(7),
+    };
+    sim.nodes[0].skew_us = 5_000_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(150));
+    let skews = sim
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::ClockSkew { .. }))
+        .count();
+    assert_eq!(
+        skews, 3,
+        "reported at the first heartbeat, then 63 s and 126 s later"
+    );
+}
+
+#[test]
+fn b20_a_clock_sample_reads_the_store_time_against_the_middle_of_the_round_trip() {
+    // Sent at 0, answered 10 ms later; the store's time is that of the middle: no offset.
+    let now = Now {
+        mono: 10_000,
+        epoch_us: (T0_MS + 10) * 1_000,
+    };
+    let sample = types::ClockSample::measure(T0_MS + 5, 0, now);
+    assert_eq!((sample.offset_ms, sample.rtt_ms), (0, 10));
+    let sample = types::ClockSample::measure(T0_MS + 2_005, 0, now);
+    assert_eq!(sample.offset_ms, 2_000);
+}
+
+#[test]
+fn b20_a_skew_of_exactly_the_threshold_beyond_the_allowance_is_not_reported() {
+    let at = |skew: i64, allowance: i64| {
+        types::skew_event(T0_MS + skew, T0_MS, allowance, 1_000).is_some()
+    };
+    assert!(!at(1_000, 0) && at(1_001, 0));
+    assert!(!at(-1_000, 0) && at(-1_001, 0));
+    assert!(!at(1_200, 200) && at(1_201, 200));
+}
+
+#[test]
+fn a_failed_answer_of_every_kind_carries_its_error() {
+    let e = || Error::store("memory", "claim", "down");
+    let failed = [
+        Answer::Claims(Err(e())),
+        Answer::Slot(Err(e())),
+        Answer::Renewals(Err(e())),
+        Answer::Runs(Err(e())),
+        Answer::Takeovers(Err(e())),
+        Answer::Writes(Err(e())),
+        Answer::Released(Err(e())),
+        Answer::Recorded(Err(e())),
+    ];
+    for answer in &failed {
+        assert!(answer.error().is_some(), "{answer:?}");
+    }
+    assert!(Answer::Claims(Ok(Vec::new())).error().is_none());
+    assert!(Answer::Recorded(Ok(())).error().is_none());
+}
+
+#[test]
+fn claim_rank_is_fnv1a_of_the_name_mixed_with_the_key() {
+    // Worked out apart from this code: FNV-1a 64 of "report", XOR the key, splitmix64's
+    // finalizer.
+    assert_eq!(
+        claim_rank(0x1234_5678_9ABC_DEF0, "report"),
+        0x91F6_8A2A_DE44_95FE
+    );
+}
+
+#[test]
+fn one_failed_store_call_is_an_error_not_yet_an_unreachable_store() {
+    // A run holds its lease; the store fails for one heartbeat.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.start(0);
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.nodes[0].starts.len(), 1);
+    let before = sim.calls_sent.get("heartbeat").copied().unwrap_or(0);
+    sim.store.set_health(StoreHealth::Unavailable);
+    while sim.calls_sent.get("heartbeat").copied().unwrap_or(0) == before {
+        sim.run_for(Duration::from_millis(100));
+    }
+    sim.run_for(Duration::from_millis(100));
+    let h = sim.core(0).health();
+    assert!(h.last_error.is_some(), "the heartbeat failed: {h:?}");
+    assert!(
+        !h.store_unreachable,
+        "unreachable only after {UNREACHABLE_AFTER} failures in a row: {h:?}"
+    );
+}
+
+#[test]
+fn b34_a_handler_that_ignores_its_signal_is_aborted_at_the_stop_timeout() {
+    let mut sim =
+        Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
+            takes: Duration::from_secs(1_000),
+            result: Ok(()),
+            obeys_cancel: false,
+        });
+    sim.start(0);
+    sim.run_for(Duration::from_secs(1));
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(5),
+        },
+    );
+    sim.run_for(Duration::from_secs(4));
+    assert!(
+        sim.nodes[0].core.is_some(),
+        "the stop waits for its timeout"
+    );
+    sim.run_for(Duration::from_secs(2));
+    assert!(sim.timeline.iter().any(|l| l.contains("Abort")));
+    assert!(sim.nodes[0].core.is_none(), "stopped at the timeout");
+}
+
+#[test]
+fn b14_a_pending_watch_turns_live_when_the_run_is_seen_and_only_then() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]);
+    sim.start(0);
+    let key = RunKey::new(JobName::new("j").unwrap(), T0_MS);
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let pending = || Watch::pending(T0_MS + 60_000);
+    core.watch(key.clone(), pending());
+    core.watch(key.clone(), pending());
+    assert_eq!(
+        core.watches[&key].state,
+        super::super::watch::WatchState::Pending {
+            until: T0_MS + 60_000
+        }
+    );
+    core.watch(key.clone(), Watch::live());
+    assert_eq!(
+        core.watches[&key].state,
+        super::super::watch::WatchState::Live
+    );
+}
+
+#[test]
+fn b13_one_heartbeat_timer_however_many_runs_hold_a_lease() {
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(1), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(30)));
+    sim.start(0);
+    sim.run_for(Duration::from_secs(10));
+    assert!(sim.core(0).held.len() >= 5, "several runs hold leases");
+    let heartbeats = sim
+        .core(0)
+        .timers
+        .values()
+        .filter(|t| matches!(t, Timer::Heartbeat))
+        .count();
+    assert_eq!(heartbeats, 1);
+}
+
+#[test]
+fn b22_a_run_without_a_lease_arms_no_heartbeat() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(1), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(30)))
+        .claim_only();
+    sim.start(0);
+    sim.run_for(Duration::from_secs(3));
+    assert!(!sim.nodes[0].starts.is_empty());
+    assert!(
+        !sim.core(0)
+            .timers
+            .values()
+            .any(|t| matches!(t, Timer::Heartbeat))
+    );
+}
+
+#[test]
+fn b20_a_skewed_clock_is_reported_at_most_once_in_more_than_a_minute() {
+    // Heartbeats every 5 s: one falls exactly a minute after a report and is held back; the
+    // next report comes at the heartbeat after it, 65 s on.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(600)));
+    sim.nodes[0].skew_us = 5_000_000;
+    sim.start(0);
+    let mut reported = Vec::new();
+    for _ in 0..150 {
+        sim.run_for(Duration::from_secs(1));
+        let n = sim
+            .events(0)
+            .iter()
+            .filter(|e| matches!(e, Event::ClockSkew { .. }))
+            .count();
+        if n > reported.len() {
+            reported.push(sim.now);
+        }
+    }
+    let gaps: Vec<i64> = reported
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / 1_000_000)
+        .collect();
+    assert_eq!(gaps, vec![65, 65], "reported at {reported:?}");
+}
+
+#[test]
+fn a_job_definition_debugs_as_its_name_and_schedule() {
+    let def = every("nightly", Duration::from_secs(60), opts());
+    let text = format!("{def:?}");
+    assert!(
+        text.starts_with("JobDef") && text.contains("nightly") && text.contains("schedule"),
+        "{text}"
+    );
+}
+
+#[test]
+fn b14_only_watches_still_looked_for_go_into_a_sweep() {
+    use super::super::watch::WatchState;
+    let with = |state| Watch { state, seen: None };
+    assert!(with(WatchState::Live).polled());
+    assert!(with(WatchState::Pending { until: T0_MS }).polled());
+    assert!(
+        !with(WatchState::TakingOver).polled(),
+        "its takeover is in flight"
+    );
+    assert!(!with(WatchState::Gone).polled());
+}
+
+#[test]
+fn b14_a_pending_watch_past_its_window_stays_while_its_slot_is_still_the_newest() {
+    // The claim of the slot failed (store down): a pending watch backs the slot up in case
+    // the claim committed. Its window passes while the store is still down; with no newer
+    // slot due, no later claim would find such a run, so the watch stays.
+    let o = JobOptions {
+        max_late: Duration::from_secs(2),
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), o)]);
+    sim.store.set_health(StoreHealth::Unavailable);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(600));
+    let key = RunKey::new(JobName::new("j").unwrap(), T0_MS);
+    let state = sim.core(0).watches.get(&key).map(|w| w.state.clone());
+    assert!(
+        matches!(state, Some(super::super::watch::WatchState::Pending { until }) if until < T0_MS + 600_000),
+        "{state:?}; watches {:?}",
+        sim.core(0).watches.keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_result_written_alone_is_written_in_its_runs_span() {
+    // The shell puts a call with a run into that run's span: a batch of one result names
+    // its run; a batch of several has no single parent.
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(1)));
+    sim.start(0);
+    sim.run_for(Duration::from_secs(3));
+    let finish: Vec<&String> = sim
+        .timeline
+        .iter()
+        .filter(|l| l.contains("request: Finish"))
+        .collect();
+    assert_eq!(finish.len(), 1, "{}", sim.timeline.join("\n"));
+    assert!(finish[0].contains("run: Some("), "{}", finish[0]);
+}
+
+#[test]
+fn calls_in_flight_counts_the_calls_sent_and_not_answered() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]);
+    sim.latency = 200_000;
+    sim.start(0);
+    assert_eq!(sim.core(0).calls_in_flight(), 1, "the listing on start");
+    sim.run_for(Duration::from_secs(30));
+    assert_eq!(sim.core(0).calls_in_flight(), 0, "all answered");
 }
 
 #[test]
@@ -2101,6 +2448,45 @@ fn b19_a_catch_up_run_whose_result_write_is_sent_again_claims_the_next_slot_only
     );
     assert_eq!(skips(sim.events(0), SkipReason::Overlap), 0);
     assert_eq!(sim.calls_sent["finish"], 4, "three results, one sent again");
+}
+
+#[test]
+fn b19_a_catch_up_run_that_fences_itself_claims_the_next_slot_only_once_it_ended() {
+    // The first catch-up run cannot renew its lease (its heartbeats fail) and fences itself;
+    // the next missed slot is claimed once that run has ended, not at the fencing (the run
+    // still holds its lease then, so the claim would be skipped as overlap).
+    let o = JobOptions {
+        catch_up: CatchUp::All { max: 3 },
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(60), o)])
+        .behave(|_| Behaviour::ok(Duration::from_secs(10)));
+    sim.timing = LeaseTiming {
+        lease: Duration::from_secs(6),
+        heartbeat: Duration::from_secs(2),
+    };
+    sim.run_for(Duration::from_secs(210));
+    sim.fail_next.insert("heartbeat", 3);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(28));
+    assert!(
+        sim.events(0).iter().any(|e| matches!(e, Event::Fenced(_))),
+        "{}",
+        sim.timeline.join("\n")
+    );
+    let slots: Vec<i64> = sim.nodes[0]
+        .starts
+        .iter()
+        .filter(|s| s.reason == Reason::CatchUp)
+        .map(|s| s.slot_ms() - T0_MS)
+        .collect();
+    assert_eq!(
+        slots,
+        vec![60_000, 120_000, 180_000],
+        "{}",
+        sim.timeline.join("\n")
+    );
+    assert_eq!(skips(sim.events(0), SkipReason::Overlap), 0);
 }
 
 #[test]
