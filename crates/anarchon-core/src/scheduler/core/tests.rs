@@ -2265,6 +2265,28 @@ fn calls_in_flight_counts_the_calls_sent_and_not_answered() {
 }
 
 #[test]
+fn b19_a_catch_up_window_of_zero_catches_nothing_up_even_a_slot_due_this_instant() {
+    // The instance starts at the very instant of a slot: with a window of zero that slot is
+    // not caught up (nor claimed as scheduled: scheduling starts after now).
+    let o = JobOptions {
+        catch_up: CatchUp::Latest,
+        catch_up_window: Duration::ZERO,
+        ..opts()
+    };
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), o)]);
+    // The listing on start is answered in the same instant: catch-up is decided at the slot.
+    sim.latency = 0;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(10));
+    assert!(sim.nodes[0].starts.is_empty());
+    assert_eq!(
+        sim.calls_sent.get("claim"),
+        None,
+        "a claim the store could only refuse as late"
+    );
+}
+
+#[test]
 fn claim_rank_mixes_with_splitmix64s_finalizer() {
     // splitmix64 seeded with 0: its first output is the finalizer of the golden gamma.
     assert_eq!(mix64(0x9E37_79B9_7F4A_7C15), 0xE220_A839_7B1D_CDAF);
@@ -2588,6 +2610,56 @@ fn shedding_runs_once_its_interval_is_up_and_sheds_only_claims_whose_last_moment
         .collect();
     assert_eq!(queued, vec!["b"], "a is past its last moment, b is not");
     assert_eq!(core.queues.next_shed_ms, ms + 50);
+}
+
+#[test]
+fn b04_removing_a_job_forgets_only_its_own_claims_of_unknown_outcome() {
+    // The claims of a and b time out: each may have committed, so each slot is watched and
+    // marked given up on (a run found to be this instance's own is released to a backup).
+    // Removing b forgets b's marks only.
+    let jobs = vec![
+        every("a", Duration::from_secs(3_600), opts()),
+        every("b", Duration::from_secs(3_600), opts()),
+    ];
+    let mut sim = Sim::new(1, jobs).behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    sim.store_timeout = Duration::from_secs(2);
+    sim.latency = 3_000_000;
+    sim.start(0);
+    sim.run_for(Duration::from_millis(6_500));
+    let key = |job: &str| RunKey::new(JobName::new(job).unwrap(), T0_MS);
+    assert!(sim.core(0).gave_up.contains(&key("a")) && sim.core(0).gave_up.contains(&key("b")));
+    sim.command(0, CoreCommand::Remove(JobName::new("b").unwrap()));
+    let core = sim.core(0);
+    assert!(
+        core.gave_up.contains(&key("a")),
+        "a's claim is still in doubt"
+    );
+    assert!(!core.gave_up.contains(&key("b")));
+}
+
+#[test]
+fn b04_removing_a_job_forgets_only_its_own_runs_written_off() {
+    // The results of a's and b's runs cannot be written (twice): each run is written off,
+    // its outcome unknown, and watched until it is seen gone or taken over. Removing b
+    // forgets b's only.
+    let jobs = vec![
+        every("a", Duration::from_secs(3_600), opts()),
+        every("b", Duration::from_secs(3_600), opts()),
+    ];
+    let mut sim = Sim::new(1, jobs).behave(|_| Behaviour::ok(Duration::from_secs(1)));
+    sim.fail_next.insert("finish", 100);
+    sim.start(0);
+    sim.run_for(Duration::from_secs(3));
+    let key = |job: &str| RunKey::new(JobName::new(job).unwrap(), T0_MS);
+    let written_off = |sim: &Sim, job: &str| sim.core(0).written_off.contains_key(&key(job));
+    assert!(
+        written_off(&sim, "a") && written_off(&sim, "b"),
+        "{}",
+        sim.timeline.join("\n")
+    );
+    sim.command(0, CoreCommand::Remove(JobName::new("b").unwrap()));
+    assert!(written_off(&sim, "a"), "a's outcome is still unknown");
+    assert!(!written_off(&sim, "b"));
 }
 
 #[test]
