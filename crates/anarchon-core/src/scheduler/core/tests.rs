@@ -2287,6 +2287,36 @@ fn b19_a_catch_up_window_of_zero_catches_nothing_up_even_a_slot_due_this_instant
 }
 
 #[test]
+fn b10_slots_between_stops_counting_at_its_cap() {
+    // A process paused for days counts at most 100,000 slots late ("at least that many").
+    let s = Schedule::every(Duration::from_secs(1), 0).unwrap();
+    assert_eq!(
+        super::slots::slots_between(&s, T0_MS, T0_MS + 10 * 86_400_000),
+        100_000
+    );
+}
+
+#[test]
+fn b14_a_takeover_answered_is_not_marked_given_up() {
+    // The owner crashes; both backups see the lease expire and take over; whichever loses
+    // keeps watching the run under its new owner. Only a takeover whose call failed is
+    // marked given up (its outcome unknown).
+    let mut sim = Sim::new(3, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_secs(100)));
+    for n in 0..3 {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(1));
+    let owner = sim.all_starts()[0].0;
+    sim.crash(owner);
+    sim.run_for(Duration::from_secs(45));
+    assert_eq!(sim.all_starts().len(), 2, "taken over once");
+    for n in (0..3).filter(|n| *n != owner) {
+        assert!(sim.core(n).gave_up.is_empty(), "node {n}");
+    }
+}
+
+#[test]
 fn claim_rank_mixes_with_splitmix64s_finalizer() {
     // splitmix64 seeded with 0: its first output is the finalizer of the golden gamma.
     assert_eq!(mix64(0x9E37_79B9_7F4A_7C15), 0xE220_A839_7B1D_CDAF);
