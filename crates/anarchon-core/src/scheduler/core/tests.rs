@@ -2060,6 +2060,21 @@ fn claim_rank_is_fnv1a_of_the_name_mixed_with_the_key() {
 }
 
 #[test]
+fn one_failed_claim_batch_is_an_error_not_yet_an_unreachable_store() {
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(60), opts())]);
+    sim.start(0);
+    sim.run_for(Duration::from_millis(59_500));
+    sim.store.set_health(StoreHealth::Unavailable);
+    sim.run_for(Duration::from_secs(1));
+    let h = sim.core(0).health();
+    assert!(h.last_error.is_some(), "the slot's claim failed: {h:?}");
+    assert!(
+        !h.store_unreachable,
+        "unreachable only after {UNREACHABLE_AFTER} failures in a row: {h:?}"
+    );
+}
+
+#[test]
 fn one_failed_store_call_is_an_error_not_yet_an_unreachable_store() {
     // A run holds its lease; the store fails for one heartbeat.
     let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
