@@ -1165,6 +1165,51 @@ fn b09_jitter_stays_within_zero_and_max() {
 }
 
 #[test]
+fn b09_jitter_is_xorshift64_star() {
+    // Worked out apart from this code: xorshift64* (12, 25, 27; the multiplier
+    // 0x2545F4914F6CDD1D) from 42, each draw reduced modulo max + 1.
+    let mut state = 42;
+    let draws: Vec<u64> = (0..4).map(|_| jitter(&mut state, 1_000_000)).collect();
+    assert_eq!(draws, vec![144_849, 371_070, 724_958, 611_056]);
+    assert_eq!(state, 0x6059_D700_A25A_FFAA);
+}
+
+#[test]
+fn b01_the_longest_interval_itself_is_accepted() {
+    use anarchon_core::slot::MAX_INTERVAL;
+    assert!(Schedule::every(MAX_INTERVAL, 0).is_ok());
+    assert!(Schedule::every(MAX_INTERVAL + Duration::from_millis(1), 0).is_err());
+    let ms = MAX_INTERVAL.as_millis() as i64;
+    assert_eq!(interval_from_ms(ms).unwrap(), MAX_INTERVAL);
+    assert!(interval_from_ms(ms + 1).is_err());
+}
+
+#[test]
+fn b01_a_schedule_shows_its_interval_in_the_largest_whole_unit() {
+    let every = |ms: u64| {
+        Schedule::every(Duration::from_millis(ms), 0)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(every(90_000), "every 90s");
+    assert_eq!(every(3_600_000), "every 1h");
+    assert_eq!(every(2 * 86_400_000), "every 2d");
+    assert_eq!(every(1_500), "every 1500ms");
+}
+
+#[test]
+fn b02_month_names_count_from_one_like_month_numbers() {
+    // FEB is month 2: the range 2-FEB is one month, not a range that runs backwards.
+    let s = Schedule::cron("0 0 1 2-FEB *", None).unwrap();
+    assert_eq!(
+        s.next_after(utc(2026, 1, 5, 0, 0, 0)),
+        Some(utc(2026, 2, 1, 0, 0, 0))
+    );
+    let err = Schedule::cron("0 0 1 3-FEB *", None).unwrap_err();
+    assert!(err.to_string().contains("runs backwards"), "{err}");
+}
+
+#[test]
 fn b10_a_claim_more_than_max_late_after_its_slot_is_late() {
     let slot = utc(2026, 5, 1, 12, 0, 0);
     assert!(!is_late(slot, slot, 60_000));
