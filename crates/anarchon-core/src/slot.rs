@@ -1287,4 +1287,21 @@ mod shared_cron_tests {
             assert!(CronSchedule::parse("0 0 30 2 *", None).is_err());
         }
     }
+
+    #[test]
+    fn a_full_cache_drops_the_patterns_no_job_holds_and_keeps_the_rest() {
+        let held = CronSchedule::parse("13 13 13 * *", None).unwrap();
+        // More distinct expressions than the cache keeps, each dropped at once.
+        for n in 0..4_200 {
+            let (minute, hour, day) = (n % 60, (n / 60) % 24, 1 + n / 1_440);
+            drop(CronSchedule::parse(&format!("{minute} {hour} {day} 1 *"), None).unwrap());
+        }
+        let again = CronSchedule::parse("13 13 13 * *", None).unwrap();
+        assert!(
+            Arc::ptr_eq(&held.cron, &again.cron),
+            "a pattern a job holds survives the cache's clean-up"
+        );
+        let len = cron_cache().lock().unwrap_or_else(|e| e.into_inner()).len();
+        assert!(len < 4_200, "the dropped patterns went: {len} kept");
+    }
 }
