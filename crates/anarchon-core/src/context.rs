@@ -396,10 +396,11 @@ impl JobContext {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ctx(control: Arc<RunControl>) -> JobContext {
+    /// A context of a run of `job` (also the handler task's tests).
+    pub(crate) fn ctx(control: Arc<RunControl>) -> JobContext {
         JobContext {
             name: JobName::new("job").unwrap(),
             slot: DateTime::UNIX_EPOCH,

@@ -105,7 +105,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Reason;
     use crate::context::RunControl;
     use crate::ids::JobName;
     use crate::options::{JobKind, JobOptions};
@@ -123,20 +122,7 @@ mod tests {
     }
 
     fn ctx() -> JobContext {
-        let control = Arc::new(RunControl::new(None));
-        JobContext {
-            name: JobName::new("j").unwrap(),
-            slot: chrono::DateTime::UNIX_EPOCH,
-            scheduled_at: chrono::DateTime::UNIX_EPOCH,
-            instance_id: "me".into(),
-            manual: false,
-            attempt: 1,
-            reason: Reason::Scheduled,
-            fence: 1,
-            signal: control.token(),
-            data: Arc::new(Data::new()),
-            control,
-        }
+        crate::context::tests::ctx(Arc::new(RunControl::new(None)))
     }
 
     fn start(job: Arc<JobDef>, scheduler: Option<DataSource>, manual: Option<Data>) -> Box<Start> {

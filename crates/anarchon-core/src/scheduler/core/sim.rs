@@ -1181,6 +1181,14 @@ impl Behaviour {
             obeys_cancel: true,
         }
     }
+
+    /// Succeeds after `takes`, whatever its signal says.
+    pub(crate) fn ignores_cancel(takes: Duration) -> Self {
+        Behaviour {
+            obeys_cancel: false,
+            ..Behaviour::ok(takes)
+        }
+    }
 }
 
 /// A request's fate on its way (chosen by the world's faults; `Normal` in the tests).

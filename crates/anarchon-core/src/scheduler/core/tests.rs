@@ -401,20 +401,23 @@ fn b19_an_orphan_left_running_is_taken_over_on_start() {
     assert_eq!((s.attempt, s.reason), (2, Reason::Takeover));
 }
 
-#[test]
-fn b21_a_timeout_fails_the_attempt_at_once_and_aborts_the_handler_after_the_grace() {
+/// One instance whose run of a 5 s-timeout job ignores its signal: 6 s in, the run has timed
+/// out and its handler is still going (until the abort grace ends).
+fn timed_out_and_ignoring_its_signal() -> Sim {
     let o = JobOptions {
         timeout: Some(Duration::from_secs(5)),
         ..opts()
     };
-    let mut sim =
-        Sim::new(1, vec![every("j", Duration::from_secs(3_600), o)]).behave(|_| Behaviour {
-            takes: Duration::from_secs(1_000),
-            result: Ok(()),
-            obeys_cancel: false,
-        });
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), o)])
+        .behave(|_| Behaviour::ignores_cancel(Duration::from_secs(1_000)));
     sim.start(0);
     sim.run_for(Duration::from_secs(6));
+    sim
+}
+
+#[test]
+fn b21_a_timeout_fails_the_attempt_at_once_and_aborts_the_handler_after_the_grace() {
+    let mut sim = timed_out_and_ignoring_its_signal();
     let rec = &sim.history("j")[0];
     assert_eq!(rec.status, RunStatus::Failed);
     assert_eq!(rec.error.as_deref(), Some("timed out"));
@@ -429,18 +432,7 @@ fn b21_a_timeout_fails_the_attempt_at_once_and_aborts_the_handler_after_the_grac
 
 #[test]
 fn b34_a_stop_keeps_the_abort_of_a_timed_out_handler_and_drops_the_slot_timers() {
-    let o = JobOptions {
-        timeout: Some(Duration::from_secs(5)),
-        ..opts()
-    };
-    let mut sim =
-        Sim::new(1, vec![every("j", Duration::from_secs(3_600), o)]).behave(|_| Behaviour {
-            takes: Duration::from_secs(1_000),
-            result: Ok(()),
-            obeys_cancel: false,
-        });
-    sim.start(0);
-    sim.run_for(Duration::from_secs(6));
+    let mut sim = timed_out_and_ignoring_its_signal();
     assert_eq!(
         sim.core(0).runs.len(),
         1,
@@ -1643,12 +1635,8 @@ fn start_two_and_fail_the_owners_heartbeats(sim: &mut Sim) -> usize {
 
 #[test]
 fn b34_stop_returns_once_the_last_handler_returned_not_at_its_timeout() {
-    let mut sim =
-        Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
-            takes: Duration::from_secs(3),
-            result: Ok(()),
-            obeys_cancel: false,
-        });
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ignores_cancel(Duration::from_secs(3)));
     sim.start(0);
     sim.run_for(Duration::from_secs(1));
     assert_eq!(sim.nodes[0].starts.len(), 1);
@@ -1973,11 +1961,7 @@ fn b20_a_skewed_clock_is_reported_once_a_minute_not_at_every_heartbeat() {
     sim.nodes[0].skew_us = 5_000_000;
     sim.start(0);
     sim.run_for(Duration::from_secs(150));
-    let skews = sim
-        .events(0)
-        .iter()
-        .filter(|e| matches!(e, Event::ClockSkew { .. }))
-        .count();
+    let skews = skew_reports(&sim);
     // Heartbeats every 5 s for 150 s: 30 measurements, one event a minute.
     assert!((2..=3).contains(&skews), "{skews} clock-skew events");
 }
@@ -1995,11 +1979,7 @@ fn b20_a_skewed_clock_is_reported_again_at_the_first_heartbeat_past_the_minute()
     sim.nodes[0].skew_us = 5_000_000;
     sim.start(0);
     sim.run_for(Duration::from_secs(150));
-    let skews = sim
-        .events(0)
-        .iter()
-        .filter(|e| matches!(e, Event::ClockSkew { .. }))
-        .count();
+    let skews = skew_reports(&sim);
     assert_eq!(
         skews, 3,
         "reported at the first heartbeat, then 63 s and 126 s later"
@@ -2098,12 +2078,8 @@ fn one_failed_store_call_is_an_error_not_yet_an_unreachable_store() {
 
 #[test]
 fn b34_a_handler_that_ignores_its_signal_is_aborted_at_the_stop_timeout() {
-    let mut sim =
-        Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]).behave(|_| Behaviour {
-            takes: Duration::from_secs(1_000),
-            result: Ok(()),
-            obeys_cancel: false,
-        });
+    let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ignores_cancel(Duration::from_secs(1_000)));
     sim.start(0);
     sim.run_for(Duration::from_secs(1));
     sim.command(
@@ -2191,11 +2167,7 @@ fn b20_a_skewed_clock_is_reported_at_most_once_in_more_than_a_minute() {
     let mut reported = Vec::new();
     for _ in 0..150 {
         sim.run_for(Duration::from_secs(1));
-        let n = sim
-            .events(0)
-            .iter()
-            .filter(|e| matches!(e, Event::ClockSkew { .. }))
-            .count();
+        let n = skew_reports(&sim);
         if n > reported.len() {
             reported.push(sim.now);
         }
@@ -2329,6 +2301,14 @@ fn b14_a_takeover_answered_is_not_marked_given_up() {
     for n in (0..3).filter(|n| *n != owner) {
         assert!(sim.core(n).gave_up.is_empty(), "node {n}");
     }
+}
+
+/// Clock-skew events node 0 reported so far.
+fn skew_reports(sim: &Sim) -> usize {
+    sim.events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::ClockSkew { .. }))
+        .count()
 }
 
 #[test]
@@ -2657,15 +2637,20 @@ fn shedding_runs_once_its_interval_is_up_and_sheds_only_claims_whose_last_moment
     assert_eq!(core.queues.next_shed_ms, ms + 50);
 }
 
+/// Two hourly jobs, a and b.
+fn jobs_a_and_b() -> Vec<Arc<JobDef>> {
+    vec![
+        every("a", Duration::from_secs(3_600), opts()),
+        every("b", Duration::from_secs(3_600), opts()),
+    ]
+}
+
 #[test]
 fn b04_removing_a_job_forgets_only_its_own_claims_of_unknown_outcome() {
     // The claims of a and b time out: each may have committed, so each slot is watched and
     // marked given up on (a run found to be this instance's own is released to a backup).
     // Removing b forgets b's marks only.
-    let jobs = vec![
-        every("a", Duration::from_secs(3_600), opts()),
-        every("b", Duration::from_secs(3_600), opts()),
-    ];
+    let jobs = jobs_a_and_b();
     let mut sim = Sim::new(1, jobs).behave(|_| Behaviour::ok(Duration::from_secs(100)));
     sim.store_timeout = Duration::from_secs(2);
     sim.latency = 3_000_000;
@@ -2687,10 +2672,7 @@ fn b04_removing_a_job_forgets_only_its_own_runs_written_off() {
     // The results of a's and b's runs cannot be written (twice): each run is written off,
     // its outcome unknown, and watched until it is seen gone or taken over. Removing b
     // forgets b's only.
-    let jobs = vec![
-        every("a", Duration::from_secs(3_600), opts()),
-        every("b", Duration::from_secs(3_600), opts()),
-    ];
+    let jobs = jobs_a_and_b();
     let mut sim = Sim::new(1, jobs).behave(|_| Behaviour::ok(Duration::from_secs(1)));
     sim.fail_next.insert("finish", 100);
     sim.start(0);
@@ -2711,10 +2693,7 @@ fn b04_removing_a_job_forgets_only_its_own_runs_written_off() {
 fn b04_removing_a_job_keeps_backing_up_the_other_jobs_runs() {
     // Two jobs, each run by one instance and backed up by the other; removing job b from
     // an instance ends only b's watches there. The instance's figures follow.
-    let jobs = vec![
-        every("a", Duration::from_secs(3_600), opts()),
-        every("b", Duration::from_secs(3_600), opts()),
-    ];
+    let jobs = jobs_a_and_b();
     let mut sim = Sim::new(2, jobs).behave(|_| Behaviour::ok(Duration::from_secs(100)));
     sim.start(0);
     sim.start(1);
@@ -2772,11 +2751,7 @@ fn b20_a_slow_store_is_not_mistaken_for_a_skewed_clock() {
     sim.start(0);
     sim.run_for(Duration::from_secs(60));
     assert_eq!(sim.nodes[0].starts.len(), 1);
-    let skews = sim
-        .events(0)
-        .iter()
-        .filter(|e| matches!(e, Event::ClockSkew { .. }))
-        .count();
+    let skews = skew_reports(&sim);
     assert_eq!(skews, 0);
 }
 
