@@ -4,7 +4,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anarchon_core::Error;
-use anarchon_core::slot::{Schedule, interval_from_ms, is_late, jitter, parse_interval};
+use anarchon_core::slot::{
+    CronSchedule, DstRule, Schedule, interval_from_ms, is_late, jitter, parse_interval,
+};
 use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use proptest::prelude::*;
@@ -868,6 +870,237 @@ fn b07_lord_howe_spring_forward_half_hour() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// B-07: Antarctica/Troll steps two hours (2026-03-29 01:00 +00 -> 03:00 +02 at 01:00Z;
+//                                         2026-10-25 03:00 +02 -> 01:00 +00 at 01:00Z)
+
+#[test]
+fn b07_troll_two_hour_fall_back_fires_a_fixed_time_once() {
+    let job = cron("30 2 * * *", "Antarctica/Troll");
+    assert_eq!(
+        slots(
+            &job,
+            utc(2026, 10, 24, 12, 0, 0),
+            utc(2026, 10, 26, 12, 0, 0)
+        ),
+        [
+            "2026-10-25T00:30:00+00:00", // 02:30 +02, the first pass
+            "2026-10-26T02:30:00+00:00", // 02:30 +00, the next day
+        ]
+    );
+    // More than an hour into the overlap (02:15 +00, the wall clock has not yet passed
+    // 02:59 +02 again): 02:30 has run today, the next slot is tomorrow's.
+    let inside = utc(2026, 10, 25, 2, 15, 0);
+    assert_eq!(job.next_after(inside), Some(utc(2026, 10, 26, 2, 30, 0)));
+    assert_eq!(job.newest_due(inside), Some(utc(2026, 10, 25, 0, 30, 0)));
+    // Spring: 01:00-03:00 local does not exist; 02:30 runs once, at 03:00 +02.
+    assert_eq!(
+        slots(&job, utc(2026, 3, 28, 12, 0, 0), utc(2026, 3, 30, 12, 0, 0)),
+        [
+            "2026-03-29T01:00:00+00:00", // 03:00 +02, after the gap
+            "2026-03-30T00:30:00+00:00", // 02:30 +02
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// B-07: the rule each slot was placed by, as `CronSchedule::dst_rule` reports it (the CLI's
+// `next` prints it beside each instant).
+
+fn cron_schedule(expression: &str, tz: &str) -> CronSchedule {
+    match cron(expression, tz) {
+        Schedule::Cron(parsed) => parsed,
+        other => panic!("not a cron schedule: {other:?}"),
+    }
+}
+
+/// A local time as `DstRule` reports a skipped one.
+fn local(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> chrono::NaiveDateTime {
+    chrono::NaiveDate::from_ymd_opt(y, mo, d)
+        .unwrap()
+        .and_hms_opt(h, mi, 0)
+        .unwrap()
+}
+
+#[test]
+fn b07_dst_rule_names_the_rule_that_placed_each_slot() {
+    let moved = |skipped| Some(DstRule::MovedForward { skipped });
+    let after_gap = |skipped| Some(DstRule::AfterGap { skipped });
+    // (expression, zone, slot, the rule); Berlin's gap is 02:00-03:00 CET at 01:00Z on
+    // 2026-03-29, its overlap 02:00-03:00 at 00:00Z-02:00Z on 2026-10-25.
+    let table: Vec<(&str, &str, i64, Option<DstRule>)> = vec![
+        // Wall-clock jobs.
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 0, 0),
+            moved(local(2026, 3, 29, 2, 30)),
+        ),
+        (
+            "0 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 0, 0),
+            moved(local(2026, 3, 29, 2, 0)),
+        ),
+        (
+            "0,45 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 0, 0),
+            moved(local(2026, 3, 29, 2, 0)),
+        ),
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 28, 1, 30, 0),
+            None,
+        ),
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 30, 0, 30, 0),
+            None,
+        ),
+        // 03:00 exists: the first instant after the gap is its own ordinary time.
+        (
+            "0 3 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 0, 0),
+            None,
+        ),
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 25, 0, 30, 0),
+            Some(DstRule::RepeatedOnce),
+        ),
+        // The second pass of a repeated wall-clock time is no slot of the job's.
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 25, 1, 30, 0),
+            None,
+        ),
+        (
+            "30 3 * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 25, 2, 30, 0),
+            None,
+        ),
+        (
+            "30 1 * * *",
+            "Antarctica/Troll",
+            utc(2026, 3, 29, 1, 0, 0),
+            moved(local(2026, 3, 29, 1, 30)),
+        ),
+        (
+            "30 1 * * *",
+            "Antarctica/Troll",
+            utc(2026, 10, 24, 23, 30, 0),
+            Some(DstRule::RepeatedOnce),
+        ),
+        // Elapsed-time jobs.
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 25, 0, 30, 0),
+            Some(DstRule::FirstPass),
+        ),
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 25, 1, 30, 0),
+            Some(DstRule::SecondPass),
+        ),
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 24, 23, 30, 0),
+            None,
+        ),
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 10, 25, 2, 30, 0),
+            None,
+        ),
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 0, 30, 0),
+            None,
+        ),
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 30, 0),
+            after_gap(local(2026, 3, 29, 2, 30)),
+        ),
+        (
+            "0 * * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 0, 0),
+            after_gap(local(2026, 3, 29, 2, 0)),
+        ),
+        // The gap lies a day back, not between this slot and the one before it.
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 2, 30, 0),
+            None,
+        ),
+        (
+            "30 * * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 30, 0, 30, 0),
+            None,
+        ),
+        // Nothing of the expression falls in the gap: 03:00 is after it.
+        (
+            "0 */3 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 1, 0, 0),
+            None,
+        ),
+        (
+            "30 * * * *",
+            "Antarctica/Troll",
+            utc(2026, 3, 29, 1, 30, 0),
+            after_gap(local(2026, 3, 29, 1, 30)),
+        ),
+        (
+            "30 * * * *",
+            "Antarctica/Troll",
+            utc(2026, 10, 25, 1, 30, 0),
+            Some(DstRule::SecondPass),
+        ),
+        (
+            "30 * * * *",
+            "Antarctica/Troll",
+            utc(2026, 10, 24, 23, 30, 0),
+            Some(DstRule::FirstPass),
+        ),
+        // UTC has no transitions.
+        ("30 * * * *", "UTC", utc(2026, 3, 29, 1, 30, 0), None),
+        ("30 2 * * *", "UTC", utc(2026, 3, 29, 2, 30, 0), None),
+    ];
+    for (expression, zone, slot, rule) in table {
+        let job = cron_schedule(expression, zone);
+        // Each row's instant is a slot of the job's, unless the row says it is not one.
+        let is_slot = job.next_after(slot - 1) == Some(slot);
+        assert!(
+            is_slot || rule.is_none(),
+            "{expression} in {zone}: {} is no slot",
+            show(slot)
+        );
+        assert_eq!(
+            job.dst_rule(slot),
+            rule,
+            "{expression} in {zone} at {}",
+            show(slot)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // B-07: the rules, checked against a brute-force model second by second around each
 // transition, and the consistency of newest_due / next_after / due_between.
 
@@ -880,6 +1113,9 @@ fn transitions() -> Vec<(&'static str, i64)> {
         ("America/New_York", utc(2026, 11, 1, 6, 0, 0)),
         ("Australia/Lord_Howe", utc(2026, 4, 4, 15, 0, 0)),
         ("Australia/Lord_Howe", utc(2026, 10, 3, 15, 30, 0)),
+        // Two-hour steps (+00 <-> +02): the overlap lasts longer than one hour.
+        ("Antarctica/Troll", utc(2026, 3, 29, 1, 0, 0)),
+        ("Antarctica/Troll", utc(2026, 10, 25, 1, 0, 0)),
     ]
 }
 
