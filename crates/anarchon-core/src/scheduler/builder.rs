@@ -275,7 +275,7 @@ impl<M: Mode> SchedulerBuilder<M> {
                 instance_id: instance_id.into_arc(),
                 timing: self.timing,
                 defaults: self.defaults,
-                data: self.data,
+                data: self.data.map(Arc::new),
                 store_timeout: self.store_timeout,
                 stall_after: self.stall_after,
                 skew_threshold_ms: ms(self.skew_threshold.min(crate::options::MAX_DURATION)),

@@ -25,8 +25,8 @@ type Outcome = std::result::Result<(), BoxError>;
 pub(crate) struct Start {
     pub(crate) job: Arc<JobDef>,
     pub(crate) ctx: JobContext,
-    /// The scheduler's data.
-    pub(crate) scheduler_data: Option<DataSource>,
+    /// The scheduler's data, when the job's data is not fixed at registration.
+    pub(crate) scheduler_data: Option<Arc<DataSource>>,
     /// `run_now`'s data.
     pub(crate) manual: Option<Data>,
 }
@@ -46,19 +46,39 @@ pub(crate) async fn run_handler(start: Box<Start>) -> Outcome {
     }
 }
 
+/// The data of every run of a job whose levels are all fixed (or absent), merged once:
+/// `None` when there is no data at all or a level is a function. [B-31]
+pub(crate) fn fixed_data(
+    scheduler: Option<&DataSource>,
+    job: Option<&DataSource>,
+) -> Option<Arc<Data>> {
+    let mut data: Option<Data> = None;
+    for source in [scheduler, job].into_iter().flatten() {
+        match source {
+            DataSource::Fixed(d) => data = Some(data.unwrap_or_default().merged_with(d)),
+            DataSource::Function(_) => return None,
+        }
+    }
+    data.map(Arc::new)
+}
+
 /// The handler's future; a run with data to resolve gets it in a future of its own.
 fn begin(start: Start) -> BoxFuture<'static, Outcome> {
     let Start {
         job,
-        ctx,
+        mut ctx,
         scheduler_data,
         manual,
     } = start;
-    if scheduler_data.is_none() && job.data.is_none() && manual.is_none() {
+    match (&job.fixed_data, manual) {
+        // Every level is fixed: the data merged at registration, shared.
+        (Some(fixed), None) => {
+            ctx.data = fixed.clone();
+            (job.handler)(ctx)
+        }
         // Nothing to merge: `ctx.data` is already the empty data.
-        (job.handler)(ctx)
-    } else {
-        Box::pin(with_data(job, ctx, scheduler_data, manual))
+        (None, None) if scheduler_data.is_none() && job.data.is_none() => (job.handler)(ctx),
+        (_, manual) => Box::pin(with_data(job, ctx, scheduler_data, manual)),
     }
 }
 
@@ -66,14 +86,15 @@ fn begin(start: Start) -> BoxFuture<'static, Outcome> {
 async fn with_data(
     job: Arc<JobDef>,
     ctx: JobContext,
-    scheduler_data: Option<DataSource>,
+    scheduler_data: Option<Arc<DataSource>>,
     manual: Option<Data>,
 ) -> Outcome {
-    let mut data = Data::new();
-    for source in [scheduler_data.as_ref(), job.data.as_ref()]
-        .into_iter()
-        .flatten()
-    {
+    // Fixed levels were merged at registration; otherwise each is resolved now.
+    let (mut data, sources) = match &job.fixed_data {
+        Some(fixed) => (Data::clone(fixed), [None, None]),
+        None => (Data::new(), [scheduler_data.as_deref(), job.data.as_ref()]),
+    };
+    for source in sources.into_iter().flatten() {
         let d = source.resolve().await.map_err(|source| Error::Data {
             job: job.name.to_string(),
             source,
@@ -111,12 +132,22 @@ mod tests {
     use crate::slot::Schedule;
 
     fn job(handler: super::super::shared::Handler, data: Option<DataSource>) -> Arc<JobDef> {
+        job_of(handler, None, data)
+    }
+
+    /// A job registered on a scheduler with `scheduler` data, as the job builder makes it.
+    fn job_of(
+        handler: super::super::shared::Handler,
+        scheduler: Option<&DataSource>,
+        data: Option<DataSource>,
+    ) -> Arc<JobDef> {
         Arc::new(JobDef {
             name: JobName::new("j").unwrap(),
             kind: JobKind::Every,
             schedule: Schedule::every(Duration::from_secs(1), 0).unwrap(),
             opts: JobOptions::default(),
             handler,
+            fixed_data: fixed_data(scheduler, data.as_ref()),
             data,
         })
     }
@@ -125,11 +156,17 @@ mod tests {
         crate::context::tests::ctx(Arc::new(RunControl::new(None)))
     }
 
+    /// A run's start, as the driver makes it: the scheduler's data only for a job whose data
+    /// was not fixed at registration.
     fn start(job: Arc<JobDef>, scheduler: Option<DataSource>, manual: Option<Data>) -> Box<Start> {
+        let scheduler_data = match job.fixed_data {
+            Some(_) => None,
+            None => scheduler.map(Arc::new),
+        };
         Box::new(Start {
             job,
             ctx: ctx(),
-            scheduler_data: scheduler,
+            scheduler_data,
             manual,
         })
     }
@@ -165,9 +202,14 @@ mod tests {
         run_handler(start(job(handler.clone(), None), None, None))
             .await
             .unwrap();
+        let scheduler: DataSource = Data::new().with_key("scheduler", 1).into();
         run_handler(start(
-            job(handler.clone(), Some(Data::new().with_key("job", 2).into())),
-            Some(Data::new().with_key("scheduler", 1).into()),
+            job_of(
+                handler.clone(),
+                Some(&scheduler),
+                Some(Data::new().with_key("job", 2).into()),
+            ),
+            Some(scheduler),
             Some(Data::new().with_key("manual", 3)),
         ))
         .await
@@ -177,6 +219,93 @@ mod tests {
         assert_eq!(
             seen[1],
             serde_json::json!({"scheduler": 1, "job": 2, "manual": 3})
+        );
+    }
+
+    /// What each run's handler was given.
+    fn recording() -> (
+        super::super::shared::Handler,
+        Arc<std::sync::Mutex<Vec<Arc<Data>>>>,
+    ) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let handler: super::super::shared::Handler = Arc::new(move |ctx: JobContext| {
+            s.lock().unwrap().push(ctx.data.clone());
+            Box::pin(async { Ok(()) })
+        });
+        (handler, seen)
+    }
+
+    #[tokio::test]
+    async fn b31_fixed_data_is_merged_once_and_shared_by_every_run() {
+        let (handler, seen) = recording();
+        let scheduler: DataSource = Data::new().with_key("a", 1).with_key("b", 1).into();
+        let j = job_of(
+            handler,
+            Some(&scheduler),
+            Some(Data::new().with_key("b", 2).into()),
+        );
+        for _ in 0..2 {
+            run_handler(start(j.clone(), Some(scheduler.clone()), None))
+                .await
+                .unwrap();
+        }
+        // `run_now`'s data is merged over it, for that run alone.
+        run_handler(start(
+            j.clone(),
+            Some(scheduler.clone()),
+            Some(Data::new().with_key("c", 3)),
+        ))
+        .await
+        .unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0].value(), &serde_json::json!({"a": 1, "b": 2}));
+        assert!(
+            Arc::ptr_eq(&seen[0], &seen[1]),
+            "runs share the data merged at registration, not a copy each"
+        );
+        assert_eq!(
+            seen[2].value(),
+            &serde_json::json!({"a": 1, "b": 2, "c": 3})
+        );
+        assert_eq!(
+            seen[0].value(),
+            &serde_json::json!({"a": 1, "b": 2}),
+            "the shared data is unchanged by the manual run"
+        );
+    }
+
+    #[tokio::test]
+    async fn b31_a_data_function_at_either_level_runs_at_each_start() {
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let function = |key: &'static str| {
+            let calls = calls.clone();
+            DataSource::function(move || {
+                let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                async move { Ok::<_, BoxError>(Data::new().with_key(key, n)) }
+            })
+        };
+        let fixed: DataSource = Data::new().with_key("fixed", 0).with_key("f", 0).into();
+        let (handler, seen) = recording();
+        // The scheduler's data fixed, the job's a function; then the other way round.
+        let job_fn = job_of(handler.clone(), Some(&fixed), Some(function("f")));
+        let scheduler_fn = function("s");
+        let sched_fn = job_of(handler, Some(&scheduler_fn), Some(fixed.clone()));
+        assert!(job_fn.fixed_data.is_none() && sched_fn.fixed_data.is_none());
+        for _ in 0..2 {
+            run_handler(start(job_fn.clone(), Some(fixed.clone()), None))
+                .await
+                .unwrap();
+        }
+        run_handler(start(sched_fn, Some(scheduler_fn), None))
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0].value(), &serde_json::json!({"fixed": 0, "f": 1}));
+        assert_eq!(seen[1].value(), &serde_json::json!({"fixed": 0, "f": 2}));
+        assert_eq!(
+            seen[2].value(),
+            &serde_json::json!({"s": 3, "fixed": 0, "f": 0})
         );
     }
 

@@ -173,6 +173,8 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             let fut = f(ctx);
             Box::pin(async move { fut.await.map_err(BoxError::from) })
         });
+        let fixed_data =
+            super::handler_task::fixed_data(self.shared.cfg.data.as_deref(), self.data.as_ref());
         let def = Arc::new(JobDef {
             name: name.clone(),
             kind,
@@ -180,6 +182,7 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             opts,
             handler,
             data: self.data,
+            fixed_data,
         });
         self.shared.add_job(def)
     }

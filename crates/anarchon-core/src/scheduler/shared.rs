@@ -46,7 +46,8 @@ pub(crate) struct Config {
     pub(crate) instance_id: Arc<str>,
     pub(crate) timing: LeaseTiming,
     pub(crate) defaults: JobOptions,
-    pub(crate) data: Option<DataSource>,
+    /// The scheduler's data, shared by every run (an `Arc`: fixed data is not copied per run).
+    pub(crate) data: Option<Arc<DataSource>>,
     pub(crate) store_timeout: Duration,
     pub(crate) stall_after: Duration,
     pub(crate) skew_threshold_ms: u64,
@@ -66,6 +67,10 @@ pub(crate) struct JobDef {
     pub(crate) opts: JobOptions,
     pub(crate) handler: Handler,
     pub(crate) data: Option<DataSource>,
+    /// The data of every run without `run_now` data when no level is a function: the
+    /// scheduler's fixed data merged with the job's once, at registration, and shared by
+    /// every run. `None` when there is no data or a function runs at each start. [B-31]
+    pub(crate) fixed_data: Option<Arc<Data>>,
 }
 
 /// What a handle asks of the running driver.

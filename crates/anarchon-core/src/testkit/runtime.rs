@@ -1106,6 +1106,20 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
             })
             .unwrap();
     }
+    // Fixed data at both levels is merged once and shared by the job's runs.
+    let fixed_job = unique_job("fixeddata");
+    let shared_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let seen = shared_seen.clone();
+        a.every(fixed_job.as_str(), "1h")
+            .catch_up_window(Duration::from_millis(0))
+            .data(Data::from_value(serde_json::json!({"batch": 4})))
+            .handler(move |ctx| {
+                seen.lock().unwrap().push(ctx.data.clone());
+                async { Ok(()) }
+            })
+            .unwrap();
+    }
     a.every(bad_job.as_str(), "1h")
         .catch_up_window(Duration::from_secs(3600))
         .data(DataSource::function(|| async {
@@ -1128,6 +1142,22 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
         serde_json::json!({"region": "eu", "batch": 3, "job": true})
     );
     assert_eq!(client.as_deref(), Some(&Client("c1")));
+    for _ in 0..2 {
+        let rec = a.run_now(fixed_job.as_str(), None).await.unwrap();
+        assert_eq!(rec.status, RunStatus::Succeeded);
+    }
+    {
+        let seen = shared_seen.lock().unwrap();
+        assert_eq!(
+            seen[0].value(),
+            &serde_json::json!({"region": "eu", "batch": 4})
+        );
+        assert_eq!(seen[0].get::<Client>().as_deref(), Some(&Client("c1")));
+        assert!(
+            Arc::ptr_eq(&seen[0], &seen[1]),
+            "runs of a job with fixed data share one merged copy"
+        );
+    }
     assert!(
         wait_for(3_000, || count(
             &events,

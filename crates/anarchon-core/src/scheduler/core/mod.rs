@@ -609,6 +609,7 @@ pub(crate) mod table {
             },
             handler: Arc::new(|_| Box::pin(async { Ok(()) })),
             data: None,
+            fixed_data: None,
         });
         let now = Now {
             mono: 0,

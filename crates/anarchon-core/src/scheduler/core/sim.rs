@@ -1352,6 +1352,7 @@ pub(crate) fn job(name: &str, schedule: Schedule, opts: JobOptions) -> Arc<JobDe
         opts,
         handler: Arc::new(|_| Box::pin(async { Ok(()) })),
         data: None,
+        fixed_data: None,
     })
 }
 
