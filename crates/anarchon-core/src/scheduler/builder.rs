@@ -275,6 +275,7 @@ impl<M: Mode> SchedulerBuilder<M> {
                 instance_id: instance_id.into_arc(),
                 timing: self.timing,
                 defaults: self.defaults,
+                fixed_data: super::handler_task::fixed_data(self.data.as_ref(), None),
                 data: self.data.map(Arc::new),
                 store_timeout: self.store_timeout,
                 stall_after: self.stall_after,

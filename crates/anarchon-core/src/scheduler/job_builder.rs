@@ -173,8 +173,13 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             let fut = f(ctx);
             Box::pin(async move { fut.await.map_err(BoxError::from) })
         });
-        let fixed_data =
-            super::handler_task::fixed_data(self.shared.cfg.data.as_deref(), self.data.as_ref());
+        // A job without data of its own shares the scheduler's fixed data, not a copy.
+        let fixed_data = match &self.data {
+            None => self.shared.cfg.fixed_data.clone(),
+            Some(own) => {
+                super::handler_task::fixed_data(self.shared.cfg.data.as_deref(), Some(own))
+            }
+        };
         let def = Arc::new(JobDef {
             name: name.clone(),
             kind,

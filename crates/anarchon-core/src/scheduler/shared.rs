@@ -48,6 +48,8 @@ pub(crate) struct Config {
     pub(crate) defaults: JobOptions,
     /// The scheduler's data, shared by every run (an `Arc`: fixed data is not copied per run).
     pub(crate) data: Option<Arc<DataSource>>,
+    /// The scheduler's data when it is fixed, shared by the jobs that have none of their own.
+    pub(crate) fixed_data: Option<Arc<Data>>,
     pub(crate) store_timeout: Duration,
     pub(crate) stall_after: Duration,
     pub(crate) skew_threshold_ms: u64,

@@ -1106,6 +1106,19 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
             })
             .unwrap();
     }
+    // Jobs without data of their own share the scheduler's fixed data.
+    let plain_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let plain_jobs = [unique_job("plain"), unique_job("plain")];
+    for job in &plain_jobs {
+        let seen = plain_seen.clone();
+        a.every(job.as_str(), "1h")
+            .catch_up_window(Duration::from_millis(0))
+            .handler(move |ctx| {
+                seen.lock().unwrap().push(ctx.data.clone());
+                async { Ok(()) }
+            })
+            .unwrap();
+    }
     // Fixed data at both levels is merged once and shared by the job's runs.
     let fixed_job = unique_job("fixeddata");
     let shared_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -1142,9 +1155,20 @@ pub async fn b31_data_merges_levels_and_a_failing_data_function_fails_the_run(
         serde_json::json!({"region": "eu", "batch": 3, "job": true})
     );
     assert_eq!(client.as_deref(), Some(&Client("c1")));
-    for _ in 0..2 {
-        let rec = a.run_now(fixed_job.as_str(), None).await.unwrap();
+    for job in [&fixed_job, &fixed_job, &plain_jobs[0], &plain_jobs[1]] {
+        let rec = a.run_now(job.as_str(), None).await.unwrap();
         assert_eq!(rec.status, RunStatus::Succeeded);
+    }
+    {
+        let seen = plain_seen.lock().unwrap();
+        assert_eq!(
+            seen[0].value(),
+            &serde_json::json!({"region": "eu", "batch": 1})
+        );
+        assert!(
+            Arc::ptr_eq(&seen[0], &seen[1]),
+            "jobs without data share the scheduler's, not a copy each"
+        );
     }
     {
         let seen = shared_seen.lock().unwrap();
