@@ -1040,6 +1040,13 @@ fn b07_dst_rule_names_the_rule_that_placed_each_slot() {
             utc(2026, 3, 29, 1, 0, 0),
             after_gap(local(2026, 3, 29, 2, 0)),
         ),
+        // Three hours after the slot before it: the gap is found more than an hour back.
+        (
+            "0 2-23/3 * * *",
+            "Europe/Berlin",
+            utc(2026, 3, 29, 3, 0, 0),
+            after_gap(local(2026, 3, 29, 2, 0)),
+        ),
         // The gap lies a day back, not between this slot and the one before it.
         (
             "30 * * * *",
