@@ -2,20 +2,27 @@
 //! `examples/quick-start.rs` for that). It measures the scheduler alone, without a store's
 //! round trips: one process, N distinct `every 1s` jobs on the in-memory store
 //! (`anarchon::memory::MemoryStore`, the reference store of the conformance kit), handlers
-//! that only count their start. It prints, every 10 s, the starts, the slots reported late,
+//! that only count their start. It prints, about every 10 s (0.3 s past a whole second), the starts, the slots reported late,
 //! the start lag (p50/p99 over the last 10 s, from a fixed-size histogram), the process's CPU
 //! and its RSS per job (RSS minus the RSS before any job was registered, divided by N), so the
 //! driver's own ceiling and memory can be read apart from any store's.
 //!
 //! ```text
 //! bench-driver [--jobs N] [--seconds S] [--jitter-ms J] [--history-size H] [--hold-ms M]
+//!              [--baseline-seconds B]
 //! ```
 //!
 //! `--hold-ms M` makes each handler hold its run M ms (returning early when its signal is
 //! cancelled): with M above the interval every job keeps one run in flight (its next slots
 //! are skipped as overlapping), so the memory of N runs in flight reads as the anonymous RSS
 //! with them held less the RSS with the jobs registered, per run (`RssAnon`: the heap and
-//! stacks, not the binary's mapped file pages).
+//! stacks, not the binary's mapped file pages). That figure also holds what the jobs cost
+//! once running whether or not a run is in flight (the in-memory store's history rows, the
+//! core's per-job state, the allocator's warm free lists), so with `--hold-ms` the handlers
+//! first run `--baseline-seconds B` (default 20, a multiple of 10) without holding: the last
+//! column is the anonymous RSS above that baseline, per run in flight, which is what a run
+//! being in flight costs (the in-memory store's lease row and the bench handler's own future,
+//! about 0.5 KiB of its sleep and select, included).
 //!
 //! The in-memory store keeps its runs and history in the same process: `--history-size 1`
 //! (the default here) keeps that part small, so the RSS is mostly the scheduler's.
@@ -125,7 +132,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds = arg(&args, "--seconds", 60)?.max(10);
     let jitter = Duration::from_millis(arg(&args, "--jitter-ms", 0)?);
     let history = u32::try_from(arg(&args, "--history-size", 1)?).unwrap_or(u32::MAX);
-    let hold = Duration::from_millis(arg(&args, "--hold-ms", 0)?);
+    let hold_ms = arg(&args, "--hold-ms", 0)?;
+    // While the baseline is read, the handlers do not hold their runs.
+    let baseline_seconds = if hold_ms == 0 {
+        0
+    } else {
+        arg(&args, "--baseline-seconds", 20)?.div_ceil(10) * 10
+    };
+    let holding = Arc::new(AtomicU64::new(if baseline_seconds == 0 {
+        hold_ms
+    } else {
+        0
+    }));
     let scheduler = Scheduler::leased(MemoryStore::new())
         .jitter(jitter)
         .history_size(history)
@@ -136,6 +154,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for j in 0..jobs {
         let starts = starts.clone();
         let lags = lags.clone();
+        let holding = holding.clone();
         scheduler
             .every(&format!("j{j:05}"), Duration::from_secs(1))
             .handler(move |ctx| {
@@ -143,6 +162,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 lags.add(now_us().saturating_sub(slot_us));
                 starts.fetch_add(1, Ordering::Relaxed);
                 let signal = ctx.signal.clone();
+                let hold = Duration::from_millis(holding.load(Ordering::Relaxed));
                 async move {
                     if !hold.is_zero() {
                         tokio::select! {
@@ -159,9 +179,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     scheduler.start().await?;
     let per_job = |kb: u64| kb.saturating_sub(base) as f64 / jobs as f64;
     println!(
-        "bench driver: {jobs} `every 1s` jobs, jitter {} ms, history size {history}, handlers hold {} ms, in-memory store, {seconds} s",
+        "bench driver: {jobs} `every 1s` jobs, jitter {} ms, history size {history}, handlers hold {hold_ms} ms (after a {baseline_seconds} s baseline without holding), in-memory store, {seconds} s",
         jitter.as_millis(),
-        hold.as_millis()
     );
     println!(
         "RSS {:.1} MiB with no job; {:.2} KiB per job registered, {:.2} KiB per job started",
@@ -170,12 +189,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_job(rss_kb())
     );
     println!(
-        "|   t | starts / s | late (total) | lag p50 / p99 | CPU | RSS per job | runs in flight | anonymous RSS per run in flight |"
+        "|   t | starts / s | late (total) | lag p50 / p99 | CPU | RSS per job | runs in flight | anonymous RSS per run in flight | above the baseline |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut baseline_anon: Option<u64> = None;
     let mut last = (Instant::now(), cpu_ticks(), 0u64);
     for t in 1..=seconds / 10 {
         tokio::time::sleep(Duration::from_secs(10)).await;
+        // Read 0.3 s past a whole second, while the runs of that second's slots are in flight
+        // (a 10 s cadence from an unaligned start could read between them every time).
+        let past_second = now_us() % 1_000_000;
+        tokio::time::sleep(Duration::from_micros((1_300_000 - past_second) % 1_000_000)).await;
         let (now, ticks, done) = (Instant::now(), cpu_ticks(), starts.load(Ordering::Relaxed));
         let wall = now.duration_since(last.0).as_secs_f64();
         let cpu = (ticks - last.1) as f64 / 100.0 / wall;
@@ -184,17 +208,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         let health = scheduler.health();
         let held = health.leases_held;
-        // Runs in flight, each: the anonymous RSS above the registered jobs', per run.
-        let per_run = if held >= jobs / 10 {
-            format!(
-                "{:.2} KiB",
-                anon_kb().saturating_sub(registered_anon) as f64 / held as f64
-            )
-        } else {
-            "-".to_owned()
+        let anon = anon_kb();
+        // Runs in flight, each: the anonymous RSS above the registered jobs', per run, and
+        // above the same jobs running without holding.
+        let per_run = |above: Option<u64>| match above {
+            Some(above) if held >= jobs / 10 => {
+                format!("{:.2} KiB", anon.saturating_sub(above) as f64 / held as f64)
+            }
+            _ => "-".to_owned(),
         };
+        let (registered_column, baseline_column) =
+            (per_run(Some(registered_anon)), per_run(baseline_anon));
+        if t * 10 == baseline_seconds {
+            baseline_anon = Some(anon);
+            holding.store(hold_ms, Ordering::Relaxed);
+        }
         println!(
-            "| {:>3} | {:.0} | {} | {lag} | {:.0} % | {:.2} KiB | {held} | {per_run} |",
+            "| {:>3} | {:.0} | {} | {lag} | {:.0} % | {:.2} KiB | {held} | {registered_column} | {baseline_column} |",
             t * 10,
             (done - last.2) as f64 / wall,
             health.slots_late,

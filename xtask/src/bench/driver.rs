@@ -27,6 +27,10 @@ pub(crate) struct Opts {
     /// job keeps one run in flight, and the table shows the memory per run in flight.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     hold_ms: Option<u64>,
+    /// With `--hold-ms`: how long the handlers first run without holding, so the memory per
+    /// run in flight also reads above the same jobs running (10 s to an hour; default 20).
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(10..=3_600))]
+    baseline_seconds: Option<u64>,
 }
 
 pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
@@ -37,6 +41,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         ("--jitter-ms", opts.jitter_ms),
         ("--history-size", opts.history_size),
         ("--hold-ms", opts.hold_ms),
+        ("--baseline-seconds", opts.baseline_seconds),
     ] {
         if let Some(value) = value {
             args.extend([name.to_owned(), value.to_string()]);
@@ -74,6 +79,8 @@ mod tests {
             (vec!["--jitter-ms", "3600001"], "--jitter-ms"),
             (vec!["--history-size", "0"], "--history-size"),
             (vec!["--hold-ms", "18446744073709551615"], "--hold-ms"),
+            (vec!["--baseline-seconds", "9"], "--baseline-seconds"),
+            (vec!["--baseline-seconds", "3601"], "--baseline-seconds"),
         ] {
             let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
             let err = super::super::parse_with::<Opts>(&args)
