@@ -141,13 +141,16 @@ mod tests {
         scheduler: Option<&DataSource>,
         data: Option<DataSource>,
     ) -> Arc<JobDef> {
+        // As the job builder does: fixed levels merged, the job's own data then dropped.
+        let fixed = fixed_data(scheduler, data.as_ref());
+        let data = if fixed.is_some() { None } else { data };
         Arc::new(JobDef {
             name: JobName::new("j").unwrap(),
             kind: JobKind::Every,
             schedule: Schedule::every(Duration::from_secs(1), 0).unwrap(),
             opts: JobOptions::default(),
             handler,
-            fixed_data: fixed_data(scheduler, data.as_ref()),
+            fixed_data: fixed,
             data,
         })
     }
@@ -182,12 +185,15 @@ mod tests {
         let in_call = job(Arc::new(|_| panic!("in the call {}", 1)), None);
         let err = run_handler(start(in_call, None, None)).await.unwrap_err();
         assert_eq!(err.to_string(), "handler panicked: in the call 1");
-        // The same with data to resolve first.
+        // The same with data to merge first (`run_now`'s over the job's).
         let with_data = job(
             Arc::new(|_| panic!("after the data")),
             Some(Data::new().with_key("a", 1).into()),
         );
-        let err = run_handler(start(with_data, None, None)).await.unwrap_err();
+        let manual = Some(Data::new().with_key("b", 2));
+        let err = run_handler(start(with_data, None, manual))
+            .await
+            .unwrap_err();
         assert_eq!(err.to_string(), "handler panicked: after the data");
     }
 

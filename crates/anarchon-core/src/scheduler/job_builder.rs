@@ -186,7 +186,12 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             schedule,
             opts,
             handler,
-            data: self.data,
+            // Merged into `fixed_data` when fixed: one copy per job, not two.
+            data: if fixed_data.is_some() {
+                None
+            } else {
+                self.data
+            },
             fixed_data,
         });
         self.shared.add_job(def)

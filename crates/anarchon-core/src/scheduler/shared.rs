@@ -68,6 +68,8 @@ pub(crate) struct JobDef {
     pub(crate) schedule: Schedule,
     pub(crate) opts: JobOptions,
     pub(crate) handler: Handler,
+    /// The job's own data while it has a function to run at each start (`None` once merged
+    /// into `fixed_data`).
     pub(crate) data: Option<DataSource>,
     /// The data of every run without `run_now` data when no level is a function: the
     /// scheduler's fixed data merged with the job's once, at registration, and shared by
