@@ -19,7 +19,8 @@
 //! stacks, not the binary's mapped file pages). That figure also holds what the jobs cost
 //! once running whether or not a run is in flight (the in-memory store's history rows, the
 //! core's per-job state, the allocator's warm free lists), so with `--hold-ms` the handlers
-//! first run `--baseline-seconds B` (default 20, a multiple of 10) without holding: the last
+//! first run `--baseline-seconds B` (default 20; 10 to 3,600, rounded up to whole 10 s
+//! readings; at or past `--seconds` they never hold) without holding: the last
 //! column is the anonymous RSS above that baseline, per run in flight, which is what a run
 //! being in flight costs (the in-memory store's lease row and the bench handler's own future,
 //! about 0.5 KiB of its sleep and select, included).
@@ -137,7 +138,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let baseline_seconds = if hold_ms == 0 {
         0
     } else {
-        arg(&args, "--baseline-seconds", 20)?.div_ceil(10) * 10
+        // Whole readings (10 s each), at least one, at most an hour.
+        arg(&args, "--baseline-seconds", 20)?
+            .clamp(10, 3_600)
+            .div_ceil(10)
+            * 10
     };
     let holding = Arc::new(AtomicU64::new(if baseline_seconds == 0 {
         hold_ms

@@ -405,19 +405,8 @@ impl Shell {
             data: self.no_data.clone(),
             control: control.clone(),
         };
-        // Fixed data was merged at registration; only a data function needs the scheduler's
-        // data at the run's start.
-        let scheduler_data = match job.fixed_data {
-            Some(_) => None,
-            None => self.shared.cfg.data.clone(),
-        };
         // Boxed: the task keeps a pointer to it until the handler is called, not its size.
-        let start = Box::new(super::handler_task::Start {
-            job,
-            ctx,
-            scheduler_data,
-            manual: data,
-        });
+        let start = super::handler_task::Start::new(job, ctx, self.shared.cfg.data.as_ref(), data);
         let tx = self.msgs.clone();
         use tracing::Instrument;
         let handle = tokio::spawn(

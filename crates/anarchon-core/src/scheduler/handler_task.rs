@@ -46,6 +46,48 @@ pub(crate) async fn run_handler(start: Box<Start>) -> Outcome {
     }
 }
 
+impl Start {
+    /// A run's start; boxed, see above. The scheduler's data is passed on only for a job whose
+    /// data was not fixed at registration (fixed levels are in `job.fixed_data` already).
+    pub(crate) fn new(
+        job: Arc<JobDef>,
+        ctx: JobContext,
+        scheduler_data: Option<&Arc<DataSource>>,
+        manual: Option<Data>,
+    ) -> Box<Start> {
+        let scheduler_data = match job.fixed_data {
+            Some(_) => None,
+            None => scheduler_data.cloned(),
+        };
+        Box::new(Start {
+            job,
+            ctx,
+            scheduler_data,
+            manual,
+        })
+    }
+}
+
+/// The data a job keeps, given the scheduler's (`scheduler_fixed`: the scheduler's data when
+/// fixed, merged once, see [`fixed_data`]): when no level is a function, the levels merged
+/// once and shared by every run, the job's own source then dropped (one copy per job); a job
+/// without data of its own shares the scheduler's. Otherwise the job's own source, resolved
+/// at each start. Returns `(JobDef::data, JobDef::fixed_data)`. [B-31]
+pub(crate) fn job_data(
+    scheduler: Option<&DataSource>,
+    scheduler_fixed: Option<&Arc<Data>>,
+    own: Option<DataSource>,
+) -> (Option<DataSource>, Option<Arc<Data>>) {
+    let fixed = match &own {
+        None => scheduler_fixed.cloned(),
+        Some(own) => fixed_data(scheduler, Some(own)),
+    };
+    match fixed {
+        Some(fixed) => (None, Some(fixed)),
+        None => (own, None),
+    }
+}
+
 /// The data of every run of a job whose levels are all fixed (or absent), merged once:
 /// `None` when there is no data at all or a level is a function. [B-31]
 pub(crate) fn fixed_data(
@@ -141,9 +183,7 @@ mod tests {
         scheduler: Option<&DataSource>,
         data: Option<DataSource>,
     ) -> Arc<JobDef> {
-        // As the job builder does: fixed levels merged, the job's own data then dropped.
-        let fixed = fixed_data(scheduler, data.as_ref());
-        let data = if fixed.is_some() { None } else { data };
+        let (data, fixed) = job_data(scheduler, fixed_data(scheduler, None).as_ref(), data);
         Arc::new(JobDef {
             name: JobName::new("j").unwrap(),
             kind: JobKind::Every,
@@ -159,19 +199,8 @@ mod tests {
         crate::context::tests::ctx(Arc::new(RunControl::new(None)))
     }
 
-    /// A run's start, as the driver makes it: the scheduler's data only for a job whose data
-    /// was not fixed at registration.
     fn start(job: Arc<JobDef>, scheduler: Option<DataSource>, manual: Option<Data>) -> Box<Start> {
-        let scheduler_data = match job.fixed_data {
-            Some(_) => None,
-            None => scheduler.map(Arc::new),
-        };
-        Box::new(Start {
-            job,
-            ctx: ctx(),
-            scheduler_data,
-            manual,
-        })
+        Start::new(job, ctx(), scheduler.map(Arc::new).as_ref(), manual)
     }
 
     #[tokio::test]

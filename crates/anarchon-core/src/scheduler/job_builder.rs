@@ -173,25 +173,18 @@ impl<M: Mode, K> JobBuilder<'_, M, K> {
             let fut = f(ctx);
             Box::pin(async move { fut.await.map_err(BoxError::from) })
         });
-        // A job without data of its own shares the scheduler's fixed data, not a copy.
-        let fixed_data = match &self.data {
-            None => self.shared.cfg.fixed_data.clone(),
-            Some(own) => {
-                super::handler_task::fixed_data(self.shared.cfg.data.as_deref(), Some(own))
-            }
-        };
+        let (data, fixed_data) = super::handler_task::job_data(
+            self.shared.cfg.data.as_deref(),
+            self.shared.cfg.fixed_data.as_ref(),
+            self.data,
+        );
         let def = Arc::new(JobDef {
             name: name.clone(),
             kind,
             schedule,
             opts,
             handler,
-            // Merged into `fixed_data` when fixed: one copy per job, not two.
-            data: if fixed_data.is_some() {
-                None
-            } else {
-                self.data
-            },
+            data,
             fixed_data,
         });
         self.shared.add_job(def)
