@@ -143,10 +143,6 @@ pub(crate) async fn run(
         super::Clock::SystemShifted { .. } => PreciseWake::start(),
         super::Clock::Tokio { .. } => None,
     };
-    // The deadline the wake thread last woke the driver for, kept across turns so a led wait
-    // that another branch interrupted is taken up again instead of waiting for a wake that
-    // already came (see `wake`).
-    let mut woken_for: Option<Instant> = None;
     s.perform();
     loop {
         s.shared
@@ -188,7 +184,7 @@ pub(crate) async fn run(
                 }
                 s.input(Core::handle_timeout);
             }
-            _ = precise_due(precise.as_ref(), next, &mut woken_for), if next.is_some() => {
+            _ = precise_due(precise.as_mut(), next), if next.is_some() => {
                 s.input(Core::handle_timeout);
             }
             // Let joined store tasks go (their results came through `inbox`).
@@ -205,23 +201,11 @@ pub(crate) async fn run(
     s.finish(watchdog_stop).await;
 }
 
-/// Resolves when the wake thread says the deadline `at` has come, after waiting out a led
-/// wake's last µs on this worker (`wake::wait_out`).
-async fn precise_due(
-    wake: Option<&PreciseWake>,
-    at: Option<Instant>,
-    woken_for: &mut Option<Instant>,
-) {
-    let (Some(wake), Some(at)) = (wake, at) else {
-        return std::future::pending().await;
-    };
-    if *woken_for != Some(at) {
-        wake.due().await;
-        *woken_for = Some(at);
-    }
-    if !super::wake::wait_out(at.into_std()).await {
-        // Woken for a deadline since moved later: one empty turn, then wait for its own wake.
-        *woken_for = None;
+/// Resolves when the wake thread says the deadline `at` has come (see `wake`).
+async fn precise_due(wake: Option<&mut PreciseWake>, at: Option<Instant>) {
+    match (wake, at) {
+        (Some(w), Some(at)) => w.due(at).await,
+        _ => std::future::pending().await,
     }
 }
 
@@ -490,58 +474,5 @@ impl Shell {
         for reply in self.stop_replies.drain(..) {
             let _ = reply.send(());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_led_wake_resolves_at_its_deadline_not_before() {
-        let mut wake = PreciseWake::start().expect("thread");
-        let at = Instant::now() + Duration::from_millis(30);
-        wake.set(Some(at));
-        let mut woken_for = None;
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            precise_due(Some(&wake), Some(at), &mut woken_for),
-        )
-        .await
-        .expect("woken");
-        assert!(Instant::now() >= at, "resolved before the deadline");
-        assert_eq!(
-            woken_for,
-            Some(at),
-            "the wake is remembered for its deadline"
-        );
-        // Taken up again (another branch won the turn): no second wake is waited for.
-        tokio::time::timeout(
-            Duration::from_millis(100),
-            precise_due(Some(&wake), Some(at), &mut woken_for),
-        )
-        .await
-        .expect("an interrupted led wait is taken up again without a new wake");
-    }
-
-    #[tokio::test]
-    async fn a_wake_for_a_deadline_since_moved_later_is_one_empty_turn() {
-        let mut wake = PreciseWake::start().expect("thread");
-        let first = Instant::now() + Duration::from_millis(10);
-        wake.set(Some(first));
-        // The driver's deadline moved a second later before the thread fired.
-        let later = first + Duration::from_secs(1);
-        let mut woken_for = None;
-        tokio::time::timeout(
-            Duration::from_millis(500),
-            precise_due(Some(&wake), Some(later), &mut woken_for),
-        )
-        .await
-        .expect("resolved at the old wake without waiting out a second");
-        assert!(
-            Instant::now() < later,
-            "held the worker until the later deadline"
-        );
-        assert_eq!(woken_for, None, "the later deadline waits for its own wake");
     }
 }

@@ -24,18 +24,21 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
+
 /// How long before a sparse deadline the thread wakes the driver.
-pub(crate) const LEAD: Duration = Duration::from_micros(400);
+const LEAD: Duration = Duration::from_micros(400);
 /// A deadline is led only if the thread fired nothing in this long before it.
 const MIN_GAP: Duration = Duration::from_millis(20);
-
-use tokio::sync::Notify;
 
 /// The handle the driver keeps; dropping it stops the thread.
 pub(crate) struct PreciseWake {
     state: Arc<State>,
     /// The deadline last handed to the thread, to skip the lock when nothing changed.
     armed: Option<Instant>,
+    /// The deadline the thread last woke the driver for, so a led wait that another select
+    /// branch interrupted is taken up again instead of waiting for a wake that already came.
+    woken_for: Option<Instant>,
 }
 
 struct State {
@@ -69,7 +72,11 @@ impl PreciseWake {
             .stack_size(64 * 1024)
             .spawn(move || wake_loop(&thread_state));
         match spawned {
-            Ok(_) => Some(Self { state, armed: None }),
+            Ok(_) => Some(Self {
+                state,
+                armed: None,
+                woken_for: None,
+            }),
             Err(e) => {
                 tracing::warn!(
                     "could not start the anarchon wake thread (timers fall back to tokio's 1 ms wheel): {e}"
@@ -92,9 +99,19 @@ impl PreciseWake {
         self.state.changed.notify_one();
     }
 
-    /// Resolves when the thread says the deadline has come.
-    pub(crate) async fn due(&self) {
-        self.state.due.notified().await;
+    /// Resolves when the deadline `at` (the one last [`set`](Self::set)) has come: the
+    /// thread's wake, then a led wake's last µs waited out on this worker ([`wait_out`]).
+    /// Cancel-safe: dropped while waiting it loses no wake and no led wait.
+    pub(crate) async fn due(&mut self, at: tokio::time::Instant) {
+        let at = at.into_std();
+        if self.woken_for != Some(at) {
+            self.state.due.notified().await;
+            self.woken_for = Some(at);
+        }
+        if !wait_out(at).await {
+            // Woken for a deadline since moved later: one empty turn, then its own wake.
+            self.woken_for = None;
+        }
     }
 }
 
@@ -149,10 +166,10 @@ fn wake_at(at: Instant, fired_when: Option<Instant>) -> Instant {
 }
 
 /// The driver's side of a led wake: waits until `at` on the running worker, yielding to the
-/// worker's other tasks between looks at the clock. Returns at once for a deadline more than
-/// [`LEAD`] away (a wake for a deadline since moved later: the driver turns once, finds
-/// nothing due, and waits again), so it never holds a worker longer than `LEAD`.
-pub(crate) async fn wait_out(at: Instant) -> bool {
+/// worker's other tasks between looks at the clock. Returns `false` at once for a deadline
+/// more than [`LEAD`] away (a wake for a deadline since moved later: the driver turns once,
+/// finds nothing due, and waits again), so it never holds a worker longer than `LEAD`.
+async fn wait_out(at: Instant) -> bool {
     if at.saturating_duration_since(Instant::now()) > LEAD {
         return false;
     }
@@ -164,44 +181,78 @@ pub(crate) async fn wait_out(at: Instant) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[tokio::test]
-    async fn wakes_at_the_deadline_and_only_once_per_deadline() {
+    async fn the_thread_fires_a_led_wake_once_per_deadline() {
         let mut wake = PreciseWake::start().expect("thread");
         let at = tokio::time::Instant::now() + Duration::from_millis(20);
         wake.set(Some(at));
-        tokio::time::timeout(Duration::from_secs(5), wake.due())
+        tokio::time::timeout(Duration::from_secs(5), wake.state.due.notified())
             .await
             .expect("woken");
-        // A first deadline is sparse: led, so woken at most `LEAD` early, and `wait_out` ends
-        // at the deadline, not before.
-        let woken = tokio::time::Instant::now();
+        // A first deadline is sparse: led, so woken at most `LEAD` early.
         assert!(
-            woken + LEAD >= at,
+            tokio::time::Instant::now() + LEAD >= at,
             "woken more than LEAD before the deadline"
-        );
-        assert!(wait_out(at.into_std()).await, "a led wake is waited out");
-        assert!(
-            tokio::time::Instant::now() >= at,
-            "waited out before the deadline"
         );
         // The same deadline handed again does not fire again.
         wake.set(None);
         wake.set(Some(at));
         assert!(
-            tokio::time::timeout(Duration::from_millis(100), wake.due())
+            tokio::time::timeout(Duration::from_millis(100), wake.state.due.notified())
                 .await
                 .is_err(),
             "the same deadline fired twice"
         );
         // A new deadline does.
         wake.set(Some(tokio::time::Instant::now() + Duration::from_millis(5)));
-        tokio::time::timeout(Duration::from_secs(5), wake.due())
+        tokio::time::timeout(Duration::from_secs(5), wake.state.due.notified())
             .await
             .expect("woken again");
+    }
+
+    #[tokio::test]
+    async fn due_resolves_at_the_deadline_not_before() {
+        let mut wake = PreciseWake::start().expect("thread");
+        let at = tokio::time::Instant::now() + Duration::from_millis(30);
+        wake.set(Some(at));
+        tokio::time::timeout(Duration::from_secs(5), wake.due(at))
+            .await
+            .expect("woken");
+        assert!(
+            tokio::time::Instant::now() >= at,
+            "resolved before the deadline"
+        );
+        assert_eq!(
+            wake.woken_for,
+            Some(at.into_std()),
+            "the wake is remembered"
+        );
+        // Taken up again (another branch won the turn): no second wake is waited for.
+        tokio::time::timeout(Duration::from_millis(100), wake.due(at))
+            .await
+            .expect("an interrupted led wait is taken up again without a new wake");
+    }
+
+    #[tokio::test]
+    async fn a_wake_for_a_deadline_since_moved_later_is_one_empty_turn() {
+        let mut wake = PreciseWake::start().expect("thread");
+        let first = tokio::time::Instant::now() + Duration::from_millis(10);
+        wake.set(Some(first));
+        // The driver's deadline moved a second later before the thread fired.
+        let later = first + Duration::from_secs(1);
+        tokio::time::timeout(Duration::from_millis(500), wake.due(later))
+            .await
+            .expect("resolved at the old wake without waiting out a second");
+        assert!(
+            tokio::time::Instant::now() < later,
+            "held the worker until the later deadline"
+        );
+        assert_eq!(
+            wake.woken_for, None,
+            "the later deadline waits for its own wake"
+        );
     }
 
     #[test]
