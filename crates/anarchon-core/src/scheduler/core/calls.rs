@@ -12,6 +12,13 @@
 //! job replaces the older, which is reported `late`), and a queued claim whose last moment
 //! passes is reported `late` and backed up. So what an instance holds for claims does not
 //! depend on how fast the store answers.
+//!
+//! Catch-up claims yield to slots due now: they go out after every other queued claim, and
+//! at most [`catch_up_in_flight`] of them are in flight at once, so a start that catches up
+//! 100,000 jobs' missed slots sends them a few batches at a time and a slot that falls due
+//! meanwhile waits behind at most those batches at the store, not behind all of them. A
+//! job's catch-up claim still goes out no later than the same job's newer claim (the store
+//! judges overlap by the order the claims arrive in). [B-19]
 
 use std::sync::Arc;
 
@@ -63,6 +70,23 @@ fn per_item<T>(
 /// them back.
 const SHED_EVERY_MS: EpochMs = 50;
 
+/// Catch-up claims in flight at most: two of the store's claim batches (one answered while
+/// the next is on its way), at least [`MIN_CATCH_UPS_IN_FLIGHT`] for a store that takes
+/// claims one per call.
+pub(super) fn catch_up_in_flight(claims_per_batch: usize) -> usize {
+    claims_per_batch
+        .saturating_mul(2)
+        .max(MIN_CATCH_UPS_IN_FLIGHT)
+}
+
+/// See [`catch_up_in_flight`].
+const MIN_CATCH_UPS_IN_FLIGHT: usize = 64;
+
+/// How many of `items` are catch-up claims.
+fn catch_ups<'a>(reasons: impl Iterator<Item = &'a Reason>) -> usize {
+    reasons.filter(|r| **r == Reason::CatchUp).count()
+}
+
 impl Core {
     /// Sends a call: an effect for the shell, remembered until answered.
     pub(super) fn call(&mut self, request: Request, pending: Pending, run: Option<RunId>) {
@@ -97,10 +121,12 @@ impl Core {
     /// time: a claim whose job has a newer slot queued, or whose last moment passed, is late.
     /// So the queue holds about one slot per job, and the pass costs O(queue) a few times a
     /// second, not per claim.
+    /// Claims wait only while a bound holds them back: the claims in flight, or (catch-ups
+    /// only) the catch-ups in flight.
     pub(super) fn shed_queued_claims(&mut self) {
-        if self.queues.claims_in_flight < self.cfg.limits.claims_in_flight
-            || self.queues.claims.is_empty()
-        {
+        let held = self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
+            || self.queues.catch_ups_in_flight >= catch_up_in_flight(self.cfg.limits.claims);
+        if !held || self.queues.claims.is_empty() {
             return;
         }
         let now = self.now_ms();
@@ -148,18 +174,43 @@ impl Core {
         if room == 0 {
             return;
         }
-        // In this instance's own order of jobs (`claim_rank`; a stable sort: one job's slots
-        // keep their order), so that the instances' batches of the same due slots differ.
-        // Stores that lock a batch's jobs lock them in name order themselves, so batches
-        // that share jobs wait for each other but never deadlock.
+        // Catch-up claims last (see the module docs): a catch-up yields unless the same job
+        // has a newer claim queued, which must not overtake it.
         let mut queue = std::mem::take(&mut self.queues.claims);
+        let due_jobs: std::collections::HashSet<JobName> =
+            if queue.iter().any(|q| q.reason == Reason::CatchUp) {
+                queue
+                    .iter()
+                    .filter(|q| q.reason != Reason::CatchUp)
+                    .map(|q| q.job.name.clone())
+                    .collect()
+            } else {
+                Default::default()
+            };
+        let yields =
+            |q: &QueuedClaim| q.reason == Reason::CatchUp && !due_jobs.contains(&q.job.name);
+        // Then in this instance's own order of jobs (`claim_rank`; a stable sort: one job's
+        // slots keep their order), so that the instances' batches of the same due slots
+        // differ. Stores that lock a batch's jobs lock them in name order themselves, so
+        // batches that share jobs wait for each other but never deadlock.
         let key = self.claim_key;
-        queue.sort_by_cached_key(|q| super::claim_rank(key, q.claim.run.job.as_str()));
-        if queue.len() > room {
-            self.queues.claims = queue.split_off(room);
+        queue.sort_by_cached_key(|q| (yields(q), super::claim_rank(key, q.claim.run.job.as_str())));
+        let first = queue.iter().filter(|q| !yields(q)).count();
+        let mut send = first.min(room);
+        if send == first {
+            let catch_up_room = catch_up_in_flight(self.cfg.limits.claims)
+                .saturating_sub(self.queues.catch_ups_in_flight);
+            send += (room - send).min(catch_up_room);
+        }
+        if queue.len() > send {
+            self.queues.claims = queue.split_off(send);
+        }
+        if queue.is_empty() {
+            return;
         }
         let limit = self.cfg.limits.claims;
         self.queues.claims_in_flight += queue.len();
+        self.queues.catch_ups_in_flight += catch_ups(queue.iter().map(|q| &q.reason));
         for batch in in_batches(queue, limit) {
             let mut items = Vec::with_capacity(batch.len());
             let mut claims = Vec::with_capacity(batch.len());
@@ -236,6 +287,10 @@ impl Core {
             (Pending::Claims { items, sent }, Answer::Claims(result)) => {
                 self.queues.claims_in_flight =
                     self.queues.claims_in_flight.saturating_sub(items.len());
+                self.queues.catch_ups_in_flight = self
+                    .queues
+                    .catch_ups_in_flight
+                    .saturating_sub(catch_ups(items.iter().map(|(_, _, r)| r)));
                 self.claims_answered(items, sent, result);
             }
             (Pending::Slot { job, slot }, Answer::Slot(result)) => {

@@ -2790,3 +2790,135 @@ fn a_claim_batch_answered_with_too_few_outcomes_fails_every_claim_in_it() {
             .contains_key(&crate::ids::RunKey::new(job.name.clone(), slot))
     );
 }
+
+#[test]
+fn b19_catch_up_claims_yield_to_slots_due_now_and_go_out_a_few_batches_at_a_time() {
+    // 2,000 `every 1m` jobs spread over the minute, an instance started 30 s in: each job has
+    // a missed slot to catch up, and 33 jobs fall due every second meanwhile. The catch-ups
+    // go out at most two store batches at a time (so a store that serves calls one after the
+    // other never holds a due slot's claim behind all 2,000), every catch-up still runs once,
+    // and every slot due meanwhile starts in its second.
+    let jobs: Vec<Arc<JobDef>> = (0..2_000i64)
+        .map(|i| {
+            let schedule = Schedule::every(Duration::from_secs(60), i * 30).unwrap();
+            job(&format!("t{i:04}"), schedule, opts())
+        })
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.latency = 20_000;
+    sim.run_for(Duration::from_secs(30));
+    let started_at = T0_MS + 30_000;
+    sim.start(0);
+    let cap = super::calls::catch_up_in_flight(64);
+    let (mut most, mut most_claims) = (0, 0);
+    for _ in 0..1_000 {
+        sim.run_for(Duration::from_millis(5));
+        let q = &sim.core(0).queues;
+        most = most.max(q.catch_ups_in_flight);
+        most_claims = most_claims.max(q.claims_in_flight);
+    }
+    // A catch-up of a job whose next slot is queued too goes with it, above the share.
+    assert!(
+        (cap..cap + 40).contains(&most),
+        "{most} catch-ups in flight"
+    );
+    sim.run_for(Duration::from_secs(60));
+    let (mut caught_up, mut on_time, mut due) = (0, 0, 0);
+    for i in 0..2_000i64 {
+        let history = sim.history(&format!("t{i:04}"));
+        // The slot missed before the start ran (as a catch-up; as the slot due now for the
+        // job that fell due while the start listed the runs).
+        assert!(
+            history.iter().any(|r| r.slot <= started_at + 100),
+            "{history:?}"
+        );
+        let slots: HashSet<EpochMs> = history.iter().map(|r| r.slot).collect();
+        assert_eq!(slots.len(), history.len(), "one run per slot");
+        for r in history {
+            match r.reason {
+                Reason::CatchUp => {
+                    assert!(r.slot <= started_at, "{r:?}");
+                    caught_up += 1;
+                }
+                Reason::Scheduled => {
+                    due += 1;
+                    if r.started_at - r.slot < 1_000 {
+                        on_time += 1;
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert!(caught_up >= 1_990, "{caught_up} caught up");
+    assert_eq!(due, on_time, "every due slot in its second");
+    assert!(due >= 2_000, "{due}");
+    assert_eq!(sim.core(0).queues.catch_ups_in_flight, 0);
+    assert!(
+        most_claims < 2_000,
+        "{most_claims} claims in flight at once"
+    );
+}
+
+#[test]
+fn b19_a_slot_due_now_overtakes_queued_catch_ups_but_not_its_own_jobs() {
+    // Catch-ups fill their share of the claims in flight and more wait: a claim of a slot due
+    // now leaves at the end of the turn all the same, and a waiting catch-up of that same
+    // job leaves with it, ahead of it (the store judges overlap in the order claims arrive).
+    let jobs: Vec<Arc<JobDef>> = (0..400i64)
+        .map(|i| {
+            let schedule = Schedule::every(Duration::from_secs(60), i * 100).unwrap();
+            job(&format!("t{i:03}"), schedule, opts())
+        })
+        .collect();
+    let mut sim = Sim::new(1, jobs.clone());
+    sim.latency = 400_000;
+    sim.run_for(Duration::from_secs(50));
+    sim.start(0);
+    sim.run_for(Duration::from_millis(1_000));
+    let now = sim.now_of(0);
+    let core = sim.nodes[0].core.as_mut().expect("running");
+    let cap = super::calls::catch_up_in_flight(64);
+    assert_eq!(core.queues.catch_ups_in_flight, cap);
+    let waiting: Vec<String> = core
+        .queues
+        .claims
+        .iter()
+        .map(|q| q.job.name.to_string())
+        .collect();
+    assert!(waiting.len() > 100, "{}", waiting.len());
+    while core.poll_effect().is_some() {}
+    // A job whose catch-up is in flight, and one whose catch-up waits.
+    let other = jobs
+        .iter()
+        .find(|j| !waiting.contains(&j.name.to_string()))
+        .unwrap();
+    let same = jobs.iter().find(|j| j.name.as_str() == waiting[0]).unwrap();
+    let slot = now.epoch_ms();
+    core.claim(other.clone(), slot, Reason::Scheduled, slot + 1_000);
+    core.claim(same.clone(), slot, Reason::Scheduled, slot + 1_000);
+    core.end_turn(now);
+    let mut sent: Vec<(String, Reason)> = Vec::new();
+    while let Some(effect) = core.poll_effect() {
+        if let Effect::Call {
+            request: Request::Claim { claims },
+            ..
+        } = effect
+        {
+            sent.extend(claims.iter().map(|c| (c.run.job.to_string(), c.reason)));
+        }
+    }
+    let mut expected = vec![
+        (same.name.to_string(), Reason::CatchUp),
+        (same.name.to_string(), Reason::Scheduled),
+        (other.name.to_string(), Reason::Scheduled),
+    ];
+    // The two jobs in the instance's own order; one job's claims in the order queued.
+    if super::claim_rank(core.claim_key, other.name.as_str())
+        < super::claim_rank(core.claim_key, same.name.as_str())
+    {
+        expected.rotate_left(2);
+    }
+    assert_eq!(sent, expected);
+    assert_eq!(core.queues.claims.len(), waiting.len() - 1);
+}

@@ -404,6 +404,10 @@ pub(super) struct Queues {
     pub(super) claims: Vec<QueuedClaim>,
     /// Claims sent and unanswered.
     pub(super) claims_in_flight: usize,
+    /// Of those, catch-up claims, held to
+    /// [`catch_up_in_flight`](super::calls::catch_up_in_flight) so that missed slots never
+    /// delay slots due now.
+    pub(super) catch_ups_in_flight: usize,
     /// When queued claims are next checked for being late (instance clock, ms).
     pub(super) next_shed_ms: EpochMs,
     /// Watched runs to read at once (release notifications of this turn).
