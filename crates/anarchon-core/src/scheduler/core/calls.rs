@@ -209,6 +209,8 @@ impl Core {
             return;
         }
         let limit = self.cfg.limits.claims;
+        // Never commit after this instance stopped waiting for the call. [B-10]
+        let deadline = self.call_deadline();
         self.queues.claims_in_flight += queue.len();
         self.queues.catch_ups_in_flight += catch_ups(queue.iter().map(|q| &q.reason));
         for batch in in_batches(queue, limit) {
@@ -216,7 +218,9 @@ impl Core {
             let mut claims = Vec::with_capacity(batch.len());
             for q in batch {
                 items.push((q.job, q.slot, q.reason));
-                claims.push(q.claim);
+                let mut claim = q.claim;
+                claim.not_after = claim.not_after.min(deadline);
+                claims.push(claim);
             }
             let sent = self.now.mono;
             self.call(

@@ -169,8 +169,9 @@ impl Core {
             scheduled_at: slot,
             instance_id: self.cfg.instance_id.to_string(),
             lease_ms: self.lease_ms(),
-            // Never commit after this instance stopped waiting. [B-10]
-            not_after: not_after.min(self.call_deadline()),
+            // The job's late limit; the moment this instance stops waiting for the call is
+            // added when the claim is sent (`flush_claims`): a claim may wait in the queue.
+            not_after,
             overlap: job.opts.overlap,
             reason,
             retention: job.opts.retention(),
