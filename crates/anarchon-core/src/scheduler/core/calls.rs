@@ -17,17 +17,18 @@
 //! at most [`catch_up_in_flight`] of them are in flight at once, so a start that catches up
 //! 100,000 jobs' missed slots sends them a few batches at a time and a slot that falls due
 //! meanwhile waits behind at most those batches at the store, not behind all of them. A
-//! job's catch-up claim still goes out no later than the same job's newer claim (the store
-//! judges overlap by the order the claims arrive in). [B-19]
+//! job's catch-up still waiting when the job's newer slot is claimed is superseded: late
+//! under `CatchUp::Latest`, sent ahead of the newer claim under `CatchUp::All`. [B-19]
 
 use std::sync::Arc;
 
 use super::Core;
-use super::types::{Answer, CallId, Pending, QueuedClaim, Request, RunId};
+use super::types::{Answer, CallId, HeldKey, Pending, QueuedClaim, Request, RunId};
 use crate::error::{Error, Result};
 use crate::event::{Event, SkipReason, StoreOperation};
 use crate::history::{Reason, to_datetime};
 use crate::ids::{EpochMs, JobName, RunKey};
+use crate::options::CatchUp;
 use crate::scheduler::JobDef;
 use crate::scheduler::run::Failed;
 use crate::scheduler::run::{OwnerInput, WriteAnswer};
@@ -117,16 +118,14 @@ impl Core {
         }
     }
 
-    /// While claims wait for room in flight, at most every [`SHED_EVERY_MS`] of instance
-    /// time: a claim whose job has a newer slot queued, or whose last moment passed, is late.
-    /// So the queue holds about one slot per job, and the pass costs O(queue) a few times a
-    /// second, not per claim.
-    /// Claims wait only while a bound holds them back: the claims in flight, or (catch-ups
-    /// only) the catch-ups in flight.
+    /// While claims wait, at most every [`SHED_EVERY_MS`] of instance time: a claim whose
+    /// last moment passed is late, and so is one held back by the bound on claims in flight
+    /// whose job has a newer slot queued. So the queue holds about one slot per job, and the
+    /// pass costs O(queue) a few times a second, not per claim.
     pub(super) fn shed_queued_claims(&mut self) {
-        let held = self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
-            || self.queues.catch_ups_in_flight >= catch_up_in_flight(self.cfg.limits.claims);
-        if !held || self.queues.claims.is_empty() {
+        let bound = self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
+            && !self.queues.claims.is_empty();
+        if !bound && self.queues.catch_ups.is_empty() {
             return;
         }
         let now = self.now_ms();
@@ -134,20 +133,34 @@ impl Core {
             return;
         }
         self.queues.next_shed_ms = now.saturating_add(SHED_EVERY_MS);
-        let mut newest: std::collections::HashMap<(JobName, Reason), EpochMs> =
-            std::collections::HashMap::new();
-        for q in &self.queues.claims {
-            let e = newest
-                .entry((q.job.name.clone(), q.reason))
-                .or_insert(q.slot);
-            *e = (*e).max(q.slot);
+        let late_catch_ups: Vec<HeldKey> = self
+            .queues
+            .catch_ups
+            .iter()
+            .filter(|(_, q)| q.claim.not_after < now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut late: Vec<QueuedClaim> = late_catch_ups
+            .iter()
+            .filter_map(|k| self.queues.catch_ups.remove(k))
+            .collect();
+        if bound {
+            let mut newest: std::collections::HashMap<(JobName, Reason), EpochMs> =
+                std::collections::HashMap::new();
+            for q in &self.queues.claims {
+                let e = newest
+                    .entry((q.job.name.clone(), q.reason))
+                    .or_insert(q.slot);
+                *e = (*e).max(q.slot);
+            }
+            let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queues.claims)
+                .into_iter()
+                .partition(|q| {
+                    q.claim.not_after < now || newest[&(q.job.name.clone(), q.reason)] > q.slot
+                });
+            self.queues.claims = keep;
+            late.extend(gone);
         }
-        let (late, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queues.claims)
-            .into_iter()
-            .partition(|q| {
-                q.claim.not_after < now || newest[&(q.job.name.clone(), q.reason)] > q.slot
-            });
-        self.queues.claims = keep;
         for q in late {
             self.shed(q);
         }
@@ -155,15 +168,20 @@ impl Core {
 
     /// On stop, claims not sent yet are dropped (nothing new starts).
     pub(super) fn drop_queued_claims(&mut self) {
-        for q in std::mem::take(&mut self.queues.claims) {
+        let catch_ups = std::mem::take(&mut self.queues.catch_ups).into_values();
+        for q in std::mem::take(&mut self.queues.claims)
+            .into_iter()
+            .chain(catch_ups)
+        {
             self.flight_end(&q.claim.run);
         }
     }
 
-    /// Sends the claims queued in this turn (as many as the bound lets out), in batches
-    /// the store takes in one round trip.
+    /// Sends the claims queued in this turn (as many as the bound lets out), then catch-ups
+    /// as their own bound lets them (see the module docs), in batches the store takes in one
+    /// round trip.
     pub(super) fn flush_claims(&mut self) {
-        if self.queues.claims.is_empty() {
+        if self.queues.claims.is_empty() && self.queues.catch_ups.is_empty() {
             return;
         }
         let room = self
@@ -174,36 +192,35 @@ impl Core {
         if room == 0 {
             return;
         }
-        // Catch-up claims last (see the module docs): a catch-up yields unless the same job
-        // has a newer claim queued, which must not overtake it.
-        let mut queue = std::mem::take(&mut self.queues.claims);
-        let due_jobs: std::collections::HashSet<JobName> =
-            if queue.iter().any(|q| q.reason == Reason::CatchUp) {
-                queue
-                    .iter()
-                    .filter(|q| q.reason != Reason::CatchUp)
-                    .map(|q| q.job.name.clone())
-                    .collect()
-            } else {
-                Default::default()
-            };
-        let yields =
-            |q: &QueuedClaim| q.reason == Reason::CatchUp && !due_jobs.contains(&q.job.name);
-        // Then in this instance's own order of jobs (`claim_rank`; a stable sort: one job's
-        // slots keep their order), so that the instances' batches of the same due slots
-        // differ. Stores that lock a batch's jobs lock them in name order themselves, so
-        // batches that share jobs wait for each other but never deadlock.
         let key = self.claim_key;
-        queue.sort_by_cached_key(|q| (yields(q), super::claim_rank(key, q.claim.run.job.as_str())));
-        let first = queue.iter().filter(|q| !yields(q)).count();
-        let mut send = first.min(room);
-        if send == first {
+        let mut queue = std::mem::take(&mut self.queues.claims);
+        if !self.queues.catch_ups.is_empty() || queue.iter().any(|q| q.reason == Reason::CatchUp) {
+            queue = self.hold_catch_ups(queue);
+        }
+        // In this instance's own order of jobs (`claim_rank`), so that the instances' batches
+        // of the same due slots differ; one job's catch-up ahead of its newer claim, and
+        // otherwise (a stable sort) one job's slots in the order queued. Stores that lock a
+        // batch's jobs lock them in name order themselves, so batches that share jobs wait
+        // for each other but never deadlock.
+        queue.sort_by_cached_key(|q| {
+            (
+                super::claim_rank(key, q.claim.run.job.as_str()),
+                q.reason != Reason::CatchUp,
+            )
+        });
+        let send = queue.len().min(room);
+        if queue.len() > send {
+            let rest = queue.split_off(send);
+            self.queues.claims.extend(rest);
+        } else {
             let catch_up_room = catch_up_in_flight(self.cfg.limits.claims)
                 .saturating_sub(self.queues.catch_ups_in_flight);
-            send += (room - send).min(catch_up_room);
-        }
-        if queue.len() > send {
-            self.queues.claims = queue.split_off(send);
+            for _ in 0..(room - send).min(catch_up_room) {
+                match self.queues.catch_ups.pop_first() {
+                    Some((_, q)) => queue.push(q),
+                    None => break,
+                }
+            }
         }
         if queue.is_empty() {
             return;
@@ -229,6 +246,54 @@ impl Core {
                 None,
             );
         }
+    }
+
+    /// Moves the catch-ups of `queue` to the held catch-ups, except those of jobs with a
+    /// newer claim in `queue`, and takes held catch-ups of such jobs out again. Such a
+    /// catch-up is superseded by its job's newer slot: under `CatchUp::Latest` it is late
+    /// (sent first, it would win and make the slot due now skip as overlap); under
+    /// `CatchUp::All` it goes out ahead of the newer claim, the order the policy replays
+    /// slots in. Returns what stays in the queue.
+    fn hold_catch_ups(&mut self, queue: Vec<QueuedClaim>) -> Vec<QueuedClaim> {
+        let key = self.claim_key;
+        let mut due: std::collections::HashMap<JobName, EpochMs> = std::collections::HashMap::new();
+        for q in queue.iter().filter(|q| q.reason != Reason::CatchUp) {
+            let newest = due.entry(q.job.name.clone()).or_insert(q.slot);
+            *newest = (*newest).max(q.slot);
+        }
+        let mut keep = Vec::with_capacity(queue.len());
+        let mut superseded = Vec::new();
+        for q in queue {
+            if q.reason != Reason::CatchUp {
+                keep.push(q);
+            } else if !due.contains_key(&q.job.name) {
+                let rank = super::claim_rank(key, q.job.name.as_str());
+                self.queues
+                    .catch_ups
+                    .insert((rank, q.job.name.clone(), q.slot), q);
+            } else {
+                superseded.push(q);
+            }
+        }
+        for job in due.keys() {
+            let rank = super::claim_rank(key, job.as_str());
+            let held: Vec<HeldKey> = self
+                .queues
+                .catch_ups
+                .range((rank, job.clone(), EpochMs::MIN)..=(rank, job.clone(), EpochMs::MAX))
+                .map(|(k, _)| k.clone())
+                .collect();
+            superseded.extend(held.iter().filter_map(|k| self.queues.catch_ups.remove(k)));
+        }
+        for q in superseded {
+            let replays = matches!(q.job.opts.catch_up, CatchUp::All { .. });
+            if replays || q.slot >= due[&q.job.name] {
+                keep.push(q);
+            } else {
+                self.shed(q);
+            }
+        }
+        keep
     }
 
     /// Reads the runs released in this turn in one call (a burst of release notifications,

@@ -195,6 +195,7 @@ impl Core {
             ("catch-up jobs", self.catch_up.len()),
             ("missed jobs", self.missed.len()),
             ("queued claims", self.queues.claims.len()),
+            ("queued catch-ups", self.queues.catch_ups.len()),
             ("queued reads", self.queues.reads.len()),
             ("queued results", self.queues.finishes.len()),
             ("queued takeovers", self.queues.takeovers.len()),

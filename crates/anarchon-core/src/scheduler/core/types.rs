@@ -398,10 +398,16 @@ pub(super) struct QueuedClaim {
     pub(super) claim: LeaseClaim,
 }
 
+/// Where a catch-up claim waits its turn: the instance's own rank of the job
+/// ([`claim_rank`](super::claim_rank)), the job, the slot.
+pub(super) type HeldKey = (u64, JobName, EpochMs);
+
 /// The per-turn queues.
 #[derive(Debug, Default)]
 pub(super) struct Queues {
     pub(super) claims: Vec<QueuedClaim>,
+    /// Catch-up claims yielding to the others, in the order they go out.
+    pub(super) catch_ups: std::collections::BTreeMap<HeldKey, QueuedClaim>,
     /// Claims sent and unanswered.
     pub(super) claims_in_flight: usize,
     /// Of those, catch-up claims, held to
