@@ -471,6 +471,10 @@ pub(crate) fn busy_wait(tries: i32) -> bool {
     true
 }
 
+/// The bytes of WAL kept on disk once a checkpoint restarts it (`journal_size_limit`): 64 MiB,
+/// far above the ~4 MiB that the automatic checkpoint leaves in steady use.
+const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
 /// How long a caller polls for the answer (yielding between polls) before it parks.
 const CALLER_SPIN: Duration = Duration::from_micros(50);
 
@@ -696,6 +700,14 @@ impl Worker {
         worker
             .conn
             .pragma_update(None, "synchronous", sync)
+            .map_err(|e| worker.error("open", e))?;
+        // While several processes read and write without a pause (a burst of catch-ups on
+        // 5 instances), checkpoints cannot restart the WAL and it grows (measured: 1.4 GB
+        // for a 90 MB file); SQLite reuses it from the start later but keeps its size on
+        // disk. Cut it back to this size whenever it restarts.
+        worker
+            .conn
+            .pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(|e| worker.error("open", e))?;
         Ok(worker)
     }
