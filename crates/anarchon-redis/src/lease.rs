@@ -568,8 +568,9 @@ impl LeaseStore for RedisStore {
 
     /// The `unfinished_runs` script over at most 512 jobs per call (each job's
     /// `live` set and the run hashes it names: O(unfinished runs) plus one read a job),
-    /// every call in one pipeline: one round trip (per node on a cluster) for 10,000 jobs
-    /// or 100,000, and no call holds the server for more than about a millisecond.
+    /// four calls to a pipeline (`Conn::eval_pipeline`): 25 round trips for 100,000 jobs,
+    /// no call holds the server for more than about a millisecond, and no group holds this
+    /// store's other commands for more than a few.
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
         if jobs.is_empty() {
             return Ok(Vec::new());

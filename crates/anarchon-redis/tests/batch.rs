@@ -435,3 +435,47 @@ async fn claim_and_result_batches_and_runs_reads_are_few_short_script_calls() {
     assert!(unfinished.iter().all(|v| v.status == RunStatus::Running));
     store.close().await.unwrap();
 }
+
+/// A start lists the unfinished runs of every job: 100,000 jobs are 196 script calls. The
+/// store has one connection, so had they gone in one pipeline, a claim sent meanwhile would
+/// have waited behind all of them; they go four calls to a pipeline, one pipeline after
+/// another (49 round trips), and a claim sent meanwhile is answered while the listing runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_of_100_000_jobs_goes_in_short_pipelines() {
+    let Some(server) = anarchon_test_support::OwnRedis::start() else {
+        return;
+    };
+    let store = RedisStore::connect_with(&server.url(), common::options())
+        .await
+        .expect("store");
+    let prefix = unique_job("listing");
+    let jobs: Vec<JobName> = (0..100_000)
+        .map(|i| JobName::new(format!("{prefix}-{i}")).unwrap())
+        .collect();
+    let t = store.now().await.unwrap();
+    let before = store.round_trips();
+    let listing = tokio::spawn({
+        let store = store.clone();
+        async move { store.unfinished_runs(&jobs).await }
+    });
+    while store.round_trips() == before {
+        tokio::task::yield_now().await;
+    }
+    let won = store
+        .claim_many(&[claim(&unique_job("due"), t, "a", t)])
+        .await
+        .unwrap();
+    assert!(matches!(won[..], [ClaimOutcome::Won(_)]), "{won:?}");
+    assert!(
+        !listing.is_finished(),
+        "the claim was answered only after the whole listing"
+    );
+    let listed = listing.await.unwrap().unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+    assert!(
+        store.round_trips() - before >= 196_u64.div_ceil(4),
+        "{} round trips",
+        store.round_trips() - before
+    );
+    store.close().await.unwrap();
+}
