@@ -7,23 +7,28 @@
 //! takeovers and results, in chunks of the store's limits; the runs to read after release
 //! notifications go out as one `runs` call.
 //!
-//! Bounds: at most [`MAX_CLAIMS_IN_FLIGHT`] claims are sent and unanswered at once. Claims
+//! Bounds: at most [`CLAIM_CALLS_IN_FLIGHT`] claim calls are out at once (claims falling due
+//! meanwhile gather into the next batch), and at most [`MAX_CLAIMS_IN_FLIGHT`] claims are
+//! sent and unanswered at once. Claims
 //! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
 //! job replaces the older, which is reported `late`), and a queued claim whose last moment
 //! passes is reported `late` and backed up. So what an instance holds for claims does not
 //! depend on how fast the store answers.
 //!
 //! Catch-up claims yield to slots due now: they go out after every other queued claim, and
-//! at most [`catch_up_in_flight`] of them are in flight at once, so a start that catches up
-//! 100,000 jobs' missed slots sends them a few batches at a time and a slot that falls due
-//! meanwhile waits behind at most those batches at the store, not behind all of them. A
+//! at most [`catch_up_in_flight`] of them (one call's batch) are in flight at once, so a
+//! start that catches up 100,000 jobs' missed slots sends them a batch at a time, a claim
+//! call stays free for the slots that fall due meanwhile, and those wait behind at most that
+//! batch at the store, not behind all of them. A
 //! job's catch-up still waiting when the job's newer slot is claimed is superseded: late
 //! under `CatchUp::Latest`, sent ahead of the newer claim under `CatchUp::All`. [B-19]
 
 use std::sync::Arc;
 
 use super::Core;
-use super::types::{Answer, CallId, HeldKey, Pending, QueuedClaim, Request, RunId};
+use super::types::{
+    Answer, CLAIM_CALLS_IN_FLIGHT, CallId, HeldKey, Pending, QueuedClaim, Request, RunId,
+};
 use crate::error::{Error, Result};
 use crate::event::{Event, SkipReason, StoreOperation};
 use crate::history::{Reason, to_datetime};
@@ -71,12 +76,12 @@ fn per_item<T>(
 /// them back.
 const SHED_EVERY_MS: EpochMs = 50;
 
-/// Catch-up claims in flight at most: two of the store's claim batches (one answered while
-/// the next is on its way), at least [`MIN_CATCH_UPS_IN_FLIGHT`] for a store that takes
-/// claims one per call.
+/// Catch-up claims in flight at most: the claim calls but one, so a call is always free for
+/// the slots due now ([`CLAIM_CALLS_IN_FLIGHT`]), at least [`MIN_CATCH_UPS_IN_FLIGHT`] for a
+/// store that takes claims one per call.
 pub(super) fn catch_up_in_flight(claims_per_batch: usize) -> usize {
     claims_per_batch
-        .saturating_mul(2)
+        .saturating_mul(CLAIM_CALLS_IN_FLIGHT - 1)
         .max(MIN_CATCH_UPS_IN_FLIGHT)
 }
 
@@ -123,7 +128,8 @@ impl Core {
     /// whose job has a newer slot queued. So the queue holds about one slot per job, and the
     /// pass costs O(queue) a few times a second, not per claim.
     pub(super) fn shed_queued_claims(&mut self) {
-        let bound = self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
+        let bound = (self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
+            || (self.cfg.limits.claims > 1 && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT))
             && !self.queues.claims.is_empty();
         if !bound && self.queues.catch_ups.is_empty() {
             return;
@@ -208,6 +214,19 @@ impl Core {
                 q.reason != Reason::CatchUp,
             )
         });
+        // At most CLAIM_CALLS_IN_FLIGHT calls out on a store that batches: the rest wait
+        // for the next answer (a store taking one claim a call cannot gather them).
+        let per_call = self.cfg.limits.claims;
+        let room = if per_call > 1 {
+            let calls_room = CLAIM_CALLS_IN_FLIGHT.saturating_sub(self.queues.claim_calls);
+            room.min(calls_room.saturating_mul(per_call))
+        } else {
+            room
+        };
+        if room == 0 {
+            self.queues.claims.extend(queue);
+            return;
+        }
         let send = queue.len().min(room);
         if queue.len() > send {
             let rest = queue.split_off(send);
@@ -240,6 +259,7 @@ impl Core {
                 claims.push(claim);
             }
             let sent = self.now.mono;
+            self.queues.claim_calls += 1;
             self.call(
                 Request::Claim { claims },
                 Pending::Claims { items, sent },
@@ -354,6 +374,7 @@ impl Core {
         };
         match (pending, answer) {
             (Pending::Claims { items, sent }, Answer::Claims(result)) => {
+                self.queues.claim_calls = self.queues.claim_calls.saturating_sub(1);
                 self.queues.claims_in_flight =
                     self.queues.claims_in_flight.saturating_sub(items.len());
                 self.queues.catch_ups_in_flight = self
