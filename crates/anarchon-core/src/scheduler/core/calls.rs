@@ -7,9 +7,9 @@
 //! takeovers and results, in chunks of the store's limits; the runs to read after release
 //! notifications go out as one `runs` call.
 //!
-//! Bounds: at most [`CLAIM_CALLS_IN_FLIGHT`] claim calls are out at once (claims falling due
-//! meanwhile gather into the next batch), and at most [`MAX_CLAIMS_IN_FLIGHT`] claims are
-//! sent and unanswered at once. Claims
+//! Bounds: while [`CLAIM_CALLS_IN_FLIGHT`] claim calls are out, a batch that is not full
+//! waits (claims falling due meanwhile gather into it; full batches always leave), and at
+//! most [`MAX_CLAIMS_IN_FLIGHT`] claims are sent and unanswered at once. Claims
 //! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
 //! job replaces the older, which is reported `late`), and a queued claim whose last moment
 //! passes is reported `late` and backed up. So what an instance holds for claims does not
@@ -214,19 +214,6 @@ impl Core {
                 q.reason != Reason::CatchUp,
             )
         });
-        // At most CLAIM_CALLS_IN_FLIGHT calls out on a store that batches: the rest wait
-        // for the next answer (a store taking one claim a call cannot gather them).
-        let per_call = self.cfg.limits.claims;
-        let room = if per_call > 1 {
-            let calls_room = CLAIM_CALLS_IN_FLIGHT.saturating_sub(self.queues.claim_calls);
-            room.min(calls_room.saturating_mul(per_call))
-        } else {
-            room
-        };
-        if room == 0 {
-            self.queues.claims.extend(queue);
-            return;
-        }
         let send = queue.len().min(room);
         if queue.len() > send {
             let rest = queue.split_off(send);
@@ -241,10 +228,18 @@ impl Core {
                 }
             }
         }
+        // A batch that is not full waits while CLAIM_CALLS_IN_FLIGHT calls are out (a store
+        // taking one claim a call cannot gather them): the claims falling due meanwhile
+        // join it. Full batches always leave, so a burst reaches the store at once.
+        let limit = self.cfg.limits.claims;
+        if limit > 1 && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT {
+            let full = queue.len() / limit * limit;
+            let partial = queue.split_off(full);
+            self.queues.claims.extend(partial);
+        }
         if queue.is_empty() {
             return;
         }
-        let limit = self.cfg.limits.claims;
         // Never commit after this instance stopped waiting for the call. [B-10]
         let deadline = self.call_deadline();
         self.queues.claims_in_flight += queue.len();

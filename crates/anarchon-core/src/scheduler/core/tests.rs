@@ -2993,3 +2993,38 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
         .collect();
     assert!(lag.iter().all(|l| *l < 100), "{:?}", lag.iter().max());
 }
+
+#[test]
+fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
+    // 1,000 jobs due in the same millisecond: the full batches (64 claims for the in-memory
+    // store) all leave together, whatever the bound on claim calls out, so the store has
+    // the whole burst at once; only the last, partial batch may wait for an answer.
+    let jobs: Vec<Arc<JobDef>> = (0..1_000)
+        .map(|i| {
+            every(
+                &format!("b{i:04}"),
+                Duration::from_secs(10),
+                JobOptions {
+                    catch_up: CatchUp::None,
+                    ..opts()
+                },
+            )
+        })
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.latency = 50_000;
+    sim.start(0);
+    // Past the start (its slot, due this instant, is not caught up) to the next burst.
+    sim.run_for(Duration::from_secs(9));
+    assert!(sim.nodes[0].starts.is_empty());
+    let mut most = 0;
+    for _ in 0..3_000 {
+        sim.run_for(Duration::from_millis(2));
+        most = most.max(sim.core(0).queues.claim_calls);
+        if sim.nodes[0].starts.len() == 1_000 {
+            break;
+        }
+    }
+    assert_eq!(sim.nodes[0].starts.len(), 1_000);
+    assert!(most >= 1_000 / 64, "{most} claim calls out at once");
+}
