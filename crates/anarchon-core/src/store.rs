@@ -272,8 +272,12 @@ impl RunView {
 /// ```
 /// use anarchon_core::store::BatchLimits;
 ///
-/// assert_eq!(BatchLimits::default(), BatchLimits { claims: 1, finishes: 1, takeovers: 1 });
+/// assert_eq!(
+///     BatchLimits::default(),
+///     BatchLimits { claims: 1, finishes: 1, takeovers: 1, gather_claims: false }
+/// );
 /// assert_eq!(BatchLimits::all(256).takeovers, 256);
+/// assert!(BatchLimits::all(256).gathering_claims().gather_claims);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchLimits {
@@ -283,6 +287,12 @@ pub struct BatchLimits {
     pub finishes: usize,
     /// Takeovers per [`LeaseStore::take_over_many`] round trip.
     pub takeovers: usize,
+    /// Whether a claim batch that is not full waits while two claim calls are out, so that
+    /// the claims falling due meanwhile join it: for a store whose cost is per call rather
+    /// than per claim (PostgreSQL: five statements and a commit a call). Full batches
+    /// always leave at once. Off by default: on SQLite's single connection thread waiting
+    /// batches cost more than they saved.
+    pub gather_claims: bool,
 }
 
 impl BatchLimits {
@@ -293,6 +303,15 @@ impl BatchLimits {
             claims: n,
             finishes: n,
             takeovers: n,
+            gather_claims: false,
+        }
+    }
+
+    /// The same limits with [`gather_claims`](Self::gather_claims) on.
+    pub const fn gathering_claims(self) -> Self {
+        BatchLimits {
+            gather_claims: true,
+            ..self
         }
     }
 }

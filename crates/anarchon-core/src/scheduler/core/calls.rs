@@ -7,8 +7,9 @@
 //! takeovers and results, in chunks of the store's limits; the runs to read after release
 //! notifications go out as one `runs` call.
 //!
-//! Bounds: while [`CLAIM_CALLS_IN_FLIGHT`] claim calls are out, a batch that is not full
-//! waits (claims falling due meanwhile gather into it; full batches always leave), and at
+//! Bounds: on a store that gathers claims (PostgreSQL), while [`CLAIM_CALLS_IN_FLIGHT`]
+//! claim calls are out, a batch that is not full waits (claims falling due meanwhile gather
+//! into it; full batches always leave), and at
 //! most [`MAX_CLAIMS_IN_FLIGHT`] claims are sent and unanswered at once. Claims
 //! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
 //! job replaces the older, which is reported `late`), and a queued claim whose last moment
@@ -129,7 +130,9 @@ impl Core {
     /// pass costs O(queue) a few times a second, not per claim.
     pub(super) fn shed_queued_claims(&mut self) {
         let bound = (self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
-            || (self.cfg.limits.claims > 1 && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT))
+            || (self.cfg.limits.gather_claims
+                && self.cfg.limits.claims > 1
+                && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT))
             && !self.queues.claims.is_empty();
         if !bound && self.queues.catch_ups.is_empty() {
             return;
@@ -232,7 +235,10 @@ impl Core {
         // taking one claim a call cannot gather them): the claims falling due meanwhile
         // join it. Full batches always leave, so a burst reaches the store at once.
         let limit = self.cfg.limits.claims;
-        if limit > 1 && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT {
+        if self.cfg.limits.gather_claims
+            && limit > 1
+            && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT
+        {
             let full = queue.len() / limit * limit;
             let partial = queue.split_off(full);
             self.queues.claims.extend(partial);

@@ -2964,6 +2964,7 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
         .collect();
     let mut sim = Sim::new(1, jobs);
     sim.latency = 5_000;
+    sim.gather_claims = true;
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
     let calls_before = sim.calls_sent.get("claim").copied().unwrap_or(0);
@@ -3013,6 +3014,7 @@ fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
         .collect();
     let mut sim = Sim::new(1, jobs);
     sim.latency = 50_000;
+    sim.gather_claims = true;
     sim.start(0);
     // Past the start (its slot, due this instant, is not caught up) to the next burst.
     sim.run_for(Duration::from_secs(9));
