@@ -22,9 +22,9 @@ use crate::options::RedisOptions;
 
 pub(crate) const STORE: &str = "redis";
 
-/// The most script calls [`Conn::eval_pipeline`] writes in one pipeline. The batch scripts
-/// keep a call near a millisecond of server time (512 jobs or runs), so a group holds this
-/// connection's other commands for a few milliseconds.
+/// The most script calls [`Conn::eval_pipeline_in_groups`] writes in one pipeline. The read
+/// scripts keep a call near a millisecond of server time (512 jobs or runs), so a group
+/// holds this connection's other commands for a few milliseconds.
 const CALLS_PER_PIPELINE: usize = 4;
 /// Which server answered, from `INFO server`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -467,26 +467,28 @@ impl Conn {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Several `EVALSHA` calls of one script, [`CALLS_PER_PIPELINE`] at a time: each group
-    /// in one pipeline (one round trip), the groups one after another, so the other
-    /// commands of this connection (claims of slots due now) wait behind at most one group,
-    /// not behind a listing of 100,000 jobs (measured: a start's listing held a node's
-    /// claims for up to 1.5 s). Calls to one hash slot run in the order given; the answers
-    /// come in the order of `calls`; each group is bounded by the command timeout.
-    pub(crate) async fn eval_pipeline(
+    /// Several `EVALSHA` calls of one script for a large read, [`CALLS_PER_PIPELINE`] at a
+    /// time: each group in one pipeline (one round trip), the groups one after another, so
+    /// the other commands of this connection (claims of slots due now) wait behind at most
+    /// one group, not behind a listing of 100,000 jobs (measured: a start's listing held a
+    /// node's claims for up to 1.5 s). Calls to one hash slot run in the order given; the
+    /// answers come in the order of `calls`; each group is bounded by the command timeout.
+    /// Batches of writes (a cluster's claims split per hash slot) keep one pipeline
+    /// ([`eval_pipeline`](Self::eval_pipeline)).
+    pub(crate) async fn eval_pipeline_in_groups(
         &self,
         operation: &'static str,
         script: &Script,
         calls: Vec<(Vec<String>, Vec<String>)>,
     ) -> Result<Vec<Value>> {
         if calls.len() <= CALLS_PER_PIPELINE {
-            return self.eval_pipeline_once(operation, script, calls).await;
+            return self.eval_pipeline(operation, script, calls).await;
         }
         let mut answers = Vec::with_capacity(calls.len());
         let mut calls = calls.into_iter().peekable();
         while calls.peek().is_some() {
             let group: Vec<_> = calls.by_ref().take(CALLS_PER_PIPELINE).collect();
-            answers.extend(self.eval_pipeline_once(operation, script, group).await?);
+            answers.extend(self.eval_pipeline(operation, script, group).await?);
         }
         Ok(answers)
     }
@@ -497,7 +499,7 @@ impl Conn {
     /// refused with `NOSCRIPT` (a restarted or flushed node) had no effect: the script is
     /// loaded and they are sent again, in order, in a second pipeline. Bounded by the
     /// command timeout; the answers come in the order of `calls`.
-    async fn eval_pipeline_once(
+    pub(crate) async fn eval_pipeline(
         &self,
         operation: &'static str,
         script: &Script,

@@ -533,7 +533,9 @@ impl LeaseStore for RedisStore {
             .collect();
         drop(keys);
         let sent_ms = wall_ms();
-        let replies = conn.eval_pipeline("runs", &scripts::RUNS, calls).await?;
+        let replies = conn
+            .eval_pipeline_in_groups("runs", &scripts::RUNS, calls)
+            .await?;
         if replies.len() != groups.len() {
             return Err(bad_reply("runs", &replies));
         }
@@ -569,9 +571,9 @@ impl LeaseStore for RedisStore {
 
     /// The `unfinished_runs` script over at most 512 jobs per call (each job's
     /// `live` set and the run hashes it names: O(unfinished runs) plus one read a job),
-    /// four calls to a pipeline (`Conn::eval_pipeline`): 25 round trips for 100,000 jobs,
-    /// no call holds the server for more than about a millisecond, and no group holds this
-    /// store's other commands for more than a few.
+    /// four calls to a pipeline (`Conn::eval_pipeline_in_groups`): 49 round trips for
+    /// 100,000 jobs, no call holds the server for more than about a millisecond, and no
+    /// group holds this store's other commands for more than a few.
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -600,7 +602,7 @@ impl LeaseStore for RedisStore {
             .collect();
         drop(keys);
         let replies = conn
-            .eval_pipeline("unfinished_runs", &scripts::UNFINISHED, calls)
+            .eval_pipeline_in_groups("unfinished_runs", &scripts::UNFINISHED, calls)
             .await?;
         if replies.len() != groups.len() {
             return Err(bad_reply("unfinished_runs", &replies));
