@@ -9,8 +9,8 @@
 //!
 //! Bounds: on a store that gathers claims (PostgreSQL), while [`CLAIM_CALLS_IN_FLIGHT`]
 //! claim calls are out, a batch that is not full waits (claims falling due meanwhile gather
-//! into it; full batches always leave), and at
-//! most [`MAX_CLAIMS_IN_FLIGHT`] claims are sent and unanswered at once. Claims
+//! into it; full batches always leave), and at most [`MAX_CLAIMS_IN_FLIGHT`] claims are
+//! sent and unanswered at once. Claims
 //! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
 //! job replaces the older, which is reported `late`), and a queued claim whose last moment
 //! passes is reported `late` and backed up. So what an instance holds for claims does not
@@ -20,9 +20,9 @@
 //! at most [`catch_up_in_flight`] of them (one call's batch) are in flight at once, so a
 //! start that catches up 100,000 jobs' missed slots sends them a batch at a time, a claim
 //! call stays free for the slots that fall due meanwhile, and those wait behind at most that
-//! batch at the store, not behind all of them. A
-//! job's catch-up still waiting when the job's newer slot is claimed is superseded: late
-//! under `CatchUp::Latest`, sent ahead of the newer claim under `CatchUp::All`. [B-19]
+//! batch at the store, not behind all of them. A job's catch-up still waiting when the
+//! job's newer slot is claimed is superseded: late under `CatchUp::Latest`, sent ahead of
+//! the newer claim under `CatchUp::All`. [B-19]
 
 use std::sync::Arc;
 
@@ -77,9 +77,10 @@ fn per_item<T>(
 /// them back.
 const SHED_EVERY_MS: EpochMs = 50;
 
-/// Catch-up claims in flight at most: the claim calls but one, so a call is always free for
-/// the slots due now ([`CLAIM_CALLS_IN_FLIGHT`]), at least [`MIN_CATCH_UPS_IN_FLIGHT`] for a
-/// store that takes claims one per call.
+/// Catch-up claims in flight at most: one claim batch (the claim calls but one, so that on a
+/// store that gathers claims a call is always free for the slots due now,
+/// [`CLAIM_CALLS_IN_FLIGHT`]), at least [`MIN_CATCH_UPS_IN_FLIGHT`] for a store that takes
+/// claims one per call.
 pub(super) fn catch_up_in_flight(claims_per_batch: usize) -> usize {
     claims_per_batch
         .saturating_mul(CLAIM_CALLS_IN_FLIGHT - 1)
