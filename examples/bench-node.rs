@@ -45,6 +45,13 @@
 //!   `SET NX`; PostgreSQL: one `INSERT .. SELECT unnest(..) ON CONFLICT DO NOTHING`,
 //!   committed; SQLite: one `BEGIN IMMEDIATE` transaction of 256 `INSERT OR IGNORE`). Prints
 //!   `CEILING batches= rows_per_batch=256 seconds= callers=`.
+//! - `slot-floor` (PostgreSQL): the physical floor of a won slot on the store's own tables
+//!   and indexes (a second table set, `floor`, in the run's schema), without the scheduler,
+//!   competing claims or job locks: K callers, each owning `--jobs / K` jobs whose histories
+//!   start full (`--history` runs each), repeating two committed set-based statements per 256
+//!   jobs and slot: the claim (the run row, the fence, the attempt row) and the finish (the
+//!   run and the attempt ended, the run and attempt `--history` slots older pruned). Prints
+//!   `SLOT_FLOOR slots= seconds= callers=`.
 //! - `floor`: until SIGTERM, the bare one-row operation (Redis `PING`; PostgreSQL and SQLite
 //!   a one-row `UPDATE`, committed) about 20 times a second, away from whole seconds so it
 //!   does not meet the scheduler's claims; FILE gets one duration in µs per line.
@@ -878,6 +885,178 @@ async fn ceiling(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The physical floor of a won slot on PostgreSQL (see the module docs, `slot-floor`).
+async fn slot_floor(args: &Args) -> Result<()> {
+    use anarchon::store::{Prepare, Store};
+    let spec = Spec::parse(args.get("store")?)?;
+    if spec.kind != "postgres" {
+        bail!(
+            "slot-floor is measured on PostgreSQL only, not {}",
+            spec.kind
+        );
+    }
+    let callers = args.num("callers")?.clamp(1, 64) as usize;
+    let jobs = args.num("jobs")?.clamp(1, 1_000_000) as usize;
+    let history = args.num("history")?.clamp(1, 10_000) as i64;
+    let seconds = args.num("seconds")?.max(1);
+    let per_caller = jobs.div_ceil(callers);
+    let store = anarchon::postgres::PostgresStore::connect_with(
+        &spec.target,
+        anarchon::postgres::PostgresOptions::default()
+            .schema(&spec.namespace)
+            .table("floor")
+            .pool_size(callers + 2),
+    )
+    .await?;
+    let names: Vec<Vec<String>> = (0..callers)
+        .map(|c| (0..per_caller).map(|j| format!("f{c}j{j}")).collect())
+        .collect();
+    let all: Vec<anarchon::JobName> = names
+        .iter()
+        .flatten()
+        .map(|n| anarchon::JobName::new(n.clone()))
+        .collect::<std::result::Result<_, _>>()?;
+    store
+        .prepare(&Prepare {
+            jobs: all,
+            instance_id: "floor".into(),
+            call_timeout: Duration::from_secs(60),
+        })
+        .await?;
+    let ns = &spec.namespace;
+    let (runs, attempts, job_rows) = (
+        format!("\"{ns}\".\"floor\""),
+        format!("\"{ns}\".\"floor_attempts\""),
+        format!("\"{ns}\".\"floor_jobs\""),
+    );
+    // Full histories: `history` finished runs per job, slots 0 .. history-1 (in seconds).
+    {
+        let client = store.pool().get().await?;
+        for chunk in names
+            .iter()
+            .flatten()
+            .cloned()
+            .collect::<Vec<_>>()
+            .chunks(4096)
+        {
+            let chunk = chunk.to_vec();
+            client
+                .execute(
+                    &format!(
+                        "INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner,
+                                             expires_at, scheduled_at, started_at)
+                         SELECT j, s * 1000, 'success', 1, 1, NULL, 0, s * 1000, s * 1000
+                         FROM unnest($1::text[]) AS j, generate_series(0::int8, $2::int8 - 1) AS s
+                         ON CONFLICT DO NOTHING"
+                    ),
+                    &[&chunk, &history],
+                )
+                .await?;
+            client
+                .execute(
+                    &format!(
+                        "INSERT INTO {attempts} (job, slot, manual, attempt, instance_id,
+                                                 scheduled_at, reason, status, fence,
+                                                 started_at, finished_at)
+                         SELECT j, s * 1000, false, 1, 'floor', s * 1000, 'scheduled',
+                                'success', s + 1, s * 1000, s * 1000 + 1
+                         FROM unnest($1::text[]) AS j, generate_series(0::int8, $2::int8 - 1) AS s"
+                    ),
+                    &[&chunk, &history],
+                )
+                .await?;
+            client
+                .execute(
+                    &format!("UPDATE {job_rows} SET fence = $2::int8 WHERE job = ANY($1::text[])"),
+                    &[&chunk, &history],
+                )
+                .await?;
+        }
+        client
+            .batch_execute(&format!(
+                "ANALYZE {runs}; ANALYZE {attempts}; ANALYZE {job_rows};"
+            ))
+            .await?;
+    }
+    let claim = format!(
+        "WITH b AS (SELECT unnest($1::text[]) AS job),
+         ins AS (
+             INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
+                                 scheduled_at, started_at)
+             SELECT job, $2::int8, 'running', 1, 1, 'floor', $2::int8 + 30000, $2::int8, $2::int8 FROM b ORDER BY job
+             ON CONFLICT (job, slot) DO NOTHING
+             RETURNING job),
+         f AS (
+             UPDATE {job_rows} j SET fence = j.fence + 1, unpruned = j.unpruned + 1
+             FROM ins WHERE j.job = ins.job RETURNING j.job, j.fence)
+         INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                                 status, fence, started_at)
+         SELECT f.job, $2::int8, false, 1, 'floor', $2::int8, 'scheduled', 'running', f.fence, $2::int8 FROM f"
+    );
+    let finish = format!(
+        "WITH b AS (SELECT unnest($1::text[]) AS job),
+         r AS (
+             UPDATE {runs} x SET status = 'success', owner = NULL
+             FROM b WHERE x.job = b.job AND x.slot = $2::int8 AND x.status = 'running'
+             RETURNING x.job),
+         a AS (
+             UPDATE {attempts} x SET status = 'success', finished_at = $2::int8 + 1
+             FROM r WHERE x.job = r.job AND x.slot = $2::int8 AND x.attempt = 1 AND NOT x.manual
+             RETURNING x.job),
+         dr AS (
+             DELETE FROM {runs} x USING b WHERE x.job = b.job AND x.slot = ($2::int8 - $3::int8)
+             RETURNING x.job)
+         DELETE FROM {attempts} x USING b
+         WHERE x.job = b.job AND x.slot = ($2::int8 - $3::int8)
+           AND (SELECT count(*) FROM a) + (SELECT count(*) FROM dr) >= 0"
+    );
+    let store = Arc::new(store);
+    let run_caller = |c: usize, warm: bool, until: Instant, first: i64| {
+        let store = store.clone();
+        let mine: Vec<Vec<String>> = names[c].chunks(BATCH).map(<[String]>::to_vec).collect();
+        let (claim, finish) = (claim.clone(), finish.clone());
+        async move {
+            let client = store.pool().get().await?;
+            let claim = client.prepare_cached(&claim).await?;
+            let finish = client.prepare_cached(&finish).await?;
+            let (mut slots, mut n) = (0u64, 0usize);
+            let mut slot = first;
+            while (warm && n < mine.len()) || (!warm && Instant::now() < until) {
+                let chunk = &mine[n % mine.len()];
+                let won = client.execute(&claim, &[chunk, &(slot * 1000)]).await?;
+                client
+                    .execute(&finish, &[chunk, &(slot * 1000), &(history * 1000)])
+                    .await?;
+                slots += won;
+                n += 1;
+                if n % mine.len() == 0 {
+                    slot += 1;
+                }
+            }
+            anyhow::Ok((slots, slot))
+        }
+    };
+    // Warm-up: one slot of every job (connections, prepared statements, the first pages).
+    let mut first = Vec::new();
+    for c in 0..callers {
+        first.push(run_caller(c, true, Instant::now(), history).await?.1);
+    }
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| tokio::spawn(run_caller(c, false, until, first[c])))
+        .collect();
+    let mut slots = 0;
+    for task in tasks {
+        slots += task.await??.0;
+    }
+    println!(
+        "SLOT_FLOOR slots={slots} seconds={:.3} callers={callers}",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 async fn floor(args: &Args) -> Result<()> {
     let stop = stop_signal()?;
     let spec = Spec::parse(args.get("store")?)?;
@@ -1080,6 +1259,7 @@ async fn main() -> Result<()> {
         "run" => run(&args).await,
         "ceiling" => ceiling(&args).await,
         "floor" => floor(&args).await,
+        "slot-floor" => slot_floor(&args).await,
         "clean" => clean(&args).await,
         "handover" => handover(&args).await,
         "counters" => counters(&args).await,

@@ -317,6 +317,28 @@ pub(crate) fn parse_ceiling(out: &str) -> Option<Ceiling> {
     })
 }
 
+/// The physical floor of a won slot (PostgreSQL): slots per second that two committed
+/// set-based statements per 256 jobs (claim; finish and prune) reach on the store's own
+/// tables with full histories, without the scheduler or competing claims.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotFloor {
+    pub(crate) slots_per_s: f64,
+    pub(crate) callers: u32,
+    pub(crate) seconds: f64,
+}
+
+pub(crate) fn parse_slot_floor(out: &str) -> Option<SlotFloor> {
+    let line = out.lines().find(|l| l.starts_with("SLOT_FLOOR "))?;
+    let slots = node::num_field(line, "slots")?;
+    let seconds = node::num_field(line, "seconds")?;
+    let callers = node::num_field(line, "callers")? as u32;
+    (seconds > 0.0).then(|| SlotFloor {
+        slots_per_s: slots / seconds,
+        callers,
+        seconds,
+    })
+}
+
 pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     let args = opts.check()?;
     let url = node::server_url(args.store)?;
@@ -352,6 +374,32 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     } else {
         None
     };
+    let slot_floor = if args.store == StoreKind::Postgres {
+        eprintln!(
+            "bench scale: measuring a won slot's floor on the store's tables ({} callers, {} s) ...",
+            args.instances, args.ceiling_seconds
+        );
+        let out = node::run_node(
+            &bin,
+            "slot-floor",
+            &[
+                "--store".into(),
+                spec.clone(),
+                "--callers".into(),
+                args.instances.to_string(),
+                "--jobs".into(),
+                args.jobs.to_string(),
+                "--history".into(),
+                args.history().to_string(),
+                "--seconds".into(),
+                args.ceiling_seconds.to_string(),
+            ],
+            Duration::from_secs(args.ceiling_seconds + 300),
+        )?;
+        Some(parse_slot_floor(&out).with_context(|| format!("no SLOT_FLOOR line in {out:?}"))?)
+    } else {
+        None
+    };
     eprintln!(
         "bench scale: {} instances x {} {} jobs on {} for {} s ...",
         args.instances,
@@ -374,7 +422,8 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         slow: args.slow,
     })?;
     let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
-    let report = Report::of(&args, &session, window, ceiling, load_before);
+    let mut report = Report::of(&args, &session, window, ceiling, load_before);
+    report.slot_floor = slot_floor;
     if args.json {
         println!("{}", report.json());
     } else {
@@ -519,6 +568,8 @@ struct Report<'a> {
     /// Node CPU (cores, mean of the nodes) in idle stretches, and their seconds.
     idle_cores: Option<(f64, f64)>,
     ceiling: Option<Ceiling>,
+    /// A won slot's floor on the store's tables, same run (PostgreSQL).
+    slot_floor: Option<SlotFloor>,
     load_before: String,
     /// The run judged by phase, when the store was slowed.
     slowed: Option<slow::Judged>,
@@ -584,6 +635,7 @@ impl<'a> Report<'a> {
             calls: Calls::of(session, &window),
             idle_cores,
             ceiling,
+            slot_floor: None,
             load_before,
         }
     }
@@ -690,6 +742,25 @@ impl<'a> Report<'a> {
                 "-".to_owned()
             }
         };
+        if let Some(f) = self.slot_floor {
+            let needed_slots = f64::from(args.jobs) * 1000.0 / args.period_ms() as f64;
+            let started_per_s = stats.started as f64 / self.window.seconds().max(1) as f64;
+            let _ = writeln!(
+                out,
+                "a won slot's floor (same run, before the nodes; {} callers, {:.1} s; the store's \
+                 own tables and indexes with full histories, per 256 jobs one committed claim \
+                 statement (run, fence, attempt) and one finish (both ended, the oldest pruned), \
+                 no competing claims, no job locks): {} slots/s; the run needs {} slots/s = \
+                 {:.1} % of it; the claim path started {} slots/s = {:.1} % of the floor",
+                f.callers,
+                f.seconds,
+                grouped(f.slots_per_s as u64),
+                grouped(needed_slots as u64),
+                100.0 * needed_slots / f.slots_per_s,
+                grouped(started_per_s as u64),
+                100.0 * started_per_s / f.slots_per_s
+            );
+        }
         let _ = writeln!(
             out,
             "\n| store | workload | instances × jobs | slots judged | started within their second | missed | duplicates | start lag p50 / p99 | CPU per instance | store server CPU | RSS per job at start / end | claims needed / store ceiling | load (1 min) |"
@@ -1047,6 +1118,7 @@ impl<'a> Report<'a> {
             })),
             "server_cores": session.server_cores,
             "ceiling": ceiling,
+            "slot_floor_per_s": self.slot_floor.map(|f| f.slots_per_s),
             "kib_per_registered_job": mean(session.nodes.iter().map(|n| {
                 (n.rss_registered as f64 - n.rss_base as f64) / f64::from(args.jobs)
             })),
