@@ -274,10 +274,10 @@ impl RunView {
 ///
 /// assert_eq!(
 ///     BatchLimits::default(),
-///     BatchLimits { claims: 1, finishes: 1, takeovers: 1, gather_claims: false }
+///     BatchLimits { claims: 1, finishes: 1, takeovers: 1, gather_batches: false }
 /// );
 /// assert_eq!(BatchLimits::all(256).takeovers, 256);
-/// assert!(BatchLimits::all(256).gathering_claims().gather_claims);
+/// assert!(BatchLimits::all(256).gathering_batches().gather_batches);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchLimits {
@@ -287,12 +287,13 @@ pub struct BatchLimits {
     pub finishes: usize,
     /// Takeovers per [`LeaseStore::take_over_many`] round trip.
     pub takeovers: usize,
-    /// Whether a claim batch that is not full waits while two claim calls are out, so that
-    /// the claims falling due meanwhile join it: for a store whose cost is per call rather
-    /// than per claim (PostgreSQL: five statements and a commit a call). Full batches
-    /// always leave at once. Off by default: on SQLite's single connection thread waiting
-    /// batches cost more than they saved.
-    pub gather_claims: bool,
+    /// Whether a claim or result batch that is not full waits while two calls of its kind
+    /// are out, so that the claims falling due (the results ending) meanwhile join it: for
+    /// a store whose cost is per call rather than per item (PostgreSQL: a transaction of
+    /// four or five statements and a commit a call). Full batches always leave at once.
+    /// Off by default: on SQLite's single connection thread waiting claim batches cost
+    /// more than they saved.
+    pub gather_batches: bool,
 }
 
 impl BatchLimits {
@@ -303,14 +304,14 @@ impl BatchLimits {
             claims: n,
             finishes: n,
             takeovers: n,
-            gather_claims: false,
+            gather_batches: false,
         }
     }
 
-    /// The same limits with [`gather_claims`](Self::gather_claims) on.
-    pub const fn gathering_claims(self) -> Self {
+    /// The same limits with [`gather_batches`](Self::gather_batches) on.
+    pub const fn gathering_batches(self) -> Self {
         BatchLimits {
-            gather_claims: true,
+            gather_batches: true,
             ..self
         }
     }

@@ -970,7 +970,7 @@ impl LeaseStore for LibsqlStore {
             claims: BATCH_CLAIMS,
             finishes: BATCH_FINISHES,
             takeovers: BATCH_CLAIMS,
-            gather_claims: false,
+            gather_batches: false,
         }
     }
 

@@ -1201,7 +1201,7 @@ impl LeaseStore for PostgresStore {
             claims: BATCH_CLAIMS,
             finishes: BATCH_FINISHES,
             takeovers: BATCH_TAKEOVERS,
-            gather_claims: true,
+            gather_batches: true,
         }
     }
 

@@ -413,7 +413,7 @@ impl LeaseStore for RedisStore {
             claims: BATCH_CLAIMS,
             finishes: BATCH_FINISHES,
             takeovers: 1,
-            gather_claims: false,
+            gather_batches: false,
         }
     }
 

@@ -148,7 +148,7 @@ impl Instance {
             claims: self.faults.largest_claims.load(Ordering::SeqCst),
             finishes: self.faults.largest_finishes.load(Ordering::SeqCst),
             takeovers: self.faults.largest_takeovers.load(Ordering::SeqCst),
-            gather_claims: false,
+            gather_batches: false,
         }
     }
     /// Takeovers sent through this handle so far.
@@ -267,7 +267,7 @@ impl LeaseStore for Instance {
                 claims: store.claims.min(cap.claims).max(1),
                 finishes: store.finishes.min(cap.finishes).max(1),
                 takeovers: store.takeovers.min(cap.takeovers).max(1),
-                gather_claims: store.gather_claims,
+                gather_batches: store.gather_batches,
             },
             None => store,
         }

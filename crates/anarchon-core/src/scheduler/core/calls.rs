@@ -10,7 +10,9 @@
 //! Bounds: on a store that gathers claims (PostgreSQL), while [`CLAIM_CALLS_IN_FLIGHT`]
 //! claim calls are out, a batch that is not full waits (claims falling due meanwhile gather
 //! into it; full batches always leave), and at most [`MAX_CLAIMS_IN_FLIGHT`] claims are
-//! sent and unanswered at once. Claims
+//! sent and unanswered at once. Results gather the same way on such a store: while
+//! [`RESULT_CALLS_IN_FLIGHT`] result calls are out, a result batch that is not full waits.
+//! Claims
 //! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
 //! job replaces the older, which is reported `late`), and a queued claim whose last moment
 //! passes is reported `late` and backed up. So what an instance holds for claims does not
@@ -28,7 +30,8 @@ use std::sync::Arc;
 
 use super::Core;
 use super::types::{
-    Answer, CLAIM_CALLS_IN_FLIGHT, CallId, HeldKey, Pending, QueuedClaim, Request, RunId,
+    Answer, CLAIM_CALLS_IN_FLIGHT, CallId, HeldKey, Pending, QueuedClaim, RESULT_CALLS_IN_FLIGHT,
+    Request, RunId,
 };
 use crate::error::{Error, Result};
 use crate::event::{Event, SkipReason, StoreOperation};
@@ -131,7 +134,7 @@ impl Core {
     /// pass costs O(queue) a few times a second, not per claim.
     pub(super) fn shed_queued_claims(&mut self) {
         let bound = (self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
-            || (self.cfg.limits.gather_claims
+            || (self.cfg.limits.gather_batches
                 && self.cfg.limits.claims > 1
                 && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT))
             && !self.queues.claims.is_empty();
@@ -236,7 +239,7 @@ impl Core {
         // taking one claim a call cannot gather them): the claims falling due meanwhile
         // join it. Full batches always leave, so a burst reaches the store at once.
         let limit = self.cfg.limits.claims;
-        if self.cfg.limits.gather_claims
+        if self.cfg.limits.gather_batches
             && limit > 1
             && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT
         {
@@ -355,7 +358,17 @@ impl Core {
             return;
         }
         let limit = self.cfg.limits.finishes;
-        for batch in in_batches(std::mem::take(&mut self.queues.finishes), limit) {
+        let mut queue = std::mem::take(&mut self.queues.finishes);
+        // As claims: a batch that is not full waits while RESULT_CALLS_IN_FLIGHT result
+        // calls are out, and the results ending meanwhile join it.
+        if self.cfg.limits.gather_batches
+            && limit > 1
+            && self.queues.result_calls >= RESULT_CALLS_IN_FLIGHT
+        {
+            let full = queue.len() / limit * limit;
+            self.queues.finishes = queue.split_off(full);
+        }
+        for batch in in_batches(queue, limit) {
             let (ids, writes): (Vec<RunId>, Vec<(Lease, Finish)>) = batch
                 .into_iter()
                 .map(|(id, lease, finish)| (id, (lease, finish)))
@@ -365,6 +378,7 @@ impl Core {
                 [id] => Some(*id),
                 _ => None,
             };
+            self.queues.result_calls += 1;
             self.call(Request::Finish { writes }, Pending::Writes { ids }, parent);
         }
     }
@@ -421,6 +435,8 @@ impl Core {
                 self.takeover_sent = None;
             }
             (Pending::Writes { ids }, Answer::Writes(result)) => {
+                // Only result batches answer `Writes` (see flush_finishes).
+                self.queues.result_calls = self.queues.result_calls.saturating_sub(1);
                 self.count(result.is_ok());
                 let answers = per_item(ids.len(), "results", result)
                     .into_iter()

@@ -1302,8 +1302,8 @@ pub(crate) struct Sim {
     pub(crate) jobs: Vec<Arc<JobDef>>,
     pub(crate) behaviour: Arc<dyn Fn(&RunInfo) -> Behaviour>,
     pub(crate) claims_in_flight: usize,
-    /// The store's `BatchLimits::gather_claims`.
-    pub(crate) gather_claims: bool,
+    /// The store's `BatchLimits::gather_batches`.
+    pub(crate) gather_batches: bool,
     pub(crate) timeline: Vec<String>,
     /// Lines kept in `timeline` (older ones are dropped; the hash covers all).
     pub(crate) timeline_cap: usize,
@@ -1431,7 +1431,7 @@ impl Sim {
             jobs,
             behaviour: Arc::new(|_| Behaviour::ok(Duration::from_millis(100))),
             claims_in_flight: super::types::MAX_CLAIMS_IN_FLIGHT,
-            gather_claims: false,
+            gather_batches: false,
             timeline: Vec::new(),
             timeline_cap: usize::MAX,
             hash: 0xcbf2_9ce4_8422_2325,
@@ -1527,7 +1527,7 @@ impl Sim {
                 takeovers: limit,
                 finishes: limit,
                 claims_in_flight: self.claims_in_flight,
-                gather_claims: self.gather_claims,
+                gather_batches: self.gather_batches,
             },
             seed: (node as u64 + 1) ^ self.world.as_ref().map_or(0, |w| w.seed << 8),
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::sim::*;
-use super::types::CLAIM_CALLS_IN_FLIGHT;
+use super::types::{CLAIM_CALLS_IN_FLIGHT, RESULT_CALLS_IN_FLIGHT};
 use super::*;
 use crate::event::{InterruptCause, SkipReason};
 use crate::history::{Reason, RunStatus};
@@ -2964,7 +2964,7 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
         .collect();
     let mut sim = Sim::new(1, jobs);
     sim.latency = 5_000;
-    sim.gather_claims = true;
+    sim.gather_batches = true;
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
     let calls_before = sim.calls_sent.get("claim").copied().unwrap_or(0);
@@ -2996,6 +2996,61 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
 }
 
 #[test]
+fn b16_results_ending_while_result_calls_are_out_gather_into_the_next_batch() {
+    // 600 jobs due one a millisecond, a store 10 ms away: with a call per turn's results
+    // the store would see about one result transaction per run; with at most two result
+    // calls out, the results that end meanwhile leave together in the next one, and every
+    // result is still written (the history says so), promptly.
+    let jobs: Vec<Arc<JobDef>> = (0..600i64)
+        .map(|i| {
+            let schedule = Schedule::every(Duration::from_secs(1), i).unwrap();
+            job(
+                &format!("r{i:03}"),
+                schedule,
+                JobOptions {
+                    catch_up: CatchUp::None,
+                    ..opts()
+                },
+            )
+        })
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.latency = 5_000;
+    sim.gather_batches = true;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(2));
+    let calls_before = sim.calls_sent.get("finish").copied().unwrap_or(0);
+    let starts_before = sim.nodes[0].starts.len();
+    let mut most = 0;
+    for _ in 0..1_000 {
+        sim.run_for(Duration::from_millis(5));
+        most = most.max(sim.core(0).queues.result_calls);
+    }
+    sim.run_for(Duration::from_millis(100));
+    let calls = sim.calls_sent["finish"] - calls_before;
+    let started = sim.nodes[0].starts.len() - starts_before;
+    assert!(started >= 5 * 600 - 600, "{started} started");
+    assert!(most <= RESULT_CALLS_IN_FLIGHT, "{most} result calls out");
+    assert!(
+        calls * 4 < started as u64,
+        "{calls} result calls for {started} runs"
+    );
+    // Every run started before the last 200 ms has its result in the history, written
+    // within 50 ms of its handler's end (the sim's handlers take 100 ms).
+    for s in &sim.nodes[0].starts[starts_before..] {
+        let record = sim
+            .history(s.job.as_str())
+            .into_iter()
+            .find(|r| r.slot == s.slot_ms())
+            .expect("a history row");
+        if record.started_at < sim.now / 1000 - 200 {
+            let finished = record.finished_at.expect("a result written");
+            assert!(finished - record.started_at < 150, "{record:?}");
+        }
+    }
+}
+
+#[test]
 fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
     // 1,000 jobs due in the same millisecond: the full batches (64 claims for the in-memory
     // store) all leave together, whatever the bound on claim calls out, so the store has
@@ -3014,7 +3069,7 @@ fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
         .collect();
     let mut sim = Sim::new(1, jobs);
     sim.latency = 50_000;
-    sim.gather_claims = true;
+    sim.gather_batches = true;
     sim.start(0);
     // Past the start (its slot, due this instant, is not caught up) to the next burst.
     sim.run_for(Duration::from_secs(9));

@@ -197,7 +197,7 @@ pub(super) enum Timer {
 pub(crate) const MAX_CLAIMS_IN_FLIGHT: usize = 16_384;
 
 /// Claim calls out at once past which a batch that is not full waits for the next answer,
-/// on a store that asks for it ([`BatchLimits::gather_claims`](crate::store::BatchLimits)).
+/// on a store that asks for it ([`BatchLimits::gather_batches`](crate::store::BatchLimits)).
 /// Claims that fall due while calls are out then go together in the next call, so a store
 /// that is slow to answer sees fewer, fuller batches, while an idle instance's claim leaves
 /// at once and a burst's full batches all leave together. Measured: 100,000 tenants' jobs on
@@ -206,6 +206,16 @@ pub(crate) const MAX_CLAIMS_IN_FLIGHT: usize = 16_384;
 /// on SQLite (3 x 10,000 `every 1s`) the same bound cut the share from 99.75 % to 47-59 %,
 /// which is why it is the store's choice.
 pub(crate) const CLAIM_CALLS_IN_FLIGHT: usize = 2;
+
+/// Result calls out at once past which a result batch that is not full waits for the next
+/// answer, on a store that gathers batches
+/// ([`BatchLimits::gather_batches`](crate::store::BatchLimits)), as claims do
+/// ([`CLAIM_CALLS_IN_FLIGHT`]). A result waits at most until a call of its kind is answered
+/// or times out (the call timeout); its run's machine has stopped renewing, so the wait is
+/// bounded by a call, far inside the lease. Measured: 3 x 10,000 `every 1s` on PostgreSQL
+/// sent about 1,100 result transactions a second of 3-4 results each (95 % of the server's
+/// commits) with a call per turn's results.
+pub(crate) const RESULT_CALLS_IN_FLIGHT: usize = 2;
 
 /// Identifies a store call in flight.
 pub(crate) type CallId = u64;
@@ -219,8 +229,8 @@ pub(crate) struct Limits {
     /// Claims sent and unanswered, at most ([`MAX_CLAIMS_IN_FLIGHT`]).
     pub(crate) claims_in_flight: usize,
     /// A claim batch that is not full waits while [`CLAIM_CALLS_IN_FLIGHT`] calls are out
-    /// (the store's [`BatchLimits::gather_claims`](crate::store::BatchLimits)).
-    pub(crate) gather_claims: bool,
+    /// (the store's [`BatchLimits::gather_batches`](crate::store::BatchLimits)).
+    pub(crate) gather_batches: bool,
 }
 
 impl Limits {
@@ -233,7 +243,7 @@ impl Limits {
             takeovers: batch.takeovers,
             finishes: batch.finishes,
             claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
-            gather_claims: batch.gather_claims,
+            gather_batches: batch.gather_batches,
         }
     }
 }
@@ -431,6 +441,8 @@ pub(super) struct Queues {
     pub(super) catch_ups_in_flight: usize,
     /// Claim calls sent and unanswered (see [`CLAIM_CALLS_IN_FLIGHT`]).
     pub(super) claim_calls: usize,
+    /// Result calls sent and unanswered (see [`RESULT_CALLS_IN_FLIGHT`]).
+    pub(super) result_calls: usize,
     /// When queued claims are next checked for being late (instance clock, ms).
     pub(super) next_shed_ms: EpochMs,
     /// Watched runs to read at once (release notifications of this turn).
