@@ -2943,17 +2943,14 @@ fn b19_a_slot_due_now_overtakes_queued_catch_ups_and_supersedes_its_own_jobs() {
     }
 }
 
-#[test]
-fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch() {
-    // 600 jobs due one a millisecond, a store 10 ms away: with a call per due claim the
-    // store would see 600 transactions a second; with at most two claim calls out, the
-    // claims that fall due meanwhile leave together in the next one (about ten a call), and
-    // every slot still starts within its second. An idle instance's claim leaves at once.
+/// 600 `every 1s` jobs due one a millisecond (offsets 0..600 ms, no catch-up) on one node
+/// of a store 10 ms away that gathers batches, 2 s past the start.
+fn spread_second_on_a_gathering_store(prefix: &str) -> Sim {
     let jobs: Vec<Arc<JobDef>> = (0..600i64)
         .map(|i| {
             let schedule = Schedule::every(Duration::from_secs(1), i).unwrap();
             job(
-                &format!("g{i:03}"),
+                &format!("{prefix}{i:03}"),
                 schedule,
                 JobOptions {
                     catch_up: CatchUp::None,
@@ -2967,6 +2964,16 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
     sim.gather_batches = true;
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
+    sim
+}
+
+#[test]
+fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch() {
+    // 600 jobs due one a millisecond, a store 10 ms away: with a call per due claim the
+    // store would see 600 transactions a second; with at most two claim calls out, the
+    // claims that fall due meanwhile leave together in the next one (about ten a call), and
+    // every slot still starts within its second. An idle instance's claim leaves at once.
+    let mut sim = spread_second_on_a_gathering_store("g");
     let calls_before = sim.calls_sent.get("claim").copied().unwrap_or(0);
     let starts_before = sim.nodes[0].starts.len();
     let mut most = 0;
@@ -3001,24 +3008,7 @@ fn b16_results_ending_while_result_calls_are_out_gather_into_the_next_batch() {
     // the store would see about one result transaction per run; with at most two result
     // calls out, the results that end meanwhile leave together in the next one, and every
     // result is still written (the history says so), promptly.
-    let jobs: Vec<Arc<JobDef>> = (0..600i64)
-        .map(|i| {
-            let schedule = Schedule::every(Duration::from_secs(1), i).unwrap();
-            job(
-                &format!("r{i:03}"),
-                schedule,
-                JobOptions {
-                    catch_up: CatchUp::None,
-                    ..opts()
-                },
-            )
-        })
-        .collect();
-    let mut sim = Sim::new(1, jobs);
-    sim.latency = 5_000;
-    sim.gather_batches = true;
-    sim.start(0);
-    sim.run_for(Duration::from_secs(2));
+    let mut sim = spread_second_on_a_gathering_store("r");
     let calls_before = sim.calls_sent.get("finish").copied().unwrap_or(0);
     let starts_before = sim.nodes[0].starts.len();
     let mut most = 0;
