@@ -929,15 +929,18 @@ async fn slot_floor(args: &Args) -> Result<()> {
         format!("\"{ns}\".\"floor_attempts\""),
         format!("\"{ns}\".\"floor_jobs\""),
     );
-    // Full histories: `history` finished runs per job, slots 0 .. history-1 (in seconds).
+    // Full histories: `history` finished runs per job, slots 0 .. history-1 (in seconds),
+    // about 400,000 rows a statement: each must end within the store's statement timeout
+    // (4,096 jobs a statement at a history of 1,000 were 4 million rows and timed out).
     {
         let client = store.pool().get().await?;
+        let per_statement = (400_000 / history as usize).max(1);
         for chunk in names
             .iter()
             .flatten()
             .cloned()
             .collect::<Vec<_>>()
-            .chunks(4096)
+            .chunks(per_statement)
         {
             let chunk = chunk.to_vec();
             client

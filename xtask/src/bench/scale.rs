@@ -20,7 +20,7 @@ use super::stats::{
 const USAGE: &str = "bench scale --store redis|postgres|sqlite|libsql \
                      [--workload every1s|tenants|tenants-cron] [--jobs N] [--instances K] \
                      [--seconds S] [--history-size H] [--cron EXPR] [--ceiling-seconds C] \
-                     [--slow F [--slow-from S] [--slow-for D]] [--json] [--keep]";
+                     [--slow F [--slow-from S] [--slow-for D]] [--no-floor] [--json] [--keep]";
 
 /// Seconds of the store's call counters read before the nodes start (the same-run
 /// baseline of a shared server's calls).
@@ -116,6 +116,9 @@ pub(crate) struct ScaleArgs {
     pub(crate) ceiling_seconds: u64,
     /// The store slowed for a while (`--slow`), else `None`.
     pub(crate) slow: Option<Slow>,
+    /// Measure the won slot's floor where the bench can (PostgreSQL every1s); `--no-floor`
+    /// clears it.
+    pub(crate) floor: bool,
     pub(crate) json: bool,
     pub(crate) keep: bool,
 }
@@ -229,6 +232,10 @@ pub(crate) struct Opts {
     /// more to see the recovery.
     #[arg(long, value_name = "D", value_parser = clap::value_parser!(u64).range(1..))]
     slow_for: Option<u64>,
+    /// Skip the won slot's floor (PostgreSQL, every1s): it first fills every job's
+    /// history (jobs x history size rows), which takes minutes at large history sizes.
+    #[arg(long)]
+    no_floor: bool,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -282,6 +289,7 @@ impl Opts {
             cron_period_ms,
             ceiling_seconds: self.ceiling_seconds,
             slow,
+            floor: !self.no_floor,
             json: self.json,
             keep: self.keep,
         })
@@ -375,7 +383,9 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         None
     };
     // The floor of `every1s` jobs (with full histories it is millions of rows for tenants).
-    let slot_floor = if args.store == StoreKind::Postgres && args.workload == Workload::EverySecond
+    let slot_floor = if args.floor
+        && args.store == StoreKind::Postgres
+        && args.workload == Workload::EverySecond
     {
         eprintln!(
             "bench scale: measuring a won slot's floor on the store's tables ({} callers, {} s) ...",
@@ -1158,6 +1168,7 @@ mod tests {
                 cron_period_ms: 300_000,
                 ceiling_seconds: 5,
                 slow: None,
+                floor: true,
                 json: false,
                 keep: false
             }
@@ -1174,11 +1185,12 @@ mod tests {
             "--seconds",
             "30",
             "--json",
+            "--no-floor",
         ]))
         .unwrap();
         assert_eq!(
-            (a.store, a.jobs, a.instances, a.seconds, a.json),
-            (StoreKind::Postgres, 10_000, 1, 30, true)
+            (a.store, a.jobs, a.instances, a.seconds, a.json, a.floor),
+            (StoreKind::Postgres, 10_000, 1, 30, true, false)
         );
     }
 
