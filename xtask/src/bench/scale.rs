@@ -311,13 +311,23 @@ pub(crate) struct Ceiling {
     pub(crate) seconds: f64,
 }
 
-pub(crate) fn parse_ceiling(out: &str) -> Option<Ceiling> {
-    let line = out.lines().find(|l| l.starts_with("CEILING "))?;
-    let batches = node::num_field(line, "batches")?;
-    let rows = node::num_field(line, "rows_per_batch")?;
+/// The line of a node's output that starts with `tag` and a space, with its `seconds`
+/// (only when positive) and `callers` fields.
+fn measured_line<'o>(out: &'o str, tag: &str) -> Option<(&'o str, f64, u32)> {
+    let line = out.lines().find(|l| {
+        l.strip_prefix(tag)
+            .is_some_and(|rest| rest.starts_with(' '))
+    })?;
     let seconds = node::num_field(line, "seconds")?;
     let callers = node::num_field(line, "callers")? as u32;
-    (seconds > 0.0).then(|| Ceiling {
+    (seconds > 0.0).then_some((line, seconds, callers))
+}
+
+pub(crate) fn parse_ceiling(out: &str) -> Option<Ceiling> {
+    let (line, seconds, callers) = measured_line(out, "CEILING")?;
+    let batches = node::num_field(line, "batches")?;
+    let rows = node::num_field(line, "rows_per_batch")?;
+    Some(Ceiling {
         batches_per_s: batches / seconds,
         rows_per_s: batches * rows / seconds,
         callers,
@@ -336,11 +346,9 @@ pub(crate) struct SlotFloor {
 }
 
 pub(crate) fn parse_slot_floor(out: &str) -> Option<SlotFloor> {
-    let line = out.lines().find(|l| l.starts_with("SLOT_FLOOR "))?;
+    let (line, seconds, callers) = measured_line(out, "SLOT_FLOOR")?;
     let slots = node::num_field(line, "slots")?;
-    let seconds = node::num_field(line, "seconds")?;
-    let callers = node::num_field(line, "callers")? as u32;
-    (seconds > 0.0).then(|| SlotFloor {
+    Some(SlotFloor {
         slots_per_s: slots / seconds,
         callers,
         seconds,
@@ -1395,6 +1403,16 @@ mod tests {
             (100.0, 25_600.0, 3)
         );
         assert!(parse_ceiling("CEILING batches=1").is_none());
+    }
+
+    #[test]
+    fn the_slot_floor_line_reads_as_slots_per_second() {
+        let f = parse_slot_floor("SLOT_FLOOR slots=54493 seconds=5.000 callers=3\n").unwrap();
+        assert_eq!((f.slots_per_s.round(), f.callers), (10_899.0, 3));
+        // No time measured, or another tag that begins alike: no figure.
+        assert!(parse_slot_floor("SLOT_FLOOR slots=10 seconds=0 callers=3").is_none());
+        assert!(parse_slot_floor("SLOT_FLOORS slots=10 seconds=1 callers=3").is_none());
+        assert!(parse_ceiling("SLOT_FLOOR slots=10 seconds=1 callers=3").is_none());
     }
 
     #[test]

@@ -2967,6 +2967,18 @@ fn spread_second_on_a_gathering_store(prefix: &str) -> Sim {
     sim
 }
 
+/// Runs `sim` for 5 s in steps of 5 ms: the `operation` calls it sent meanwhile, and the
+/// most calls of that kind node 0 had out at once (`out` reads them from its core).
+fn five_seconds_of_calls(sim: &mut Sim, operation: &str, out: fn(&Core) -> usize) -> (u64, usize) {
+    let before = sim.calls_sent.get(operation).copied().unwrap_or(0);
+    let mut most = 0;
+    for _ in 0..1_000 {
+        sim.run_for(Duration::from_millis(5));
+        most = most.max(out(sim.core(0)));
+    }
+    (sim.calls_sent[operation] - before, most)
+}
+
 #[test]
 fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch() {
     // 600 jobs due one a millisecond, a store 10 ms away: with a call per due claim the
@@ -2974,14 +2986,8 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
     // claims that fall due meanwhile leave together in the next one (about ten a call), and
     // every slot still starts within its second. An idle instance's claim leaves at once.
     let mut sim = spread_second_on_a_gathering_store("g");
-    let calls_before = sim.calls_sent.get("claim").copied().unwrap_or(0);
     let starts_before = sim.nodes[0].starts.len();
-    let mut most = 0;
-    for _ in 0..1_000 {
-        sim.run_for(Duration::from_millis(5));
-        most = most.max(sim.core(0).queues.claim_calls);
-    }
-    let calls = sim.calls_sent["claim"] - calls_before;
+    let (calls, most) = five_seconds_of_calls(&mut sim, "claim", |c| c.queues.claim_calls);
     let started = sim.nodes[0].starts.len() - starts_before;
     assert!(started >= 5 * 600 - 600, "{started} started");
     assert!(most <= CLAIM_CALLS_IN_FLIGHT, "{most} claim calls out");
@@ -3009,15 +3015,9 @@ fn b16_results_ending_while_result_calls_are_out_gather_into_the_next_batch() {
     // calls out, the results that end meanwhile leave together in the next one, and every
     // result is still written (the history says so), promptly.
     let mut sim = spread_second_on_a_gathering_store("r");
-    let calls_before = sim.calls_sent.get("finish").copied().unwrap_or(0);
     let starts_before = sim.nodes[0].starts.len();
-    let mut most = 0;
-    for _ in 0..1_000 {
-        sim.run_for(Duration::from_millis(5));
-        most = most.max(sim.core(0).queues.result_calls);
-    }
+    let (calls, most) = five_seconds_of_calls(&mut sim, "finish", |c| c.queues.result_calls);
     sim.run_for(Duration::from_millis(100));
-    let calls = sim.calls_sent["finish"] - calls_before;
     let started = sim.nodes[0].starts.len() - starts_before;
     assert!(started >= 5 * 600 - 600, "{started} started");
     assert!(most <= RESULT_CALLS_IN_FLIGHT, "{most} result calls out");
