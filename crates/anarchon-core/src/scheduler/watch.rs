@@ -1,17 +1,20 @@
 //! The backup side of one run as a state machine without I/O.
 //!
-//! Every instance that has a job registered backs up each unfinished run of that job it
-//! knows of, however it learned of it: its claim came back `taken`, it skipped the slot as
-//! `overlap` or `late`, its claim failed or timed out (the outcome is unknown), the run was
-//! listed on start, or it lost the run to another instance. A [`Watch`] is that knowledge;
-//! the core polls the watched runs every heartbeat with one `unfinished_runs` call over their
-//! jobs (a run not listed is fed as [`WatchInput::Missing`]; it reads a run at once on a
-//! release notification), feeds the answers in as [`WatchInput`]s and carries out the
+//! Every instance that has a job registered backs up each unfinished run of that job. What
+//! it knows of a run decides how: a slot it lost (`taken`), skipped (`overlap`, `late`) or
+//! whose claim failed or timed out (the outcome is unknown) makes it look out for the job's
+//! unfinished runs at the next sweeps (one record per job, in the core), and each run such a
+//! sweep lists, a run listed on start, one named by a release notification, or one it lost
+//! to another instance becomes a [`Watch`]. The core polls the watched runs every heartbeat
+//! with one `unfinished_runs` call over their jobs and the jobs looked out for (a watched
+//! run not listed is fed as [`WatchInput::Missing`]; it reads a run at once on a release
+//! notification), feeds the answers in as [`WatchInput`]s and carries out the
 //! [`WatchEffect`]s. No clock is read here: the driver passes [`Facts`].
 //!
 //! Architecture invariant: a watch exists only while its run may still need a backup (not
-//! final, or not yet claimed but still claimable), so an instance with nothing unfinished
-//! sends nothing to the store.
+//! final), and a job is looked out for only while one of its slots may still be claimed or
+//! a sweep sent after the slot was lost has yet to answer, so an instance with nothing
+//! unfinished sends nothing to the store.
 
 use crate::ids::EpochMs;
 use crate::store::{Lease, RunView, TakeoverOutcome};
@@ -19,10 +22,6 @@ use crate::store::{Lease, RunView, TakeoverOutcome};
 /// What this instance knows of a run it does not own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum WatchState {
-    /// Not found in the store yet: a slot this instance did not start. Until `until` (the
-    /// last moment any instance may still claim it, instance clock) another instance may
-    /// claim it late, so it is looked for at every poll.
-    Pending { until: EpochMs },
     /// Seen unfinished with a live lease.
     Live,
     /// A takeover call is in flight.
@@ -122,17 +121,9 @@ impl Watch {
         }
     }
 
-    /// A slot not found yet, claimable by someone until `until`.
-    pub(crate) fn pending(until: EpochMs) -> Self {
-        Watch {
-            state: WatchState::Pending { until },
-            seen: None,
-        }
-    }
-
     /// Polled at the next heartbeat (a takeover in flight is not).
     pub(crate) fn polled(&self) -> bool {
-        matches!(self.state, WatchState::Pending { .. } | WatchState::Live)
+        self.state == WatchState::Live
     }
 
     pub(crate) fn is_gone(&self) -> bool {
@@ -145,14 +136,9 @@ impl Watch {
         use WatchInput as I;
         use WatchState as S;
         let (next, effects) = match (&self.state, input) {
-            (S::Pending { .. } | S::Live, I::Seen(view)) => seen(facts, &view),
-            (S::Pending { until }, I::Missing) if facts.now <= *until && !facts.stopping => {
-                (S::Pending { until: *until }, vec![])
-            }
-            (S::Pending { .. } | S::Live, I::Missing) => (S::Gone, vec![]),
-            (S::Pending { .. } | S::Live, I::Released) if !facts.here => {
-                (self.state.clone(), vec![E::Read])
-            }
+            (S::Live, I::Seen(view)) => seen(facts, &view),
+            (S::Live, I::Missing) => (S::Gone, vec![]),
+            (S::Live, I::Released) if !facts.here => (self.state.clone(), vec![E::Read]),
             (S::TakingOver, I::TakeoverAnswered(answer)) => match answer {
                 Ok(TakeoverOutcome::Won(lease)) if facts.stopping => {
                     (S::Gone, vec![E::Release(lease)])
@@ -224,11 +210,6 @@ pub(crate) mod table {
 
     fn states() -> Vec<(&'static str, WatchState)> {
         vec![
-            ("pending", WatchState::Pending { until: NOW + 1 }),
-            (
-                "pending, window over",
-                WatchState::Pending { until: NOW - 1 },
-            ),
             ("live", WatchState::Live),
             ("taking over", WatchState::TakingOver),
             ("gone", WatchState::Gone),
@@ -397,8 +378,6 @@ pub(crate) mod table {
 
     fn state_name(s: &WatchState) -> &'static str {
         match s {
-            WatchState::Pending { until } if *until >= NOW => "pending",
-            WatchState::Pending { .. } => "pending, window over",
             WatchState::Live => "live",
             WatchState::TakingOver => "taking over",
             WatchState::Gone => "gone",

@@ -8,30 +8,128 @@ use super::Core;
 use super::types::{Micros, Timer};
 use crate::event::{Event, FailureCause, RunInfo, StoreOperation};
 use crate::history::{Reason, to_datetime};
-use crate::ids::RunKey;
+use crate::ids::{EpochMs, JobName, RunKey};
 use crate::scheduler::JobDef;
-use crate::scheduler::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote, WatchState};
+use crate::scheduler::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote};
 use crate::store::{Lease, RunView, Takeover, TakeoverOutcome};
 
+/// A job whose unfinished runs this instance looks for at every sweep (see
+/// [`Core::look_out`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JobWatch {
+    /// Looked for until then at least (instance clock, epoch ms): the last moment any
+    /// instance may still claim the latest slot noted.
+    pub(super) until: EpochMs,
+    /// Sweeps sent before the latest slot was noted: only a sweep sent after it may end the
+    /// record (one sent before may have read the store before that slot's run was written).
+    pub(super) noted_after: u64,
+}
+
+/// The runs whose claim or takeover this instance gave up waiting for, by job: a slot is 8
+/// bytes in its job's sorted list, not a key of its own (under a store that answers nothing
+/// every slot's claim is given up on until its window ends).
+#[derive(Debug, Default)]
+pub(super) struct GivenUp {
+    by_job: HashMap<JobName, Vec<EpochMs>>,
+    len: usize,
+}
+
+impl GivenUp {
+    pub(super) fn insert(&mut self, key: RunKey) {
+        let slots = self.by_job.entry(key.job).or_default();
+        if let Err(at) = slots.binary_search(&key.slot) {
+            slots.insert(at, key.slot);
+            self.len += 1;
+        }
+    }
+
+    pub(super) fn contains(&self, key: &RunKey) -> bool {
+        self.by_job
+            .get(&key.job)
+            .is_some_and(|slots| slots.binary_search(&key.slot).is_ok())
+    }
+
+    pub(super) fn remove(&mut self, key: &RunKey) {
+        if let Some(slots) = self.by_job.get_mut(&key.job)
+            && let Ok(at) = slots.binary_search(&key.slot)
+        {
+            slots.remove(at);
+            self.len -= 1;
+            if slots.is_empty() {
+                self.by_job.remove(&key.job);
+            }
+        }
+    }
+
+    /// Forgets every run of `job`.
+    pub(super) fn forget_job(&mut self, job: &JobName) {
+        if let Some(slots) = self.by_job.remove(job) {
+            self.len -= slots.len();
+        }
+    }
+
+    /// Keeps the slots of each job that `keep` says to.
+    fn retain(&mut self, mut keep: impl FnMut(&JobName, EpochMs) -> bool) {
+        let mut len = 0;
+        self.by_job.retain(|job, slots| {
+            slots.retain(|&slot| keep(job, slot));
+            len += slots.len();
+            !slots.is_empty()
+        });
+        self.len = len;
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.by_job.clear();
+        self.len = 0;
+    }
+
+    #[cfg(any(test, feature = "sim"))]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 impl Core {
-    /// Starts watching a run of a registered job (or upgrades a pending watch once the run
-    /// was seen). [B-14]
+    /// Starts watching a run of a registered job that was seen unfinished (or named by a
+    /// release notification, or written off). [B-14]
     pub(super) fn watch(&mut self, key: RunKey, watch: Watch) {
         if self.stopping || !self.jobs.contains_key(&key.job) {
             return;
         }
-        match self.watches.get_mut(&key) {
-            Some(existing) => {
-                if matches!(existing.state, WatchState::Pending { .. })
-                    && watch.state == WatchState::Live
-                {
-                    existing.state = WatchState::Live;
-                }
-            }
-            None => {
-                self.watches.insert(key, watch);
-            }
+        self.watches.entry(key).or_insert(watch);
+        self.arm_watch();
+    }
+
+    /// Looks for the unfinished runs of `job` at every sweep until `until` (instance clock)
+    /// and at least once more: the instance knows a slot of the job may have a run it does
+    /// not own (it lost the claim, skipped the slot as late or overlapping, or its claim's
+    /// outcome is unknown) but holds no record of that run. A sweep lists every unfinished
+    /// run of the jobs it asks about, so the run, once it exists, is found there and watched
+    /// like any other; until then the job is all there is to remember. One record per job
+    /// however many of its slots were lost or skipped: under a store that answers nothing
+    /// in time, every slot of every job is such a slot, and a record per slot would hold
+    /// about `lease / interval + 1` of them per job. [B-14]
+    pub(super) fn look_out(&mut self, job: &JobName, until: EpochMs) {
+        if self.stopping || !self.cfg.lease_store || !self.jobs.contains_key(job) {
+            return;
         }
+        let noted_after = self.sweeps_sent;
+        self.job_watches
+            .entry(job.clone())
+            .and_modify(|w| {
+                w.until = w.until.max(until);
+                w.noted_after = noted_after;
+            })
+            .or_insert(JobWatch { until, noted_after });
+        self.arm_watch();
+    }
+
+    fn arm_watch(&mut self) {
         if !self.watch_armed {
             self.watch_armed = true;
             let every = self.heartbeat_every();
@@ -39,13 +137,14 @@ impl Core {
         }
     }
 
-    /// The backup poll: one `unfinished_runs` call over the jobs of every polled watch (the
-    /// sweep). A watched run the store does not list as unfinished has ended (or was never
-    /// claimed): it is not read run by run, so a backup's cost per heartbeat follows the
-    /// runs still unfinished, not every run it learned of since the last poll.
+    /// The backup poll: one `unfinished_runs` call over the jobs of every polled watch and
+    /// every job looked out for (the sweep). A watched run the store does not list as
+    /// unfinished has ended: it is not read run by run, so a backup's cost per heartbeat
+    /// follows the runs still unfinished and the jobs, not every run it learned of since
+    /// the last poll.
     pub(super) fn watch_tick(&mut self) {
-        self.drop_pending_past_their_window();
-        if self.watches.is_empty() {
+        self.forget_given_up_past_their_window();
+        if self.watches.is_empty() && self.job_watches.is_empty() {
             self.watch_armed = false;
             return;
         }
@@ -55,7 +154,7 @@ impl Core {
             .filter(|(_, w)| w.polled())
             .map(|(k, _)| k.clone())
             .collect();
-        if !self.watch_in_flight && !asked.is_empty() {
+        if !self.watch_in_flight && (!asked.is_empty() || !self.job_watches.is_empty()) {
             self.watch_in_flight = true;
             self.sweep(asked);
         }
@@ -63,37 +162,47 @@ impl Core {
         self.arm_after(every, Timer::Watch);
     }
 
-    /// Pending watches (a slot someone may still claim, never seen as a run: claims that were
-    /// late, skipped as overlap, or failed with an unknown outcome) whose window is over and
-    /// whose job has a newer slot due end here, without waiting for a sweep to say the run
-    /// does not exist. While the store answers, the sweep ends them the same way (`Missing`
-    /// past the window); while it does not (an outage, a store 100 times slower), every
-    /// failed claim left one such watch per job and slot and they piled up with the length of
-    /// the stall (measured: 230,000 per instance after 2 minutes at 2,000 `every 1s` jobs).
-    /// If such a run does exist (a claim that committed although its answer was lost), the
-    /// job's later slots deal with it: their claim interrupts it once its lease ended, or
-    /// answers `overlap` naming it, which makes the claimer watch it (B-15, B-12). So a job
-    /// keeps at most about `lease / interval + 1` pending watches, whatever the store does.
-    fn drop_pending_past_their_window(&mut self) {
-        let now = self.now_ms();
-        let jobs = &self.jobs;
-        let over: Vec<RunKey> = self
-            .watches
-            .iter()
-            .filter(|(key, w)| {
-                matches!(w.state, WatchState::Pending { until } if until < now)
-                    && jobs
-                        .get(&key.job)
-                        .and_then(|j| j.schedule.newest_due(now))
-                        .is_some_and(|newest| newest > key.slot)
-            })
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in over {
-            self.watches.remove(&key);
-            self.gave_up.remove(&key);
-            self.written_off.remove(&key);
+    /// Claims whose outcome this instance gave up on, of slots whose window is over and
+    /// whose job has a newer slot due, with no run seen, are forgotten here without waiting
+    /// for a sweep to say the run does not exist: while the store answers nothing, every
+    /// failed claim leaves one such mark per job and slot. If such a run does exist (a claim
+    /// that committed although its answer was lost), the job's later slots deal with it:
+    /// their claim interrupts it once its lease ended, or answers `overlap` naming it (B-15,
+    /// B-12). So a job keeps at most about `lease / interval + 1` marks, whatever the store
+    /// does.
+    fn forget_given_up_past_their_window(&mut self) {
+        if self.gave_up.is_empty() {
+            return;
         }
+        let now = self.now_ms();
+        let mut gave_up = std::mem::take(&mut self.gave_up);
+        let mut newest: Option<(JobName, Option<EpochMs>)> = None;
+        gave_up.retain(|name, slot| {
+            let Some(job) = self.jobs.get(name) else {
+                return true;
+            };
+            let newest_due = match &newest {
+                Some((n, due)) if n == name => *due,
+                _ => {
+                    let due = job.schedule.newest_due(now);
+                    newest = Some((name.clone(), due));
+                    due
+                }
+            };
+            let over = self.claimable_until(job, slot) < now
+                && newest_due.is_some_and(|n| n > slot)
+                && !self.watches.contains_key(&RunKey::new(name.clone(), slot));
+            !over
+        });
+        self.gave_up = gave_up;
+    }
+
+    /// A sweep answered: the jobs looked out for since before it was sent whose window is
+    /// over are no longer looked for (their runs, if any, were listed and are watched now).
+    pub(super) fn end_job_watches(&mut self, sweep: u64) {
+        let now = self.now_ms();
+        self.job_watches
+            .retain(|_, w| w.noted_after >= sweep || w.until >= now);
     }
 
     /// A sweep (`swept`) or a `runs` read was answered.
@@ -102,8 +211,9 @@ impl Core {
         asked: Vec<RunKey>,
         sent: Micros,
         views: Vec<RunView>,
-        swept: bool,
+        sweep: Option<u64>,
     ) {
+        let swept = sweep.is_some();
         if let Some(v) = views.first() {
             self.clock = super::ClockSample::measure(v.store_now, sent, self.now);
         }
@@ -132,6 +242,9 @@ impl Core {
                     self.feed_watch(&key, WatchInput::Seen(view));
                 }
             }
+        }
+        if let Some(sweep) = sweep {
+            self.end_job_watches(sweep);
         }
     }
 

@@ -122,7 +122,7 @@ impl Core {
             reason: SkipReason::Late,
         });
         let until = self.claimable_until(&q.job, q.slot);
-        self.watch(q.claim.run.clone(), Watch::pending(until));
+        self.look_out(&q.job.name, until);
         if q.reason == Reason::CatchUp {
             self.advance_catch_up(&q.job);
         }
@@ -408,15 +408,15 @@ impl Core {
             (Pending::Runs { asked, sent }, Answer::Runs(result)) => {
                 self.count(result.is_ok());
                 match result {
-                    Ok(views) => self.watched(asked, sent, views, false),
+                    Ok(views) => self.watched(asked, sent, views, None),
                     Err(e) => self.error(StoreOperation::Runs, None, &e),
                 }
             }
-            (Pending::Sweep { asked, sent }, Answer::Runs(result)) => {
+            (Pending::Sweep { asked, sent, sweep }, Answer::Runs(result)) => {
                 self.watch_in_flight = false;
                 self.count(result.is_ok());
                 match result {
-                    Ok(views) => self.watched(asked, sent, views, true),
+                    Ok(views) => self.watched(asked, sent, views, Some(sweep)),
                     Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
                 }
             }
@@ -547,21 +547,27 @@ impl Core {
         );
     }
 
-    /// The backup poll: lists the unfinished runs of the jobs of `asked` in one call; every
-    /// asked run missing from the answer is fed as `WatchInput::Missing` (ended, or not
-    /// claimed yet).
+    /// The backup poll: lists the unfinished runs of the jobs of `asked` and of the jobs
+    /// looked out for in one call; every asked run missing from the answer is fed as
+    /// `WatchInput::Missing` (ended).
     pub(super) fn sweep(&mut self, asked: Vec<RunKey>) {
         if !self.cfg.lease_store {
             self.watch_in_flight = false;
             return;
         }
-        let mut jobs: Vec<JobName> = asked.iter().map(|k| k.job.clone()).collect();
+        let mut jobs: Vec<JobName> = asked
+            .iter()
+            .map(|k| k.job.clone())
+            .chain(self.job_watches.keys().cloned())
+            .collect();
         jobs.sort_unstable();
         jobs.dedup();
+        self.sweeps_sent += 1;
+        let sweep = self.sweeps_sent;
         let sent = self.now.mono;
         self.call(
             Request::Unfinished(jobs),
-            Pending::Sweep { asked, sent },
+            Pending::Sweep { asked, sent, sweep },
             None,
         );
     }

@@ -65,10 +65,17 @@ pub(crate) struct Core {
     in_flight: HashMap<RunKey, u32>,
     /// Releases sent on the side, in flight.
     side_writes: u32,
+    /// Runs seen unfinished (or named by a release notification, or written off) that this
+    /// instance backs up, one machine each.
     watches: BTreeMap<RunKey, Watch>,
+    /// Jobs whose unfinished runs this instance looks for at every sweep without knowing of
+    /// a particular run (see `look_out`): one record per job.
+    job_watches: HashMap<JobName, backup::JobWatch>,
+    /// Sweeps sent so far (a sweep ends only the job watches noted before it was sent).
+    sweeps_sent: u64,
     /// Watched runs whose claim or takeover this instance gave up waiting for (their
     /// outcome is unknown): a commit found later is an orphan of this life, released at once.
-    gave_up: HashSet<RunKey>,
+    gave_up: backup::GivenUp,
     /// Runs whose last write this instance gave up on (it failed and is not sent again),
     /// with the attempt it held: when the backup watch sees a newer attempt, the instance
     /// learned it lost the run and says so (`Lost`). [B-16]
@@ -128,7 +135,9 @@ impl Core {
             in_flight: HashMap::new(),
             side_writes: 0,
             watches: BTreeMap::new(),
-            gave_up: HashSet::new(),
+            job_watches: HashMap::new(),
+            sweeps_sent: 0,
+            gave_up: backup::GivenUp::default(),
             written_off: HashMap::new(),
             takeover_sent: None,
             heartbeat_armed: false,
@@ -190,6 +199,7 @@ impl Core {
             ("held leases", self.held.len()),
             ("claims and takeovers in flight", self.in_flight.len()),
             ("watches", self.watches.len()),
+            ("job watches", self.job_watches.len()),
             ("given-up calls", self.gave_up.len()),
             ("written-off runs", self.written_off.len()),
             ("catch-up jobs", self.catch_up.len()),
@@ -283,7 +293,8 @@ impl Core {
                 self.watches.retain(|k, w| {
                     k.job != name || w.state == super::watch::WatchState::TakingOver
                 });
-                self.gave_up.retain(|k| k.job != name);
+                self.job_watches.remove(&name);
+                self.gave_up.forget_job(&name);
                 self.written_off.retain(|k, _| k.job != name);
             }
             CoreCommand::RunNow { job, data, reply } => self.run_now(job, data, reply),
@@ -446,16 +457,17 @@ impl Core {
 
     /// Tells the store when this instance starts or stops watching runs.
     fn announce_watching(&mut self) {
-        let want = !self.watches.is_empty() && !self.stopping;
+        let want = (!self.watches.is_empty() || !self.job_watches.is_empty()) && !self.stopping;
         if want != self.watching && self.cfg.lease_store {
             self.watching = want;
             self.push(Effect::Watching(want));
         }
     }
 
-    /// Publishes runs owned and watched when they changed (two map lengths: O(1)).
+    /// Publishes runs owned and watched when they changed (map lengths: O(1)). A job looked
+    /// out for counts as one run watched: the run it lost or skipped.
     fn publish_gauges(&mut self) {
-        let now = (self.held.len(), self.watches.len());
+        let now = (self.held.len(), self.watches.len() + self.job_watches.len());
         if now != self.gauges {
             self.gauges = now;
             self.health.runs_watched = now.1 as u64;
@@ -503,6 +515,7 @@ impl Core {
         self.watch_armed = false;
         self.watches
             .retain(|_, w| w.state == super::watch::WatchState::TakingOver);
+        self.job_watches.clear();
         self.gave_up.clear();
         self.catch_up.clear();
         self.missed.clear();

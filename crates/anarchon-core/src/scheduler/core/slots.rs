@@ -110,7 +110,7 @@ impl Core {
             });
             if self.cfg.lease_store {
                 let until = self.claimable_until(&job, slot);
-                self.watch(RunKey::new(job.name.clone(), slot), Watch::pending(until));
+                self.look_out(&job.name, until);
             }
         }
         let slot = newest;
@@ -123,8 +123,9 @@ impl Core {
     /// claim until `max_late`, a catch-up until `catch_up`, plus one lease of slack for a
     /// claim in flight. Instances claim only the newest due slot (and catch-up `Latest`
     /// only the newest too), so unless the job replays every missed slot (`CatchUp::All`)
-    /// nobody claims `slot` once the next one is due: a job keeps at most a couple of
-    /// pending watches however often its slots are skipped.
+    /// nobody claims `slot` once the next one is due: a job is looked out for (one record,
+    /// `look_out`) about a lease past its last slot lost or skipped, and its claims given up
+    /// on are remembered about that long.
     pub(super) fn claimable_until(&self, job: &JobDef, slot: EpochMs) -> EpochMs {
         let slack = signed(self.lease_ms());
         let catch_up = match job.opts.catch_up {
@@ -283,22 +284,23 @@ impl Core {
             }
             Ok(ClaimOutcome::Taken) => {
                 self.emit(skip(SkipReason::Taken));
-                // A backup watches the run it lost. [B-14]
-                self.watch(key, Watch::live());
+                // A backup watches the run it lost: the next sweep lists it. [B-14]
+                let now = self.now_ms();
+                self.look_out(&job.name, now);
             }
             Ok(ClaimOutcome::Late { .. }) => {
                 self.note_late(&job.name, 1);
                 self.emit(skip(SkipReason::Late));
                 // Another instance may have claimed it in time, or may still (catch-up).
                 let until = self.claimable_until(&job, slot);
-                self.watch(key, Watch::pending(until));
+                self.look_out(&job.name, until);
             }
             Ok(ClaimOutcome::Overlap { running_slot }) => {
                 self.emit(skip(SkipReason::Overlap));
                 self.watch(RunKey::new(job.name.clone(), running_slot), Watch::live());
                 // The skipped slot may still be started by another instance's catch-up.
                 let until = self.claimable_until(&job, slot);
-                self.watch(key, Watch::pending(until));
+                self.look_out(&job.name, until);
             }
             Err(e) => {
                 // Unknown outcome: the claim may have committed. Watch the run; if it is
@@ -306,8 +308,8 @@ impl Core {
                 self.error(StoreOperation::Claim, Some(&job.name), &e);
                 self.missed.insert(job.name.clone());
                 let until = self.claimable_until(&job, slot);
-                self.watch(key.clone(), Watch::pending(until));
-                if self.watches.contains_key(&key) {
+                self.look_out(&job.name, until);
+                if self.job_watches.contains_key(&key.job) {
                     self.gave_up.insert(key);
                 }
             }
@@ -458,7 +460,7 @@ impl Core {
         }
         let until = self.claimable_until(job, slot);
         if until >= self.now_ms() {
-            self.watch(RunKey::new(job.name.clone(), slot), Watch::pending(until));
+            self.look_out(&job.name, until);
         }
     }
 

@@ -820,10 +820,12 @@ fn b10_slots_due_together_are_handled_in_turns_of_a_bounded_size_so_answers_are_
 }
 
 #[test]
-fn b14_a_store_that_answers_nothing_for_minutes_leaves_a_bounded_number_of_watches() {
+fn b14_a_store_that_answers_nothing_for_minutes_leaves_one_watch_per_job() {
     // Every claim fails with an unknown outcome while the store hangs, and the sweep that
-    // would end their watches fails too: the watches of slots whose window is over must
-    // still end, or they pile up one per job and slot for as long as the stall lasts.
+    // would end the backups fails too. Each failed claim's slot may have a run, so its job
+    // is looked out for: one record per job however long the stall lasts (a record per slot
+    // held `lease / interval + 1` per job). The marks of claims given up on end with their
+    // slot's window, so they stay within that many per job.
     let jobs: Vec<Arc<JobDef>> = (0..100)
         .map(|i| every(&format!("j{i}"), Duration::from_secs(1), opts()))
         .collect();
@@ -831,18 +833,25 @@ fn b14_a_store_that_answers_nothing_for_minutes_leaves_a_bounded_number_of_watch
     sim.start(0);
     sim.run_for(Duration::from_secs(3));
     sim.store.set_health(StoreHealth::Hanging);
-    // Per job: the slots of one lease (their claims failed, or waited for a claim call
-    // and were shed as late) and a few in the queue or on the way.
     let lease_s = sim.timing.lease.as_secs() as usize;
-    let bound = 100 * (lease_s + 5);
-    let mut most = 0;
+    let (mut most_watches, mut most_job_watches, mut most_given_up) = (0, 0, 0);
     for _ in 0..60 {
         sim.run_for(Duration::from_secs(5));
-        most = most.max(sim.core(0).watches.len());
+        let core = sim.core(0);
+        most_watches = most_watches.max(core.watches.len());
+        most_job_watches = most_job_watches.max(core.job_watches.len());
+        most_given_up = most_given_up.max(core.gave_up.len());
     }
+    eprintln!("FIGURES {most_watches} {most_job_watches} {most_given_up}");
+    assert_eq!(most_watches, 0, "no run was seen unfinished");
     assert!(
-        most <= bound,
-        "{most} watches after 5 minutes of a hanging store (bound {bound})"
+        (1..=100).contains(&most_job_watches),
+        "{most_job_watches} job watches after 5 minutes of a hanging store (100 jobs)"
+    );
+    let bound = 100 * (lease_s + 5);
+    assert!(
+        most_given_up <= bound,
+        "{most_given_up} claims given up on (bound {bound})"
     );
     sim.store.set_health(StoreHealth::Healthy);
     sim.run_for(Duration::from_secs(20));
@@ -851,6 +860,15 @@ fn b14_a_store_that_answers_nothing_for_minutes_leaves_a_bounded_number_of_watch
     assert!(
         sim.nodes[0].starts.len() - started >= 5 * 100 - 100,
         "on time again"
+    );
+    // Once the store answers, the sweeps end the records and the marks.
+    sim.run_for(sim.timing.lease + 4 * sim.timing.heartbeat);
+    let core = sim.core(0);
+    assert_eq!(
+        (core.watches.len(), core.gave_up.len()),
+        (0, 0),
+        "{:?}",
+        core.tracked()
     );
 }
 
@@ -1203,7 +1221,7 @@ fn b14_a_slot_due_before_the_start_is_watched_only_while_it_can_still_be_claimed
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
     assert_eq!(
-        tracked(&sim, 0, "watches"),
+        tracked(&sim, 0, "job watches"),
         1,
         "slot T0 is backed up after the start"
     );
@@ -1215,7 +1233,7 @@ fn b14_a_slot_due_before_the_start_is_watched_only_while_it_can_still_be_claimed
     let window = Duration::from_secs(10) + sim.timing.lease + 2 * sim.timing.heartbeat;
     sim.run_for(window);
     assert_eq!(
-        tracked(&sim, 0, "watches"),
+        tracked(&sim, 0, "job watches"),
         0,
         "the watch ends with the slot's window"
     );
@@ -1292,11 +1310,15 @@ fn b14_backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one
         );
     }
     assert!(starts.len() >= 100 * 38, "{} starts", starts.len());
+    // A lost run is remembered as its job (one record, however many of its slots were
+    // lost since the last sweep), and becomes a watch of its own only if a sweep finds it
+    // unfinished: at most one record and the job's runs in flight per job.
     for n in 0..3 {
-        let watched = sim.core(n).watched_runs();
+        let core = sim.core(n);
+        let watched = core.watched_runs() + core.job_watches.len();
         assert!(
-            watched <= 100 * (heartbeat_s as usize + 2),
-            "node {n} watches {watched} runs"
+            watched <= 2 * 100,
+            "node {n} backs up {watched} runs and jobs"
         );
     }
 }
@@ -1753,7 +1775,7 @@ fn b34_stop_drops_the_watches_of_runs_not_being_taken_over() {
     sim.run_for(Duration::from_secs(1));
     let backup = 1 - sim.all_starts()[0].0;
     assert_eq!(
-        sim.core(backup).watches.len(),
+        backed_up(sim.core(backup), "j"),
         1,
         "the backup watches the run"
     );
@@ -1766,7 +1788,7 @@ fn b34_stop_drops_the_watches_of_runs_not_being_taken_over() {
         },
     );
     assert!(
-        core.watches.is_empty(),
+        core.watches.is_empty() && core.job_watches.is_empty(),
         "nothing is backed up once stopping"
     );
 }
@@ -2100,25 +2122,34 @@ fn b34_a_handler_that_ignores_its_signal_is_aborted_at_the_stop_timeout() {
 }
 
 #[test]
-fn b14_a_pending_watch_turns_live_when_the_run_is_seen_and_only_then() {
+fn b14_a_job_looked_out_for_is_one_record_ended_only_by_a_sweep_sent_after_its_last_slot() {
     let mut sim = Sim::new(1, vec![every("j", Duration::from_secs(3_600), opts())]);
     sim.start(0);
-    let key = RunKey::new(JobName::new("j").unwrap(), T0_MS);
+    let name = JobName::new("j").unwrap();
     let core = sim.nodes[0].core.as_mut().expect("running");
-    let pending = || Watch::pending(T0_MS + 60_000);
-    core.watch(key.clone(), pending());
-    core.watch(key.clone(), pending());
-    assert_eq!(
-        core.watches[&key].state,
-        super::super::watch::WatchState::Pending {
-            until: T0_MS + 60_000
-        }
+    core.look_out(&name, T0_MS + 60_000);
+    core.look_out(&name, T0_MS + 30_000);
+    assert_eq!(core.job_watches.len(), 1, "one record per job");
+    let record = core.job_watches[&name];
+    assert_eq!(record.until, T0_MS + 60_000, "the latest window counts");
+    // A sweep sent before the last slot was noted may have read the store before its run
+    // was written: it cannot end the record, even once the window is over.
+    let before = record.noted_after;
+    core.now.epoch_us = (T0_MS + 61_000) * 1_000;
+    core.end_job_watches(before);
+    assert!(core.job_watches.contains_key(&name));
+    core.end_job_watches(before + 1);
+    assert!(
+        !core.job_watches.contains_key(&name),
+        "ended by a later sweep"
     );
-    core.watch(key.clone(), Watch::live());
-    assert_eq!(
-        core.watches[&key].state,
-        super::super::watch::WatchState::Live
-    );
+    // Within the window a later sweep that lists nothing does not end it either.
+    core.look_out(&name, T0_MS + 120_000);
+    core.end_job_watches(core.sweeps_sent + 1);
+    assert!(core.job_watches.contains_key(&name));
+    // An unknown job is not looked out for.
+    core.look_out(&JobName::new("other").unwrap(), T0_MS + 120_000);
+    assert_eq!(core.job_watches.len(), 1);
 }
 
 #[test]
@@ -2195,7 +2226,6 @@ fn b14_only_watches_still_looked_for_go_into_a_sweep() {
     use super::super::watch::WatchState;
     let with = |state| Watch { state, seen: None };
     assert!(with(WatchState::Live).polled());
-    assert!(with(WatchState::Pending { until: T0_MS }).polled());
     assert!(
         !with(WatchState::TakingOver).polled(),
         "its takeover is in flight"
@@ -2204,10 +2234,11 @@ fn b14_only_watches_still_looked_for_go_into_a_sweep() {
 }
 
 #[test]
-fn b14_a_pending_watch_past_its_window_stays_while_its_slot_is_still_the_newest() {
-    // The claim of the slot failed (store down): a pending watch backs the slot up in case
-    // the claim committed. Its window passes while the store is still down; with no newer
-    // slot due, no later claim would find such a run, so the watch stays.
+fn b14_a_claim_given_up_on_past_its_window_is_remembered_while_its_slot_is_still_the_newest() {
+    // The claim of the slot failed (store down): the job is looked out for in case the claim
+    // committed, and the slot is marked given up on (a run of it found owned by this
+    // instance is released at once). Its window passes while the store is still down; with
+    // no newer slot due, no later claim would find such a run, so both stay.
     let o = JobOptions {
         max_late: Duration::from_secs(2),
         ..opts()
@@ -2216,12 +2247,17 @@ fn b14_a_pending_watch_past_its_window_stays_while_its_slot_is_still_the_newest(
     sim.store.set_health(StoreHealth::Unavailable);
     sim.start(0);
     sim.run_for(Duration::from_secs(600));
-    let key = RunKey::new(JobName::new("j").unwrap(), T0_MS);
-    let state = sim.core(0).watches.get(&key).map(|w| w.state.clone());
+    let name = JobName::new("j").unwrap();
+    let core = sim.core(0);
     assert!(
-        matches!(state, Some(super::super::watch::WatchState::Pending { until }) if until < T0_MS + 600_000),
-        "{state:?}; watches {:?}",
-        sim.core(0).watches.keys().collect::<Vec<_>>()
+        core.gave_up.contains(&RunKey::new(name.clone(), T0_MS)),
+        "{:?}",
+        core.gave_up
+    );
+    let record = core.job_watches.get(&name).copied();
+    assert!(
+        record.is_some_and(|r| r.until < T0_MS + 600_000),
+        "{record:?}"
     );
 }
 
@@ -2415,7 +2451,7 @@ fn b14_a_backup_sends_no_second_sweep_while_one_is_unanswered() {
     sim.start(1);
     sim.run_for(Duration::from_secs(1));
     let backup = 1 - sim.all_starts()[0].0;
-    assert_eq!(sim.core(backup).watches.len(), 1);
+    assert_eq!(backed_up(sim.core(backup), "j"), 1);
     sim.store.set_health(StoreHealth::Hanging);
     let from = sim.timeline.len();
     sim.run_for(Duration::from_secs(30));
@@ -2441,7 +2477,10 @@ fn tracked_counts_what_a_core_holds_per_run() {
     let owner = sim.all_starts()[0].0;
     assert_eq!(tracked(&sim, owner, "owned runs"), 1);
     assert_eq!(tracked(&sim, owner, "held leases"), 1);
-    assert_eq!(tracked(&sim, 1 - owner, "watches"), 1);
+    assert_eq!(
+        tracked(&sim, 1 - owner, "watches") + tracked(&sim, 1 - owner, "job watches"),
+        1
+    );
     assert_eq!(tracked(&sim, 1 - owner, "owned runs"), 0);
 }
 
@@ -2707,19 +2746,16 @@ fn b04_removing_a_job_keeps_backing_up_the_other_jobs_runs() {
             .expect("started")
     };
     let backup = 1 - owner_of(&sim, "a");
-    let watched = |sim: &Sim, job: &str| {
-        sim.core(backup)
-            .watches
-            .keys()
-            .filter(|k| k.job.as_str() == job)
-            .count()
-    };
+    let watched = |sim: &Sim, job: &str| backed_up(sim.core(backup), job);
     assert_eq!(watched(&sim, "a"), 1);
     sim.command(backup, CoreCommand::Remove(JobName::new("b").unwrap()));
     assert_eq!(watched(&sim, "a"), 1, "a's run is still backed up");
     assert_eq!(watched(&sim, "b"), 0);
     let core = sim.core(backup);
-    assert_eq!(core.health().runs_watched, core.watches.len() as u64);
+    assert_eq!(
+        core.health().runs_watched,
+        (core.watches.len() + core.job_watches.len()) as u64
+    );
     // `job_of` names the job of each run the instance owns.
     let owner = owner_of(&sim, "a");
     let core = sim.core(owner);
@@ -2786,10 +2822,26 @@ fn a_claim_batch_answered_with_too_few_outcomes_fails_every_claim_in_it() {
         .count();
     assert_eq!(errors, 2, "every claim of the batch fails");
     assert_eq!(core.health().slots_late, 0);
+    // Both claims' outcomes are unknown: the job is looked out for, each slot marked.
+    assert!(core.job_watches.contains_key(&job.name));
     assert!(
-        core.watches
-            .contains_key(&crate::ids::RunKey::new(job.name.clone(), slot))
+        core.gave_up
+            .contains(&crate::ids::RunKey::new(job.name.clone(), slot + 1))
     );
+}
+
+/// What `core` backs up of `job`: its runs watched, and the job itself if it is looked out
+/// for (a run it lost or skipped, not yet listed by a sweep).
+fn backed_up(core: &Core, job: &str) -> usize {
+    core.watches
+        .keys()
+        .filter(|k| k.job.as_str() == job)
+        .count()
+        + core
+            .job_watches
+            .keys()
+            .filter(|j| j.as_str() == job)
+            .count()
 }
 
 #[test]

@@ -389,10 +389,13 @@ pub(super) enum Pending {
         asked: Vec<RunKey>,
         sent: Micros,
     },
-    /// The backup poll: the unfinished runs of the asked runs' jobs.
+    /// The backup poll: the unfinished runs of the asked runs' jobs and of the jobs looked
+    /// out for.
     Sweep {
         asked: Vec<RunKey>,
         sent: Micros,
+        /// Which sweep this is (`Core::sweeps_sent` when it was sent).
+        sweep: u64,
     },
     Takeovers {
         keys: Vec<RunKey>,
