@@ -384,10 +384,14 @@ impl Core {
         for id in overdue {
             self.feed_owner(id, OwnerInput::RenewalOverdue);
         }
+        // A run whose handler ended holds its lease until its result is written: while the
+        // result waits for a batch or its call is out, the lease is renewed too, or a slow
+        // store (or results gathered behind other result calls) would let it expire and a
+        // backup run the slot again although its handler finished. [B-13, B-16]
         let mut renew: Vec<(RunId, Lease)> = self
             .runs
             .iter()
-            .filter(|(_, o)| o.machine.renews())
+            .filter(|(_, o)| holds_lease(o))
             .filter_map(|(id, o)| o.lease.clone().map(|l| (*id, l)))
             .collect();
         if renew.is_empty() {
@@ -429,6 +433,15 @@ impl Core {
             let Some(o) = self.runs.get_mut(&id) else {
                 continue;
             };
+            if o.machine.is_writing() {
+                // Its result's own answer says how the run ended: a renewal that lost the
+                // race with the result (the run is no longer running) changes nothing.
+                if let (Renewal::Renewed { expires_at }, Some(l)) = (&renewal, o.lease.as_mut()) {
+                    l.expires_at = *expires_at;
+                    o.last_renewed = o.last_renewed.max(sent);
+                }
+                continue;
+            }
             if !o.machine.renews() {
                 continue;
             }

@@ -1324,6 +1324,8 @@ pub(crate) struct Sim {
     pub(crate) lease_store: bool,
     /// The next calls of an operation that fail (the store refuses them).
     pub(crate) fail_next: HashMap<&'static str, u32>,
+    /// Extra one-way latency of every call of an operation, µs (a store slow at one thing).
+    pub(crate) slow_op: HashMap<&'static str, i64>,
     pub(crate) check: Checker,
     /// The random world: faults and their rates (`None` in the tests).
     pub(crate) world: Option<world::World>,
@@ -1442,6 +1444,7 @@ impl Sim {
             counts: BTreeMap::new(),
             lease_store: true,
             fail_next: HashMap::new(),
+            slow_op: HashMap::new(),
             check: Checker::default(),
             world: None,
             planted: None,
@@ -1768,10 +1771,11 @@ impl Sim {
                 Effect::Call { id, request, .. } => {
                     *self.calls_sent.entry(request.operation()).or_default() += 1;
                     let sent = self.now;
+                    let slower = self.slow_op.get(request.operation()).copied().unwrap_or(0);
                     match self.call_fate() {
                         Some((latency, fate)) => {
                             self.schedule(
-                                sent + latency,
+                                sent + latency + slower,
                                 Ev::Arrive {
                                     node,
                                     life,

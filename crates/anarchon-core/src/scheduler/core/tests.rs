@@ -3127,3 +3127,32 @@ fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
     assert_eq!(sim.nodes[0].starts.len(), 1_000);
     assert!(most >= 1_000 / 64, "{most} claim calls out at once");
 }
+
+#[test]
+fn b13_a_run_whose_result_is_still_being_written_keeps_its_lease() {
+    // The handler ends at once, but the store takes 6 s each way to write a result, longer
+    // than the 4 s lease: the owner renews the lease while its result is on the way, so the
+    // backup never sees it expire and the slot runs once, its result recorded.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_millis(100)));
+    sim.timing = LeaseTiming {
+        lease: Duration::from_secs(4),
+        heartbeat: Duration::from_secs(1),
+    };
+    sim.store_timeout = Duration::from_secs(20);
+    sim.slow_op.insert("finish", 6_000_000);
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(30));
+    let starts = sim.all_starts();
+    assert_eq!(
+        starts.len(),
+        1,
+        "one start: {starts:?}\n{}",
+        sim.timeline.join("\n")
+    );
+    let history = sim.history("j");
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].status, RunStatus::Succeeded);
+    assert_eq!(history[0].attempt, 1);
+}
