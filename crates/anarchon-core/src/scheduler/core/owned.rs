@@ -384,22 +384,31 @@ impl Core {
         for id in overdue {
             self.feed_owner(id, OwnerInput::RenewalOverdue);
         }
-        // A run whose handler ended holds its lease until its result is written: while the
-        // result waits for a batch or its call is out, the lease is renewed too, or a slow
-        // store (or results gathered behind other result calls) would let it expire and a
-        // backup run the slot again although its handler finished. [B-13, B-16]
+        // A run whose handler ended holds its lease until its result is written. While the
+        // result waits for a batch or its call is out, the lease is renewed too once less
+        // than two heartbeats of the self-fencing margin are left, or a slow store (or
+        // results gathered behind other result calls) would let it expire and a backup run
+        // the slot again although its handler finished. [B-13, B-16] Not at every
+        // heartbeat: the result normally lands long before (the default lease is 30 s, the
+        // wait two store timeouts at worst), and on PostgreSQL a renewal of a row that a
+        // result batch holds waits for that batch while holding the rows it renewed.
+        let writing_after = fence_after.saturating_sub(super::micros(self.heartbeat_every()));
         let mut renew: Vec<(RunId, Lease)> = self
             .runs
             .iter()
-            .filter(|(_, o)| holds_lease(o))
+            .filter(|(_, o)| {
+                o.machine.renews()
+                    || (o.machine.is_writing()
+                        && now.saturating_sub(o.last_renewed) >= writing_after)
+            })
             .filter_map(|(id, o)| o.lease.clone().map(|l| (*id, l)))
             .collect();
-        if renew.is_empty() {
+        if !self.runs.values().any(holds_lease) {
             self.heartbeat_armed = false;
             return;
         }
         renew.sort_unstable_by_key(|(id, _)| *id);
-        if !self.heartbeat_in_flight {
+        if !self.heartbeat_in_flight && !renew.is_empty() {
             self.heartbeat_in_flight = true;
             let (ids, leases): (Vec<RunId>, Vec<Lease>) = renew.into_iter().unzip();
             self.call(

@@ -3156,3 +3156,22 @@ fn b13_a_run_whose_result_is_still_being_written_keeps_its_lease() {
     assert_eq!(history[0].status, RunStatus::Succeeded);
     assert_eq!(history[0].attempt, 1);
 }
+
+#[test]
+fn b13_a_result_on_its_way_is_not_renewed_while_its_lease_has_time_to_spare() {
+    // The default 30 s lease and a result 12 s on its way: the lease never comes near its
+    // end, so no renewal is sent for it (on PostgreSQL such a renewal would wait for the
+    // result batch holding the run's row); the run succeeds as attempt 1.
+    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
+        .behave(|_| Behaviour::ok(Duration::from_millis(100)));
+    sim.store_timeout = Duration::from_secs(20);
+    sim.slow_op.insert("finish", 6_000_000);
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(30));
+    assert_eq!(sim.calls_sent.get("heartbeat"), None, "{:?}", sim.calls_sent);
+    let history = sim.history("j");
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].status, RunStatus::Succeeded);
+    assert_eq!(history[0].attempt, 1);
+}
