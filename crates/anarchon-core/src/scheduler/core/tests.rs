@@ -3169,7 +3169,12 @@ fn b13_a_result_on_its_way_is_not_renewed_while_its_lease_has_time_to_spare() {
     sim.start(0);
     sim.start(1);
     sim.run_for(Duration::from_secs(30));
-    assert_eq!(sim.calls_sent.get("heartbeat"), None, "{:?}", sim.calls_sent);
+    assert_eq!(
+        sim.calls_sent.get("heartbeat"),
+        None,
+        "{:?}",
+        sim.calls_sent
+    );
     let history = sim.history("j");
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0].status, RunStatus::Succeeded);
