@@ -5,94 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Core;
-use super::types::{Micros, Timer};
+use super::types::{JobWatch, Micros, Timer};
 use crate::event::{Event, FailureCause, RunInfo, StoreOperation};
 use crate::history::{Reason, to_datetime};
 use crate::ids::{EpochMs, JobName, RunKey};
 use crate::scheduler::JobDef;
 use crate::scheduler::watch::{Facts, Watch, WatchEffect, WatchInput, WatchNote};
 use crate::store::{Lease, RunView, Takeover, TakeoverOutcome};
-
-/// A job whose unfinished runs this instance looks for at every sweep (see
-/// [`Core::look_out`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct JobWatch {
-    /// Looked for until then at least (instance clock, epoch ms): the last moment any
-    /// instance may still claim the latest slot noted.
-    pub(super) until: EpochMs,
-    /// Sweeps sent before the latest slot was noted: only a sweep sent after it may end the
-    /// record (one sent before may have read the store before that slot's run was written).
-    pub(super) noted_after: u64,
-}
-
-/// The runs whose claim or takeover this instance gave up waiting for, by job: a slot is 8
-/// bytes in its job's sorted list, not a key of its own (under a store that answers nothing
-/// every slot's claim is given up on until its window ends).
-#[derive(Debug, Default)]
-pub(super) struct GivenUp {
-    by_job: HashMap<JobName, Vec<EpochMs>>,
-    len: usize,
-}
-
-impl GivenUp {
-    pub(super) fn insert(&mut self, key: RunKey) {
-        let slots = self.by_job.entry(key.job).or_default();
-        if let Err(at) = slots.binary_search(&key.slot) {
-            slots.insert(at, key.slot);
-            self.len += 1;
-        }
-    }
-
-    pub(super) fn contains(&self, key: &RunKey) -> bool {
-        self.by_job
-            .get(&key.job)
-            .is_some_and(|slots| slots.binary_search(&key.slot).is_ok())
-    }
-
-    pub(super) fn remove(&mut self, key: &RunKey) {
-        if let Some(slots) = self.by_job.get_mut(&key.job)
-            && let Ok(at) = slots.binary_search(&key.slot)
-        {
-            slots.remove(at);
-            self.len -= 1;
-            if slots.is_empty() {
-                self.by_job.remove(&key.job);
-            }
-        }
-    }
-
-    /// Forgets every run of `job`.
-    pub(super) fn forget_job(&mut self, job: &JobName) {
-        if let Some(slots) = self.by_job.remove(job) {
-            self.len -= slots.len();
-        }
-    }
-
-    /// Keeps the slots of each job that `keep` says to.
-    fn retain(&mut self, mut keep: impl FnMut(&JobName, EpochMs) -> bool) {
-        let mut len = 0;
-        self.by_job.retain(|job, slots| {
-            slots.retain(|&slot| keep(job, slot));
-            len += slots.len();
-            !slots.is_empty()
-        });
-        self.len = len;
-    }
-
-    pub(super) fn clear(&mut self) {
-        self.by_job.clear();
-        self.len = 0;
-    }
-
-    #[cfg(any(test, feature = "sim"))]
-    pub(super) fn len(&self) -> usize {
-        self.len
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
 
 impl Core {
     /// Starts watching a run of a registered job that was seen unfinished (or named by a

@@ -70,12 +70,12 @@ pub(crate) struct Core {
     watches: BTreeMap<RunKey, Watch>,
     /// Jobs whose unfinished runs this instance looks for at every sweep without knowing of
     /// a particular run (see `look_out`): one record per job.
-    job_watches: HashMap<JobName, backup::JobWatch>,
+    job_watches: HashMap<JobName, types::JobWatch>,
     /// Sweeps sent so far (a sweep ends only the job watches noted before it was sent).
     sweeps_sent: u64,
     /// Watched runs whose claim or takeover this instance gave up waiting for (their
     /// outcome is unknown): a commit found later is an orphan of this life, released at once.
-    gave_up: backup::GivenUp,
+    gave_up: types::GivenUp,
     /// Runs whose last write this instance gave up on (it failed and is not sent again),
     /// with the attempt it held: when the backup watch sees a newer attempt, the instance
     /// learned it lost the run and says so (`Lost`). [B-16]
@@ -137,7 +137,7 @@ impl Core {
             watches: BTreeMap::new(),
             job_watches: HashMap::new(),
             sweeps_sent: 0,
-            gave_up: backup::GivenUp::default(),
+            gave_up: types::GivenUp::default(),
             written_off: HashMap::new(),
             takeover_sent: None,
             heartbeat_armed: false,
