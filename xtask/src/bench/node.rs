@@ -237,6 +237,18 @@ pub(crate) fn build_node() -> Result<PathBuf> {
     if !path.is_file() {
         bail!("the bench node was built but {} is missing", path.display());
     }
+    let dep_info = path.with_extension("d");
+    if let Ok(text) = std::fs::read_to_string(&dep_info)
+        && let Some(other) = built_from_elsewhere(&text, &util::project_root())
+    {
+        bail!(
+            "{} was built from another checkout ({other}) that shares this target folder: \
+             cargo names a workspace member's artifacts without its checkout's path and judged \
+             them fresh, so this run would measure the other checkout's code; give one of the \
+             two its own CARGO_TARGET_DIR",
+            path.display()
+        );
+    }
     // Several checkouts may share one release target folder (CARGO_TARGET_DIR): each runs a
     // copy of its own, so another checkout's build cannot replace the binary between spawns.
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -259,6 +271,32 @@ pub(crate) fn build_node() -> Result<PathBuf> {
     std::fs::rename(&part, &own)
         .with_context(|| format!("renaming {} to {}", part.display(), own.display()))?;
     Ok(own)
+}
+
+/// The bench node's dep-info (`bench-node.d`: "target: source source ...", a space inside
+/// a path written `\ `) names its own source under another folder than `root`: the binary
+/// is another checkout's. Returns that source's path.
+fn built_from_elsewhere(dep_info: &str, root: &Path) -> Option<String> {
+    let own = root.join("examples").join("bench-node.rs");
+    let (_, sources) = dep_info.lines().next()?.split_once(": ")?;
+    let mut paths: Vec<String> = Vec::new();
+    let mut escaped = false;
+    for part in sources.split(' ') {
+        match paths.last_mut() {
+            Some(last) if escaped => {
+                last.pop();
+                last.push(' ');
+                last.push_str(part);
+            }
+            _ if part.is_empty() => {}
+            _ => paths.push(part.to_owned()),
+        }
+        escaped = part.ends_with('\\');
+    }
+    let main = paths
+        .into_iter()
+        .find(|p| Path::new(p).ends_with(Path::new("examples").join("bench-node.rs")))?;
+    (Path::new(&main) != own).then_some(main)
 }
 
 /// One bench node process; killed if still running when dropped.
@@ -579,6 +617,31 @@ pub(crate) fn cores(ticks: u64, ticks_per_second: f64, wall: Duration) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_bench_node_built_from_another_checkout_is_told_apart() {
+        let root = Path::new("/work/main");
+        let ours = "/work/main/target/release/examples/bench-node: \
+                    /work/main/crates/a/src/lib.rs /work/main/examples/bench-node.rs\n\n\
+                    /work/main/examples/bench-node.rs:\n";
+        assert_eq!(super::built_from_elsewhere(ours, root), None);
+        let theirs = "/work/main/target/release/examples/bench-node: \
+                      /tmp/base/crates/a/src/lib.rs /tmp/base/examples/bench-node.rs\n";
+        assert_eq!(
+            super::built_from_elsewhere(theirs, root).as_deref(),
+            Some("/tmp/base/examples/bench-node.rs")
+        );
+        // A path with a space is written with `\ `; a longer path ending in ours is not ours.
+        let spaced = "t: /my\\ dir/examples/bench-node.rs /x.rs\n";
+        assert_eq!(
+            super::built_from_elsewhere(spaced, Path::new("/my dir")),
+            None
+        );
+        let longer = "t: /tmp/x/work/main/examples/bench-node.rs\n";
+        assert!(super::built_from_elsewhere(longer, root).is_some());
+        // An unknown format judges nothing.
+        assert_eq!(super::built_from_elsewhere("garbage", root), None);
+    }
+
     use super::*;
 
     #[test]
