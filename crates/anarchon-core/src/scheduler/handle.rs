@@ -56,9 +56,11 @@ pub struct Health {
     /// a newer slot was already due (an overloaded or paused process), or the store judged
     /// the claim late. Each is also reported as a `skip` event with reason `late`.
     pub slots_late: u64,
-    /// Unfinished runs of other instances this instance backs up now (it takes each over
-    /// if its lease expires). Bounded by the jobs' unfinished and still claimable slots: a
-    /// figure that keeps growing means runs stay `running` in the store.
+    /// Runs of other instances this instance backs up now (it takes each over if its lease
+    /// expires): each unfinished run it watches, plus one for each job whose lost or skipped
+    /// slot it still looks for. Bounded by the registered jobs plus their unfinished runs,
+    /// whatever the store does: a figure that keeps growing means runs stay `running` in the
+    /// store.
     pub runs_watched: u64,
 }
 
