@@ -113,7 +113,8 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// A run seen in the store (taken, overlap, listed on start, lost).
+    /// A run known to exist: listed by a sweep or on start, named by an `overlap` answer or
+    /// a release notification, lost or written off here.
     pub(crate) fn live() -> Self {
         Watch {
             state: WatchState::Live,

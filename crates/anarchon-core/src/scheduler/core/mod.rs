@@ -73,8 +73,9 @@ pub(crate) struct Core {
     job_watches: HashMap<JobName, types::JobWatch>,
     /// Sweeps sent so far (a sweep ends only the job watches noted before it was sent).
     sweeps_sent: u64,
-    /// Watched runs whose claim or takeover this instance gave up waiting for (their
-    /// outcome is unknown): a commit found later is an orphan of this life, released at once.
+    /// Runs whose claim or takeover this instance gave up waiting for (their outcome is
+    /// unknown; the run is watched, or its job looked out for): a commit found later is an
+    /// orphan of this life, released at once.
     gave_up: types::GivenUp,
     /// Runs whose last write this instance gave up on (it failed and is not sent again),
     /// with the attempt it held: when the backup watch sees a newer attempt, the instance

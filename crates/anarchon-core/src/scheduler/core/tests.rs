@@ -3128,22 +3128,36 @@ fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
     assert!(most >= 1_000 / 64, "{most} claim calls out at once");
 }
 
-#[test]
-fn b13_a_run_whose_result_is_still_being_written_keeps_its_lease() {
-    // The handler ends at once, but the store takes 6 s each way to write a result, longer
-    // than the 4 s lease: the owner renews the lease while its result is on the way, so the
-    // backup never sees it expire and the slot runs once, its result recorded.
+/// Two instances, one hourly job whose handler takes 100 ms, and a store that takes 6 s
+/// each way to write a result (other calls are quick): 30 s of it with `timing`, or the
+/// default lease and heartbeat. The slot's run must have succeeded as attempt 1.
+fn a_result_12_s_on_its_way(timing: Option<LeaseTiming>) -> Sim {
     let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
         .behave(|_| Behaviour::ok(Duration::from_millis(100)));
-    sim.timing = LeaseTiming {
-        lease: Duration::from_secs(4),
-        heartbeat: Duration::from_secs(1),
-    };
+    if let Some(timing) = timing {
+        sim.timing = timing;
+    }
     sim.store_timeout = Duration::from_secs(20);
     sim.slow_op.insert("finish", 6_000_000);
     sim.start(0);
     sim.start(1);
     sim.run_for(Duration::from_secs(30));
+    let history = sim.history("j");
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].status, RunStatus::Succeeded);
+    assert_eq!(history[0].attempt, 1);
+    sim
+}
+
+#[test]
+fn b13_a_run_whose_result_is_still_being_written_keeps_its_lease() {
+    // The result's 12 s round trip is longer than the 4 s lease: the owner renews the lease
+    // while its result is on the way, so the backup never sees it expire and the slot runs
+    // once (without the renewal: three starts, attempts 1 to 3).
+    let sim = a_result_12_s_on_its_way(Some(LeaseTiming {
+        lease: Duration::from_secs(4),
+        heartbeat: Duration::from_secs(1),
+    }));
     let starts = sim.all_starts();
     assert_eq!(
         starts.len(),
@@ -3151,32 +3165,18 @@ fn b13_a_run_whose_result_is_still_being_written_keeps_its_lease() {
         "one start: {starts:?}\n{}",
         sim.timeline.join("\n")
     );
-    let history = sim.history("j");
-    assert_eq!(history.len(), 1, "{history:?}");
-    assert_eq!(history[0].status, RunStatus::Succeeded);
-    assert_eq!(history[0].attempt, 1);
 }
 
 #[test]
 fn b13_a_result_on_its_way_is_not_renewed_while_its_lease_has_time_to_spare() {
-    // The default 30 s lease and a result 12 s on its way: the lease never comes near its
-    // end, so no renewal is sent for it (on PostgreSQL such a renewal would wait for the
-    // result batch holding the run's row); the run succeeds as attempt 1.
-    let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(3_600), opts())])
-        .behave(|_| Behaviour::ok(Duration::from_millis(100)));
-    sim.store_timeout = Duration::from_secs(20);
-    sim.slow_op.insert("finish", 6_000_000);
-    sim.start(0);
-    sim.start(1);
-    sim.run_for(Duration::from_secs(30));
+    // The default 30 s lease never comes near its end while the result is on its way, so no
+    // renewal is sent for it (on PostgreSQL such a renewal would wait for the result batch
+    // holding the run's row).
+    let sim = a_result_12_s_on_its_way(None);
     assert_eq!(
         sim.calls_sent.get("heartbeat"),
         None,
         "{:?}",
         sim.calls_sent
     );
-    let history = sim.history("j");
-    assert_eq!(history.len(), 1, "{history:?}");
-    assert_eq!(history[0].status, RunStatus::Succeeded);
-    assert_eq!(history[0].attempt, 1);
 }
