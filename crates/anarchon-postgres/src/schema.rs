@@ -12,7 +12,7 @@ use deadpool_postgres::Object;
 
 use crate::Inner;
 use crate::error::KIND;
-use crate::sql::{ADDED_IN_2, SCHEMA_VERSION, SHAPES};
+use crate::sql::{ADDED_IN_2, HOT_FILLFACTOR, SCHEMA_VERSION, SHAPES};
 
 impl Inner {
     pub(crate) async fn prepare_schema(&self, jobs: &[JobName]) -> Result<()> {
@@ -41,7 +41,7 @@ impl Inner {
     async fn prepare_in(&self, client: &mut Object, jobs: &[JobName]) -> Result<()> {
         let pg = |e| self.pg(e, "prepare");
         let names = &self.names;
-        let tx = client.transaction().await.map_err(pg)?;
+        let mut tx = client.transaction().await.map_err(pg)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&names.lock_key()])
             .await
             .map_err(pg)?;
@@ -200,7 +200,63 @@ impl Inner {
                 .await
                 .map_err(pg)?;
         }
+        self.leave_room_for_hot_updates(&mut tx).await?;
         tx.commit().await.map_err(pg)?;
+        Ok(())
+    }
+
+    /// Gives the history and jobs tables [`HOT_FILLFACTOR`] where they have no fill factor of
+    /// their own (tables created before it was set; a fill factor someone chose is kept).
+    /// It applies to pages filled from now on. `SET (fillfactor)` waits for no claim or
+    /// result (it takes a lock that row writes do not conflict with), only for a `VACUUM` of
+    /// the table or other DDL: it runs last, in a savepoint, with a lock timeout of a second.
+    /// If it cannot be done (a busy table, a role that does not own it), the tables keep
+    /// their fill factor, a warning says so, and `prepare` goes on: it is an optimisation.
+    async fn leave_room_for_hot_updates(
+        &self,
+        tx: &mut deadpool_postgres::Transaction<'_>,
+    ) -> Result<()> {
+        let pg = |e| self.pg(e, "prepare");
+        let names = &self.names;
+        let table_names = names.table_names();
+        let tables = [table_names[1].as_str(), table_names[2].as_str()];
+        let bare: Vec<String> = tx
+            .query(
+                "SELECT c.relname::text FROM pg_catalog.pg_class c
+                 JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+                 WHERE s.nspname = $1 AND c.relname = ANY($2::text[])
+                   AND NOT EXISTS (SELECT 1 FROM unnest(coalesce(c.reloptions, '{}'::text[])) o
+                                   WHERE o LIKE 'fillfactor=%')",
+                &[&names.schema, &&tables[..]],
+            )
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        for table in bare {
+            let statement = format!(
+                "SET LOCAL lock_timeout = '1s';
+                 ALTER TABLE \"{}\".\"{table}\" SET (fillfactor = {HOT_FILLFACTOR})",
+                names.schema
+            );
+            let savepoint = tx.savepoint("anarchon_fillfactor").await.map_err(pg)?;
+            match savepoint.batch_execute(&statement).await {
+                Ok(()) => savepoint.commit().await.map_err(pg)?,
+                Err(e) => {
+                    let error = pg(e);
+                    savepoint.rollback().await.map_err(pg)?;
+                    tracing::warn!(
+                        schema = %names.schema,
+                        table = %table,
+                        %error,
+                        "postgres store: could not set the table's fill factor to {HOT_FILLFACTOR} \
+                         (it keeps its own; results then write more index entries); run \
+                         ALTER TABLE ... SET (fillfactor = {HOT_FILLFACTOR}) as the table's owner"
+                    );
+                }
+            }
+        }
         Ok(())
     }
 

@@ -785,6 +785,107 @@ async fn b42_version_1_schema_is_migrated_in_place() {
     common::drop_schema(&url, &schema).await;
 }
 
+/// The fill factor of each of the store's four tables (`None`: the server's default).
+async fn fill_factors(url: &str, schema: &str) -> Vec<(String, Option<String>)> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT c.relname::text,
+                    (SELECT o FROM unnest(c.reloptions) o WHERE o LIKE 'fillfactor=%')
+             FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+             WHERE s.nspname = $1 AND c.relkind = 'r' ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let _ = task.await;
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// The history and jobs tables leave half of each page free, so that a result (and a
+/// claim's fence) is written beside its row without new index entries; tables created
+/// before get it at the next `prepare`, a fill factor someone chose stays, and a table that
+/// stays locked keeps its own without failing `prepare`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_and_jobs_tables_leave_room_for_updates_beside_their_rows() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let schema = store.schema().to_owned();
+    let j = job("ff");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let half = Some("fillfactor=50".to_owned());
+    let created = vec![
+        ("anarchon_runs".to_owned(), None),
+        ("anarchon_runs_attempts".to_owned(), half.clone()),
+        ("anarchon_runs_jobs".to_owned(), half.clone()),
+        ("anarchon_runs_meta".to_owned(), None),
+    ];
+    assert_eq!(fill_factors(&url, &schema).await, created);
+
+    // Tables of an older version have none; someone chose 70 for the jobs table.
+    common::exec(
+        &url,
+        &format!(
+            "ALTER TABLE \"{schema}\".anarchon_runs_attempts RESET (fillfactor);
+             ALTER TABLE \"{schema}\".anarchon_runs_jobs SET (fillfactor = 70)"
+        ),
+    )
+    .await
+    .unwrap();
+    // While another transaction holds the history table against DDL, `prepare` waits a
+    // second for it, then goes on without it.
+    let (holder, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{schema}\".anarchon_runs_attempts IN SHARE UPDATE EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    // (Without the lock timeout the statement would wait for the holder until `prepare`'s
+    // own bound, twice the store timeout, and fail it.)
+    common::store_on(&url, &schema)
+        .prepare(&prep(&[&j]))
+        .await
+        .expect("a locked table does not fail prepare");
+    let kept = fill_factors(&url, &schema).await;
+    assert_eq!(kept[1], ("anarchon_runs_attempts".to_owned(), None));
+    assert_eq!(
+        kept[2],
+        (
+            "anarchon_runs_jobs".to_owned(),
+            Some("fillfactor=70".to_owned())
+        )
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    drop(holder);
+    let _ = task.await;
+
+    // Once it is free, the next start sets it; the one chosen stays.
+    let newer = common::store_on(&url, &schema);
+    newer.prepare(&prep(&[&j])).await.unwrap();
+    let set = fill_factors(&url, &schema).await;
+    assert_eq!(set[1], ("anarchon_runs_attempts".to_owned(), half));
+    assert_eq!(set[2].1.as_deref(), Some("fillfactor=70"));
+    // Claims and results go on as before.
+    let now = newer.now().await.unwrap();
+    let l = won(newer.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention::default(),
+    };
+    assert_eq!(newer.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+    common::drop_schema(&url, &schema).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn synchronous_commit_is_on_unless_turned_off() {
     let Some(url) = common::url() else { return };
