@@ -7,6 +7,7 @@
 //! bench-node run     --store SPEC --jobs N --id ID --log FILE [--workload every1s|tenants|tenants-cron]
 //!                    [--history-size H] [--cron EXPR --grid-ms P]
 //!                    [--slow-factor F --slow-from-ms A --slow-until-ms B]
+//!                    [--hold-ms M --hold-from-ms T]
 //! bench-node ceiling --store SPEC --callers K --seconds S
 //! bench-node floor   --store SPEC --log FILE
 //! bench-node clean   --store SPEC
@@ -26,7 +27,11 @@
 //!   wrapped in the bench's slowed store (`bench-node/slow.rs`): with `--slow-factor F`
 //!   every store call made while the host clock reads from epoch ms A until B takes its
 //!   turn at one lock of the node and answers F times slower; otherwise calls pass
-//!   through. Each handler start
+//!   through. With `--hold-ms M`, each handler that starts at or after epoch ms T
+//!   (`--hold-from-ms`) holds its run M ms (returning early when its signal is cancelled),
+//!   so the nodes first run their jobs without holding and then with about jobs x M / 1 s
+//!   runs in flight: the memory per run in flight reads above the same jobs running.
+//!   Each handler start
 //!   appends `<job> <slot ms> <start µs> <attempt> <id>` to FILE through a fixed 256 KiB
 //!   buffer touched before `BASE` (flushed after SIGTERM/SIGINT); the event buffer is a
 //!   fixed 4096 (the counts may lag at 10,000 jobs: `lagged=`). Prints `BASE rss_kb=` (store
@@ -200,6 +205,16 @@ impl Args {
             from_ms: from_ms as i64,
             until_ms: until_ms as i64,
         })
+    }
+    /// `--hold-ms M --hold-from-ms T`: (M, T), or no hold.
+    fn hold(&self) -> Result<Option<(Duration, i64)>> {
+        if self.get("hold-ms").is_err() {
+            return Ok(None);
+        }
+        let hold = Duration::from_millis(self.num("hold-ms")?);
+        let from_ms = i64::try_from(self.num("hold-from-ms")?)
+            .context("--hold-from-ms: expected epoch milliseconds")?;
+        Ok(Some((hold, from_ms)))
     }
     fn num(&self, name: &str) -> Result<u64> {
         let v = self.get(name)?;
@@ -472,6 +487,7 @@ async fn run(args: &Args) -> Result<()> {
     // how many they missed): one of jobs * 8 filled 10 MiB at 10,000 jobs, the bench's own
     // memory inside the node's RSS per job.
     let slowdown = args.slowdown()?;
+    let hold = args.hold()?;
     let calls = Arc::new(CallsInFlight::default());
     let scheduler = spec
         .slowed_builder(slowdown, calls.clone())
@@ -511,7 +527,16 @@ async fn run(args: &Args) -> Result<()> {
             let started = now_us();
             let line = format!("{j} {} {started} {} {node}\n", ctx.slot_ms(), ctx.attempt);
             log.lock().expect("log buffer").push(line.as_bytes());
-            async { Ok(()) }
+            let hold = hold.and_then(|(hold, from_ms)| (started / 1000 >= from_ms).then_some(hold));
+            async move {
+                if let Some(hold) = hold {
+                    tokio::select! {
+                        _ = tokio::time::sleep(hold) => {}
+                        _ = ctx.signal.cancelled() => {}
+                    }
+                }
+                Ok(())
+            }
         })?;
     }
     println!(

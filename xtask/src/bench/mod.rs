@@ -8,6 +8,7 @@ mod claim;
 mod driver;
 mod fenced;
 mod handover;
+mod hold;
 mod node;
 mod precision;
 mod scale;

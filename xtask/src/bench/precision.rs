@@ -127,6 +127,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
             node_args: Vec::new(),
             baseline_seconds: 0,
             slow: None,
+            hold: None,
         })?;
         let stats = slot_stats(
             &session.starts,

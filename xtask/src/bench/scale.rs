@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
+use super::hold::{self, Held, Hold};
 use super::node::{self, RunDir, StoreKind};
 use super::session::{self, Cleanup, Plan, Session};
 use super::slow::{self, Slow};
@@ -20,7 +21,8 @@ use super::stats::{
 const USAGE: &str = "bench scale --store redis|postgres|sqlite|libsql \
                      [--workload every1s|tenants|tenants-cron] [--jobs N] [--instances K] \
                      [--seconds S] [--history-size H] [--cron EXPR] [--ceiling-seconds C] \
-                     [--slow F [--slow-from S] [--slow-for D]] [--no-floor] [--json] [--keep]";
+                     [--slow F [--slow-from S] [--slow-for D]] [--hold-ms MS [--hold-from S]] \
+                     [--no-floor] [--json] [--keep]";
 
 /// Seconds of the store's call counters read before the nodes start (the same-run
 /// baseline of a shared server's calls).
@@ -116,6 +118,8 @@ pub(crate) struct ScaleArgs {
     pub(crate) ceiling_seconds: u64,
     /// The store slowed for a while (`--slow`), else `None`.
     pub(crate) slow: Option<Slow>,
+    /// The handlers hold their runs for a while (`--hold-ms`), else `None`.
+    pub(crate) hold: Option<Hold>,
     /// Measure the won slot's floor where the bench can (PostgreSQL every1s); `--no-floor`
     /// clears it.
     pub(crate) floor: bool,
@@ -232,6 +236,15 @@ pub(crate) struct Opts {
     /// more to see the recovery.
     #[arg(long, value_name = "D", value_parser = clap::value_parser!(u64).range(1..))]
     slow_for: Option<u64>,
+    /// Make each handler hold its run MS ms (1 to 60,000, less than the jobs' period) from
+    /// `--hold-from` on: the memory per run in flight then reads above the same jobs running
+    /// without holding, in the same run.
+    #[arg(long, value_name = "MS")]
+    hold_ms: Option<u64>,
+    /// Seconds after the nodes were spawned when the handlers begin to hold (default: half
+    /// of --seconds; with --hold-ms only). 60 s of readings are needed before and 80 s after.
+    #[arg(long, value_name = "S")]
+    hold_from: Option<u64>,
     /// Skip the won slot's floor (PostgreSQL, every1s): it first fills every job's
     /// history (jobs x history size rows), which takes minutes at large history sizes.
     #[arg(long)]
@@ -276,6 +289,11 @@ impl Opts {
             );
         }
         let slow = Slow::check(self.slow, self.slow_from, self.slow_for, seconds)?;
+        let period_ms = match workload {
+            Workload::TenantsCron => cron_period_ms,
+            w => w.period_ms(),
+        };
+        let hold = Hold::check(self.hold_ms, self.hold_from, seconds, period_ms)?;
         Ok(ScaleArgs {
             store,
             workload,
@@ -289,6 +307,7 @@ impl Opts {
             cron_period_ms,
             ceiling_seconds: self.ceiling_seconds,
             slow,
+            hold,
             floor: !self.no_floor,
             json: self.json,
             keep: self.keep,
@@ -440,6 +459,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         node_args: args.node_args(),
         baseline_seconds: BASELINE_SECONDS,
         slow: args.slow,
+        hold: args.hold,
     })?;
     let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
     let mut report = Report::of(&args, &session, window, ceiling, load_before);
@@ -593,6 +613,8 @@ struct Report<'a> {
     load_before: String,
     /// The run judged by phase, when the store was slowed.
     slowed: Option<slow::Judged>,
+    /// Each node's runs in flight and memory before and while its handlers held their runs.
+    held: Option<(Hold, Vec<Option<Held>>)>,
 }
 
 impl<'a> Report<'a> {
@@ -645,7 +667,16 @@ impl<'a> Report<'a> {
                 session.nodes.iter().map(|n| n.samples.as_slice()).collect();
             slow::judge(w, &session.starts, window, &samples, tps)
         });
+        let held = args.hold.zip(session.hold_from_ms).map(|(hold, from_ms)| {
+            let held = session
+                .nodes
+                .iter()
+                .map(|n| hold::held(&n.samples, from_ms, hold.unread_s(), session.to_ms))
+                .collect();
+            (hold, held)
+        });
         Report {
+            held,
             slowed,
             args,
             session,
@@ -863,6 +894,9 @@ impl<'a> Report<'a> {
         }
         if let Some(slowed) = &self.slowed {
             out.push_str(&slowed.text(&self.window, &names));
+        }
+        if let Some((hold, held)) = &self.held {
+            out.push_str(&hold::text(*hold, &names, held));
         }
         let registered = mean(
             session
@@ -1144,6 +1178,7 @@ impl<'a> Report<'a> {
             })),
             "minutes": self.minutes_json(),
             "slow": self.slowed.as_ref().map(|s| s.json()),
+            "hold": self.held.as_ref().map(|(hold, held)| hold::json(*hold, held)),
             "store_calls": store_calls,
             "node_cores_idle": self.idle_cores.map(|(c, _)| c),
             "instances_detail": instances_detail,
@@ -1176,6 +1211,7 @@ mod tests {
                 cron_period_ms: 300_000,
                 ceiling_seconds: 5,
                 slow: None,
+                hold: None,
                 floor: true,
                 json: false,
                 keep: false
@@ -1295,6 +1331,41 @@ mod tests {
         );
         // The window goes to the nodes through the session, not the workload's arguments.
         assert!(a.node_args().iter().all(|a| !a.starts_with("--slow")));
+    }
+
+    #[test]
+    fn hold_options_reach_the_run_and_respect_the_period() {
+        let a = parse_args(&args(&[
+            "--store",
+            "redis",
+            "--seconds",
+            "300",
+            "--hold-ms",
+            "500",
+        ]))
+        .unwrap();
+        assert_eq!(
+            a.hold,
+            Some(Hold {
+                ms: 500,
+                from_s: 150
+            })
+        );
+        assert!(a.node_args().iter().all(|a| !a.starts_with("--hold")));
+        // Every second: a hold of a second or more would skip every next slot.
+        assert!(parse_args(&args(&["--store", "redis", "--hold-ms", "1000"])).is_err());
+        // Every minute: it may.
+        let a = parse_args(&args(&[
+            "--store",
+            "redis",
+            "--workload",
+            "tenants",
+            "--hold-ms",
+            "5000",
+        ]))
+        .unwrap();
+        assert_eq!(a.hold.map(|h| h.ms), Some(5000));
+        assert!(parse_args(&args(&["--store", "redis", "--hold-from", "100"])).is_err());
     }
 
     #[test]

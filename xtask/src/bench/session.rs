@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use super::hold::Hold;
 use super::node::{self, Node, RunDir, StoreKind};
 use super::slow::{Slow, SlowWindow};
 use super::stats::{self, Counter, Sample, Start};
@@ -72,6 +73,8 @@ pub(crate) struct Session {
     pub(crate) loads: Vec<(i64, f64)>,
     /// When the nodes' store was slowed, on the host clock.
     pub(crate) slow: Option<SlowWindow>,
+    /// When the nodes' handlers began to hold their runs, on the host clock.
+    pub(crate) hold_from_ms: Option<i64>,
 }
 
 /// What to run.
@@ -90,6 +93,8 @@ pub(crate) struct Plan<'a> {
     pub(crate) baseline_seconds: u64,
     /// Slow the nodes' store, counted from their spawn.
     pub(crate) slow: Option<Slow>,
+    /// Make the nodes' handlers hold their runs, counted from their spawn.
+    pub(crate) hold: Option<Hold>,
 }
 
 /// Starts the nodes, waits until all are ready, measures for `seconds`, stops them with
@@ -143,6 +148,9 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         args.extend(plan.node_args.iter().cloned());
         if let Some(w) = &slow {
             args.extend(w.node_args());
+        }
+        if let Some(h) = plan.hold {
+            args.extend(h.node_args(spawned_ms));
         }
         nodes.push(Node::spawn(
             &name,
@@ -284,6 +292,7 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         ticks_per_second: tps,
         loads,
         slow,
+        hold_from_ms: plan.hold.map(|h| h.begins_at_ms(spawned_ms)),
     })
 }
 
