@@ -73,6 +73,9 @@
 //!   the store server's calls so far (Redis: `INFO commandstats` summed, without `info`,
 //!   detail by command; PostgreSQL: `pg_stat_statements` calls of the database if the
 //!   extension is there, `pg_stat_database.xact_commit`); server-wide, so other clients count.
+//!   PostgreSQL adds `wal_bytes= wal_records= wal_fpi=` (`pg_stat_wal`, server-wide, 14 and
+//!   later) and `history_upd= history_hot= runs_upd= runs_hot=` (the run's schema's tables in
+//!   `pg_stat_user_tables`: updates, and those written as heap-only tuples).
 //! - `clean`: deletes what the run left (Redis keys under the prefix, the PostgreSQL schema;
 //!   the SQLite file is removed by xtask).
 
@@ -781,7 +784,11 @@ impl Raw {
     /// counts by command; PostgreSQL: `pg_stat_statements` calls of the database when the
     /// extension is there (else 0), `pg_stat_database.xact_commit`. Server-wide: other
     /// clients of the same server count too (the bench subtracts a baseline).
-    async fn counters(&self) -> Result<(u64, u64, String)> {
+    /// The server's calls and commits so far, the calls by command, and (PostgreSQL) the
+    /// fields of its writes: `wal_bytes= wal_records= wal_fpi=` (`pg_stat_wal`, server-wide,
+    /// PostgreSQL 14 and later) and `history_upd= history_hot= runs_upd= runs_hot=` (the
+    /// run's schema in `pg_stat_user_tables`), each left out when its view cannot be read.
+    async fn counters(&self) -> Result<(u64, u64, String, String)> {
         match self {
             Raw::Redis(store, _) => {
                 use anarchon::redis::fred::prelude::*;
@@ -806,9 +813,9 @@ impl Raw {
                         detail.push(format!("{name}:{calls}"));
                     }
                 }
-                Ok((total, 0, detail.join(",")))
+                Ok((total, 0, detail.join(","), String::new()))
             }
-            Raw::Postgres(store, _) => {
+            Raw::Postgres(store, schema) => {
                 let client = store.pool().get().await?;
                 let row = client
                     .query_one(
@@ -828,7 +835,42 @@ impl Raw {
                     Ok(row) => row.get::<_, i64>(0) as u64,
                     Err(_) => 0,
                 };
-                Ok((calls, commits as u64, "-".to_owned()))
+                let mut writes = String::new();
+                if let Ok(row) = client
+                    .query_one(
+                        "SELECT wal_bytes::int8, wal_records, wal_fpi FROM pg_stat_wal",
+                        &[],
+                    )
+                    .await
+                {
+                    let (bytes, records, fpi): (i64, i64, i64) =
+                        (row.get(0), row.get(1), row.get(2));
+                    writes.push_str(&format!(
+                        " wal_bytes={bytes} wal_records={records} wal_fpi={fpi}"
+                    ));
+                }
+                if let Ok(rows) = client
+                    .query(
+                        "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+                         WHERE schemaname = $1",
+                        &[schema],
+                    )
+                    .await
+                {
+                    for row in rows {
+                        let (name, upd, hot): (String, i64, i64) =
+                            (row.get(0), row.get(1), row.get(2));
+                        let which = if name.ends_with("_attempts") {
+                            "history"
+                        } else if name == "anarchon_runs" {
+                            "runs"
+                        } else {
+                            continue;
+                        };
+                        writes.push_str(&format!(" {which}_upd={upd} {which}_hot={hot}"));
+                    }
+                }
+                Ok((calls, commits as u64, "-".to_owned(), writes))
             }
             Raw::Sqlite(_) => bail!("SQLite has no server whose calls could be counted"),
         }
@@ -1243,8 +1285,8 @@ async fn counters(args: &Args) -> Result<()> {
         }
         let t = now_us() / 1000;
         match raw.counters().await {
-            Ok((calls, commits, detail)) => say(format_args!(
-                "COUNTERS t={t} calls={calls} commits={commits} detail={detail}"
+            Ok((calls, commits, detail, writes)) => say(format_args!(
+                "COUNTERS t={t} calls={calls} commits={commits} detail={detail}{writes}"
             )),
             Err(e) => say(format_args!(
                 "COUNTERS_ERROR t={t} {}",

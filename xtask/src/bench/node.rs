@@ -1,7 +1,7 @@
 //! What the scale and precision benches share: the stores and their fresh namespaces, the
 //! bench node's build and processes, and the readings of `/proc` (CPU, RSS, load).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
@@ -309,8 +309,9 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// Starts `bin mode args...`; stdout is read line by line, stderr goes to
-    /// `<stderr_file>`.
+    /// Starts `bin mode args...`; stdout is read line by line and copied to `<stderr_file>`
+    /// with the extension `out` (the node's readings stay in a run folder kept with
+    /// `--keep`), stderr goes to `<stderr_file>`.
     pub(crate) fn spawn(
         name: &str,
         bin: &Path,
@@ -331,10 +332,17 @@ impl Node {
             .spawn()
             .with_context(|| format!("could not start `{}`", util::show(&command)))?;
         let stdout = child.stdout.take().context("child stdout")?;
+        let copy_file = stderr_file.with_extension("out");
+        let mut copy = std::io::BufWriter::new(
+            std::fs::File::create(&copy_file)
+                .with_context(|| format!("could not create {}", copy_file.display()))?,
+        );
         let (tx, lines) = channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                // A line at a time: a run killed midway still leaves what the node said.
+                let _ = writeln!(copy, "{line}").and_then(|()| copy.flush());
                 if tx.send(line).is_err() {
                     break;
                 }

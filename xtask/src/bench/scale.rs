@@ -14,8 +14,8 @@ use super::node::{self, RunDir, StoreKind};
 use super::session::{self, Cleanup, Plan, Session};
 use super::slow::{self, Slow};
 use super::stats::{
-    CallRate, Grid, MinuteStats, NodeStretch, SlotStats, Window, call_rate, minute_stats,
-    node_stretch, slot_stats,
+    self as stats, CallRate, Grid, MinuteStats, NodeStretch, SlotStats, Window, WriteCounts,
+    Writes, call_rate, minute_stats, node_stretch, slot_stats,
 };
 
 const USAGE: &str = "bench scale --store redis|postgres|sqlite|libsql \
@@ -486,6 +486,52 @@ fn per_job(rss: u64, base: u64, jobs: u32) -> f64 {
     (rss as f64 - base as f64) / f64::from(jobs)
 }
 
+/// What the server wrote (PostgreSQL), for `--json`.
+fn writes_json(w: &Writes) -> serde_json::Value {
+    json!({
+        "seconds": w.seconds,
+        "first_starts": w.starts,
+        "wal_bytes": w.delta.wal_bytes,
+        "wal_records": w.delta.wal_records,
+        "wal_fpi": w.delta.wal_fpi,
+        "wal_bytes_per_start": w.per_start(w.delta.wal_bytes),
+        "wal_records_per_start": w.per_start(w.delta.wal_records),
+        "history_updates": w.delta.history_upd,
+        "history_hot_percent": Writes::share(w.delta.history_hot, w.delta.history_upd),
+        "runs_updates": w.delta.runs_upd,
+        "runs_hot_percent": Writes::share(w.delta.runs_hot, w.delta.runs_upd),
+    })
+}
+
+/// The report's line of what the server wrote (PostgreSQL).
+fn writes_text(w: &Writes) -> String {
+    let or_dash = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_owned(), f);
+    let d = &w.delta;
+    format!(
+        "server writes (PostgreSQL: `pg_stat_wal`, server-wide, so other clients count; the \
+         run's tables in `pg_stat_user_tables`) over {:.0} s while the nodes ran, {} first \
+         starts: WAL {} = {} bytes and {} records per slot started, {} full-page images ({} per \
+         slot started); updates written as heap-only tuples (HOT, no index entry): history {} \
+         of {}, runs {} of {}\n",
+        w.seconds,
+        grouped(w.starts),
+        d.wal_bytes
+            .map_or("-".to_owned(), |b| format!("{:.2} GB", b as f64 / 1e9)),
+        or_dash(w.per_start(d.wal_bytes), &|v| format!("{v:.0}")),
+        or_dash(w.per_start(d.wal_records), &|v| format!("{v:.1}")),
+        d.wal_fpi.map_or("-".to_owned(), grouped),
+        or_dash(w.per_start(d.wal_fpi), &|v| format!("{v:.3}")),
+        or_dash(Writes::share(d.history_hot, d.history_upd), &|v| format!(
+            "{v:.1} %"
+        )),
+        d.history_upd.map_or("-".to_owned(), grouped),
+        or_dash(Writes::share(d.runs_hot, d.runs_upd), &|v| format!(
+            "{v:.1} %"
+        )),
+        d.runs_upd.map_or("-".to_owned(), grouped),
+    )
+}
+
 /// Thousands separated by commas, for counts in a table.
 pub(crate) fn grouped(n: u64) -> String {
     let digits = n.to_string();
@@ -615,6 +661,8 @@ struct Report<'a> {
     slowed: Option<slow::Judged>,
     /// Each node's runs in flight and memory before and while its handlers held their runs.
     held: Option<(Hold, Vec<Option<Held>>)>,
+    /// What the server wrote while the nodes ran (PostgreSQL).
+    writes: Option<Writes>,
 }
 
 impl<'a> Report<'a> {
@@ -675,7 +723,15 @@ impl<'a> Report<'a> {
                 .collect();
             (hold, held)
         });
+        let writes = stats::writes(
+            &session.counters,
+            &session.starts,
+            window.first_ms,
+            window.last_ms + 999,
+        )
+        .filter(|w| w.delta != WriteCounts::default());
         Report {
+            writes,
             held,
             slowed,
             args,
@@ -1001,6 +1057,9 @@ impl<'a> Report<'a> {
                 let _ = writeln!(out, "store calls: not read for {}", args.store.name());
             }
         }
+        if let Some(w) = &self.writes {
+            out.push_str(&writes_text(w));
+        }
         let _ = writeln!(
             out,
             "node CPU in idle seconds (no slot due in the reading's second nor 5 s before): {}",
@@ -1179,6 +1238,7 @@ impl<'a> Report<'a> {
             "minutes": self.minutes_json(),
             "slow": self.slowed.as_ref().map(|s| s.json()),
             "hold": self.held.as_ref().map(|(hold, held)| hold::json(*hold, held)),
+            "server_writes": self.writes.as_ref().map(writes_json),
             "store_calls": store_calls,
             "node_cores_idle": self.idle_cores.map(|(c, _)| c),
             "instances_detail": instances_detail,

@@ -450,6 +450,79 @@ pub(crate) struct Counter {
     pub(crate) commits: u64,
     /// Calls by command (Redis), `name:calls` separated by commas.
     pub(crate) detail: String,
+    /// The server's writes so far (PostgreSQL), where it could read them.
+    pub(crate) writes: WriteCounts,
+}
+
+/// What a PostgreSQL server wrote so far: its WAL (`pg_stat_wal`, server-wide) and the
+/// updates of the run's history and runs tables, and how many of them were heap-only
+/// (HOT: no index entry written). `None` where the reading had no such field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WriteCounts {
+    pub(crate) wal_bytes: Option<u64>,
+    pub(crate) wal_records: Option<u64>,
+    pub(crate) wal_fpi: Option<u64>,
+    pub(crate) history_upd: Option<u64>,
+    pub(crate) history_hot: Option<u64>,
+    pub(crate) runs_upd: Option<u64>,
+    pub(crate) runs_hot: Option<u64>,
+}
+
+/// The server's writes between two readings, beside the slots started meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Writes {
+    pub(crate) seconds: f64,
+    /// First starts (attempt 1) whose start time lies between the two readings.
+    pub(crate) starts: u64,
+    /// The differences of [`WriteCounts`] between the readings.
+    pub(crate) delta: WriteCounts,
+}
+
+impl Writes {
+    /// `value` per slot started, when both are known.
+    pub(crate) fn per_start(&self, value: Option<u64>) -> Option<f64> {
+        (self.starts > 0).then_some(value? as f64 / self.starts as f64)
+    }
+
+    /// The share (percent) of `of` that `part` is.
+    pub(crate) fn share(part: Option<u64>, of: Option<u64>) -> Option<f64> {
+        let of = of?;
+        (of > 0).then_some(part? as f64 * 100.0 / of as f64)
+    }
+}
+
+/// The server's writes from the first reading at or after `from_ms` to the last at or
+/// before `to_ms`, with the first starts between them; `None` without two such readings.
+pub(crate) fn writes(
+    counters: &[Counter],
+    starts: &[Start],
+    from_ms: i64,
+    to_ms: i64,
+) -> Option<Writes> {
+    let first = counters.iter().find(|c| c.t_ms >= from_ms)?;
+    let last = counters.iter().rev().find(|c| c.t_ms <= to_ms)?;
+    if last.t_ms <= first.t_ms {
+        return None;
+    }
+    let d = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+    let (a, b) = (first.writes, last.writes);
+    let started = starts
+        .iter()
+        .filter(|s| s.attempt == 1 && (first.t_ms * 1000..last.t_ms * 1000).contains(&s.start_us))
+        .count() as u64;
+    Some(Writes {
+        seconds: (last.t_ms - first.t_ms) as f64 / 1000.0,
+        starts: started,
+        delta: WriteCounts {
+            wal_bytes: d(a.wal_bytes, b.wal_bytes),
+            wal_records: d(a.wal_records, b.wal_records),
+            wal_fpi: d(a.wal_fpi, b.wal_fpi),
+            history_upd: d(a.history_upd, b.history_upd),
+            history_hot: d(a.history_hot, b.history_hot),
+            runs_upd: d(a.runs_upd, b.runs_upd),
+            runs_hot: d(a.runs_hot, b.runs_hot),
+        },
+    })
 }
 
 /// Parses a `COUNTERS` line; `None` for any other line.
@@ -460,6 +533,15 @@ pub(crate) fn parse_counter(line: &str) -> Option<Counter> {
         calls: word(rest, "calls")?,
         commits: word(rest, "commits")?,
         detail: word(rest, "detail").unwrap_or_default(),
+        writes: WriteCounts {
+            wal_bytes: word(rest, "wal_bytes"),
+            wal_records: word(rest, "wal_records"),
+            wal_fpi: word(rest, "wal_fpi"),
+            history_upd: word(rest, "history_upd"),
+            history_hot: word(rest, "history_hot"),
+            runs_upd: word(rest, "runs_upd"),
+            runs_hot: word(rest, "runs_hot"),
+        },
     })
 }
 
@@ -817,6 +899,7 @@ mod tests {
             calls,
             commits,
             detail: String::new(),
+            writes: WriteCounts::default(),
         };
         assert_eq!(
             parse_counter("COUNTERS t=5 calls=7 commits=2 detail=get:7"),
@@ -824,7 +907,8 @@ mod tests {
                 t_ms: 5,
                 calls: 7,
                 commits: 2,
-                detail: "get:7".into()
+                detail: "get:7".into(),
+                writes: WriteCounts::default(),
             })
         );
         let readings = [
@@ -842,6 +926,62 @@ mod tests {
         let quiet = call_rate(&readings, |from, _| from != 5_000).unwrap();
         assert_eq!(quiet.calls_per_s, 10.0);
         assert!(call_rate(&readings, |_, _| false).is_none());
+    }
+
+    #[test]
+    fn server_writes_are_read_between_two_readings_beside_the_slots_started() {
+        let line = |t: i64, wal: u64, upd: u64, hot: u64| {
+            format!(
+                "COUNTERS t={t} calls=0 commits=9 detail=- wal_bytes={wal} wal_records={} \
+                 wal_fpi=3 history_upd={upd} history_hot={hot} runs_upd={upd} runs_hot=0",
+                wal / 100
+            )
+        };
+        let readings: Vec<Counter> = [
+            line(0, 1_000, 0, 0),
+            line(5_000, 21_000, 100, 90),
+            line(10_000, 41_000, 200, 180),
+        ]
+        .iter()
+        .map(|l| parse_counter(l).unwrap())
+        .collect();
+        assert_eq!(readings[1].writes.history_hot, Some(90));
+        let start = |us: i64, attempt| Start {
+            job: 0,
+            slot_ms: us / 1000,
+            start_us: us,
+            attempt,
+            instance: "n1".into(),
+        };
+        // From the reading at 5 s to the one at 10 s: the starts in 5-10 s, first attempts only.
+        let starts = [
+            start(4_999_000, 1),
+            start(5_000_000, 1),
+            start(7_000_000, 1),
+            start(8_000_000, 2),
+            start(10_000_000, 1),
+        ];
+        let w = writes(&readings, &starts, 1, 10_000).unwrap();
+        assert_eq!((w.seconds, w.starts), (5.0, 2));
+        assert_eq!(w.delta.wal_bytes, Some(20_000));
+        assert_eq!(w.per_start(w.delta.wal_bytes), Some(10_000.0));
+        assert_eq!(
+            Writes::share(w.delta.history_hot, w.delta.history_upd),
+            Some(90.0)
+        );
+        assert_eq!(Writes::share(w.delta.runs_hot, w.delta.runs_upd), Some(0.0));
+        // A server that reported no WAL (before 14): no figure, not zero.
+        let bare: Vec<Counter> = [
+            "COUNTERS t=0 calls=0 commits=0",
+            "COUNTERS t=9000 calls=0 commits=5",
+        ]
+        .iter()
+        .map(|l| parse_counter(l).unwrap())
+        .collect();
+        let w = writes(&bare, &starts, 0, 9_000).unwrap();
+        assert_eq!(w.starts, 3);
+        assert_eq!(w.per_start(w.delta.wal_bytes), None);
+        assert!(writes(&readings, &starts, 6_000, 9_000).is_none());
     }
 
     #[test]
