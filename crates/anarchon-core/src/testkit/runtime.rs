@@ -529,8 +529,13 @@ pub async fn b12_overlap_skip_never_runs_two_at_once(store: Arc<dyn LeaseStore>)
     assert!(overlap >= 1, "slots in between skip with overlap");
 }
 
-/// Runs `job` now on `a` by a claim of the current whole second (an `every 1s` job with a
-/// 60 s handler and catch-up off), and waits until `a` runs it.
+/// Runs `job` on `a`: an hourly job whose last full hour's slot `a` catches up at its start
+/// (a catch-up window of an hour), and waits until `a` runs it.
+///
+/// A test that began in the
+/// last minute of an hour would see the next hour's slot come due in its middle (a backup
+/// starting it as scheduled before it takes the caught-up run over, which is right but not
+/// what the test reads: seen at 13:59:59 UTC). Such a test first waits for the hour to turn.
 async fn claim_on(
     a: &Scheduler<Leased>,
     job: &JobName,
@@ -538,6 +543,14 @@ async fn claim_on(
     handler_ms: u64,
     fail_on_cancel: bool,
 ) {
+    let hour_ms = 3_600_000;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let to_next_hour = hour_ms - now_ms.rem_euclid(hour_ms);
+    if to_next_hour < 60_000 {
+        tokio::time::sleep(Duration::from_millis(to_next_hour as u64 + 1_000)).await;
+    }
     a.every(job.as_str(), "1h")
         .catch_up_window(Duration::from_secs(3600))
         .handler(worker(starts, "a", handler_ms, fail_on_cancel))
