@@ -2,8 +2,10 @@
 //!
 //! Everything happens in one transaction that first takes a transaction-scoped advisory
 //! lock, so ten instances starting at once create the tables once and the others wait a few
-//! milliseconds. When every table exists at the current version, no DDL runs at all (DDL
-//! would take locks that block the claims of instances already running).
+//! milliseconds. When every table exists at the current version, no DDL that could block
+//! the claims of instances already running runs at all: at most the fill factor of an older
+//! table is set, under a lock that claims and results do not conflict with (see
+//! `leave_room_for_hot_updates`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
