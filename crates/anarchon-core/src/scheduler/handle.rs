@@ -58,9 +58,10 @@ pub struct Health {
     pub slots_late: u64,
     /// Runs of other instances this instance backs up now (it takes each over if its lease
     /// expires): each unfinished run it watches, plus one for each job whose lost or skipped
-    /// slot it still looks for. Bounded by the registered jobs plus their unfinished runs,
-    /// whatever the store does: a figure that keeps growing means runs stay `running` in the
-    /// store.
+    /// slot it still looks for. At most five per job plus the runs handed over or being taken
+    /// over, whatever the store does: of a job with more unfinished runs, only the newest are
+    /// watched and the older ones are left to the job's next claim, which interrupts them
+    /// once their lease ended.
     pub runs_watched: u64,
 }
 

@@ -110,6 +110,9 @@ pub(crate) struct Watch {
     pub(crate) state: WatchState,
     /// The run as last seen (for events about it).
     pub(crate) seen: Option<RunView>,
+    /// Named by a release notification since it was last seen: handed over, to be
+    /// continued as the same slot whatever else its job runs. [B-17]
+    pub(crate) named_by_release: bool,
 }
 
 impl Watch {
@@ -119,7 +122,38 @@ impl Watch {
         Watch {
             state: WatchState::Live,
             seen: None,
+            named_by_release: false,
         }
+    }
+
+    /// A run listed unfinished (by a sweep or on start), as listed: a run listed without an
+    /// owner (handed over) is never dropped by the bound on a job's watches before it is
+    /// fed in.
+    pub(crate) fn listed(view: &RunView) -> Self {
+        Watch {
+            seen: Some(view.clone()),
+            ..Watch::live()
+        }
+    }
+
+    /// A run a release notification named: handed over by its owner. [B-17]
+    pub(crate) fn handed_over() -> Self {
+        Watch {
+            named_by_release: true,
+            ..Watch::live()
+        }
+    }
+
+    /// May be left to the job's next claim when the job has more runs watched than a
+    /// backup keeps (see `Core::watch`): only a run last seen with an owner (or not seen
+    /// yet), not named by a release notification since, with no takeover in flight. A run
+    /// handed over is continued as the same slot [B-17]; one with an owner whose lease
+    /// ends while a newer slot is due is only ever interrupted, which that claim does.
+    /// [B-15]
+    pub(crate) fn may_be_left_to_the_next_claim(&self) -> bool {
+        self.state == WatchState::Live
+            && !self.named_by_release
+            && self.seen.as_ref().is_none_or(|view| view.owner.is_some())
     }
 
     /// Polled at the next heartbeat (a takeover in flight is not).
@@ -421,6 +455,7 @@ pub(crate) mod table {
             let mut w = Watch {
                 state: state.clone(),
                 seen: None,
+                named_by_release: false,
             };
             let effects = w.handle(&facts, WatchInput::Released);
             assert!(effects.is_empty(), "{name}: {effects:?}");
@@ -444,6 +479,7 @@ pub(crate) mod table {
                 let mut w = Watch {
                     state: state.clone(),
                     seen: None,
+                    named_by_release: false,
                 };
                 let effects = w.handle(&facts, input);
                 let fx: Vec<String> = effects.iter().map(effect_name).collect();

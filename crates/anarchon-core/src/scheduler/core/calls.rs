@@ -503,7 +503,7 @@ impl Core {
             Ok(views) => {
                 for v in views {
                     let key = v.run.clone();
-                    self.watch(key.clone(), Watch::live());
+                    self.watch(key.clone(), Watch::listed(&v));
                     self.feed_watch(&key, WatchInput::Seen(v));
                 }
             }

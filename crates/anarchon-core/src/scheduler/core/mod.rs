@@ -338,8 +338,11 @@ impl Core {
         // A handed-over run of one of this instance's jobs is backed up even if this instance
         // did not know of it (its slot was claimed by an instance whose clock saw another
         // slot due): the notification is how it learns of it.
-        if !self.watches.contains_key(&key) && !self.is_here(&key) {
-            self.watch(key.clone(), Watch::live());
+        if !self.is_here(&key) {
+            match self.watches.get_mut(&key) {
+                Some(w) => w.named_by_release = true,
+                None => self.watch(key.clone(), Watch::handed_over()),
+            }
         }
         self.feed_watch(&key, super::watch::WatchInput::Released);
     }

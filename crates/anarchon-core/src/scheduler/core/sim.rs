@@ -1324,6 +1324,8 @@ pub(crate) struct Sim {
     pub(crate) lease_store: bool,
     /// The next calls of an operation that fail (the store refuses them).
     pub(crate) fail_next: HashMap<&'static str, u32>,
+    /// Release notifications reach no instance (a dropped `LISTEN` connection, say).
+    pub(crate) notifications_lost: bool,
     /// Extra one-way latency of every call of an operation, µs (a store slow at one thing).
     pub(crate) slow_op: HashMap<&'static str, i64>,
     pub(crate) check: Checker,
@@ -1444,6 +1446,7 @@ impl Sim {
             counts: BTreeMap::new(),
             lease_store: true,
             fail_next: HashMap::new(),
+            notifications_lost: false,
             slow_op: HashMap::new(),
             check: Checker::default(),
             world: None,
@@ -2157,6 +2160,10 @@ impl Sim {
             }
             let life = self.nodes[node].life;
             for key in keys {
+                if self.notifications_lost {
+                    self.log(node, format!("release notification {key} lost"));
+                    continue;
+                }
                 match self.world.as_mut().map(world::World::release_fate) {
                     None | Some(Some(0)) => self.release_to(node, life, key),
                     Some(None) => self.log(node, format!("release notification {key} lost")),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::sim::*;
-use super::types::{CLAIM_CALLS_IN_FLIGHT, RESULT_CALLS_IN_FLIGHT};
+use super::types::{CLAIM_CALLS_IN_FLIGHT, RESULT_CALLS_IN_FLIGHT, WATCHED_PER_JOB};
 use super::*;
 use crate::event::{InterruptCause, SkipReason};
 use crate::history::{Reason, RunStatus};
@@ -2224,7 +2224,11 @@ fn a_job_definition_debugs_as_its_name_and_schedule() {
 #[test]
 fn b14_only_watches_still_looked_for_go_into_a_sweep() {
     use super::super::watch::WatchState;
-    let with = |state| Watch { state, seen: None };
+    let with = |state| Watch {
+        state,
+        seen: None,
+        named_by_release: false,
+    };
     assert!(with(WatchState::Live).polled());
     assert!(
         !with(WatchState::TakingOver).polled(),
@@ -3178,5 +3182,150 @@ fn b13_a_result_on_its_way_is_not_renewed_while_its_lease_has_time_to_spare() {
         None,
         "{:?}",
         sim.calls_sent
+    );
+}
+
+// ----- bounded backups (issue: node memory under a saturated store) -------------------------
+
+/// The most runs each node watched at once, sampled every second for `d`.
+fn most_watched(sim: &mut Sim, d: Duration) -> [usize; 2] {
+    let mut most = [0, 0];
+    for _ in 0..d.as_secs() {
+        sim.run_for(Duration::from_secs(1));
+        for (node, m) in most.iter_mut().enumerate() {
+            if let Some(core) = sim.nodes[node].core.as_ref() {
+                *m = (*m).max(core.watched_runs());
+            }
+        }
+    }
+    most
+}
+
+#[test]
+fn b14_a_backup_watches_a_bounded_number_of_runs_per_job_while_results_are_never_written() {
+    // Every result write fails (a store that takes claims but answers results too late), so
+    // each slot's run stays `running` until a later claim of its job interrupts it once its
+    // lease ended: with overlap allowed, about `lease / interval` unfinished runs per job
+    // (on a saturated store whose claims come too late to interrupt anything, more every
+    // second), and every sweep lists them all. A backup watched each of them (PostgreSQL at
+    // 3 x 10,000: 270,000-340,000 watches per node by minute 6, the node's memory growing
+    // with them); now it watches at most `WATCHED_PER_JOB` of a job's runs besides the
+    // job's newest, and the older ones are interrupted by the job's next claim (B-15).
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..opts()
+    };
+    let jobs: Vec<Arc<JobDef>> = (0..20)
+        .map(|i| every(&format!("j{i}"), Duration::from_secs(1), o.clone()))
+        .collect();
+    let mut sim = Sim::new(2, jobs).behave(|_| Behaviour::ok(Duration::from_millis(10)));
+    sim.start(0);
+    sim.start(1);
+    sim.run_for(Duration::from_secs(2));
+    sim.fail_next.insert("finish", u32::MAX);
+    let most = most_watched(&mut sim, Duration::from_secs(120));
+    let unfinished_per_job = unfinished(&sim, &JobName::new("j0").unwrap()).len();
+    assert!(
+        unfinished_per_job >= 20,
+        "the store keeps a backlog of unfinished runs per job: {unfinished_per_job}"
+    );
+    let bound = 20 * (WATCHED_PER_JOB + 1);
+    assert!(
+        most.iter().all(|&m| m <= bound),
+        "watched at most {most:?} runs of 20 jobs (bound {bound})"
+    );
+    // Once results are written again, every job is on time and nothing is left running.
+    sim.fail_next.remove("finish");
+    sim.run_for(sim.timing.lease + Duration::from_secs(20));
+    let started = sim.all_starts().len();
+    sim.run_for(Duration::from_secs(5));
+    assert!(
+        sim.all_starts().len() - started >= 5 * 20 - 20,
+        "on time again"
+    );
+    let now_ms = sim.now / 1_000;
+    for i in 0..20 {
+        let stale: Vec<_> = unfinished(&sim, &JobName::new(format!("j{i}")).unwrap())
+            .into_iter()
+            .filter(|v| v.run.slot < now_ms - 5_000)
+            .collect();
+        assert!(stale.is_empty(), "j{i}: runs left running: {stale:?}");
+    }
+}
+
+#[test]
+fn b17_every_run_handed_over_is_continued_however_many_runs_its_job_has_in_flight() {
+    // Overlap allowed and handlers that take 200 s: each job has about 40 runs in flight, so
+    // the backups watch only the newest of them. A graceful stop hands all of its runs over;
+    // each is continued as the same slot by the backup, also the old ones it did not watch
+    // (the release notification names them, and runs handed over are never dropped).
+    many_runs_in_flight_handed_over(false);
+}
+
+#[test]
+fn b17_runs_handed_over_that_no_notification_names_are_continued_from_the_sweep() {
+    // The same with every release notification lost: the backup's sweep lists the runs
+    // handed over (it looks out for the jobs whose slots it lost), and a run listed without
+    // an owner is never dropped by the bound before it is taken over.
+    many_runs_in_flight_handed_over(true);
+}
+
+fn many_runs_in_flight_handed_over(notifications_lost: bool) {
+    let o = JobOptions {
+        overlap: crate::store::Overlap::Allow,
+        ..opts()
+    };
+    let jobs: Vec<Arc<JobDef>> = (0..3)
+        .map(|i| every(&format!("j{i}"), Duration::from_secs(5), o.clone()))
+        .collect();
+    let mut sim = Sim::new(2, jobs).behave(|_| Behaviour::ok(Duration::from_secs(200)));
+    sim.notifications_lost = notifications_lost;
+    sim.start(0);
+    sim.start(1);
+    let most = most_watched(&mut sim, Duration::from_secs(180));
+    let bound = 3 * (WATCHED_PER_JOB + 1);
+    assert!(
+        most.iter().all(|&m| m <= bound),
+        "watched at most {most:?} runs of 3 jobs (bound {bound})"
+    );
+    let held: Vec<RunInfo> = sim
+        .all_starts()
+        .into_iter()
+        .filter(|(node, _)| *node == 0)
+        .map(|(_, info)| info)
+        .filter(|info| {
+            sim.history(info.job.as_str())
+                .iter()
+                .any(|r| r.slot == info.slot_ms() && r.status == RunStatus::Running)
+        })
+        .collect();
+    assert!(
+        held.len() > 3 * (WATCHED_PER_JOB + 1),
+        "{} held",
+        held.len()
+    );
+    sim.command(
+        0,
+        CoreCommand::Stop {
+            timeout: Duration::from_secs(10),
+        },
+    );
+    sim.run_for(Duration::from_secs(12));
+    let continued: HashSet<(String, EpochMs)> = sim
+        .all_starts()
+        .into_iter()
+        .filter(|(node, info)| *node == 1 && info.attempt == 2)
+        .map(|(_, info)| (info.job.to_string(), info.slot_ms()))
+        .collect();
+    let missing: Vec<_> = held
+        .iter()
+        .filter(|i| !continued.contains(&(i.job.to_string(), i.slot_ms())))
+        .map(|i| format!("{}:{}", i.job, i.slot_ms()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} runs handed over were not continued: {missing:?}",
+        missing.len(),
+        held.len()
     );
 }

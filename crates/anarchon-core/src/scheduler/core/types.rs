@@ -184,6 +184,13 @@ pub(crate) struct CoreHealth {
 /// Consecutive failed store calls after which the store counts as unreachable.
 pub(crate) const UNREACHABLE_AFTER: u32 = 3;
 
+/// Runs of one job a backup watches besides the job's newest run and the runs handed over
+/// or being taken over (see `Core::watch`). A job whose runs end has one or two unfinished
+/// at a time; the bound matters when runs pile up `running` in the store (results answered
+/// too late, long runs with overlap allowed), where the older ones can only be interrupted
+/// by a newer slot anyway. [B-14, B-15]
+pub(crate) const WATCHED_PER_JOB: usize = 3;
+
 #[derive(Debug)]
 pub(super) enum Timer {
     Due { job: Arc<JobDef>, slot: EpochMs },
