@@ -25,7 +25,7 @@ impl Core {
     /// only did it sooner. Without the bound, a store that takes claims but answers
     /// results too late leaves about `lease / interval` unfinished runs per job, every
     /// sweep lists them all, and a backup held a watch for each (3 x 10,000 `every 1s` on
-    /// a saturated PostgreSQL: 270,000-340,000 watches per node by minute 6, and the
+    /// a saturated PostgreSQL: 270,000-541,000 watches per node by minute 6, and the
     /// node's memory grew with them). [B-14, B-15]
     pub(super) fn watch(&mut self, key: RunKey, watch: Watch) {
         if self.stopping || !self.jobs.contains_key(&key.job) {

@@ -3208,7 +3208,7 @@ fn b14_a_backup_watches_a_bounded_number_of_runs_per_job_while_results_are_never
     // lease ended: with overlap allowed, about `lease / interval` unfinished runs per job
     // (on a saturated store whose claims come too late to interrupt anything, more every
     // second), and every sweep lists them all. A backup watched each of them (PostgreSQL at
-    // 3 x 10,000: 270,000-340,000 watches per node by minute 6, the node's memory growing
+    // 3 x 10,000: 270,000-541,000 watches per node by minute 6, the node's memory growing
     // with them); now it watches at most `WATCHED_PER_JOB` of a job's runs besides the
     // job's newest, and the older ones are interrupted by the job's next claim (B-15).
     let o = JobOptions {
