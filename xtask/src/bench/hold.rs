@@ -7,7 +7,7 @@
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
-use super::stats::Sample;
+use super::stats::{Sample, mean};
 
 /// Seconds of readings each stretch needs at least (the stretch before holding and the one
 /// after it settled).
@@ -126,15 +126,6 @@ impl Held {
             self.held_holding + self.watched_holding - self.held_before - self.watched_before;
         (runs >= 1.0).then(|| (self.rss_holding_kb - self.rss_before_kb) / runs)
     }
-}
-
-fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (mut sum, mut n) = (0.0, 0u32);
-    for v in values {
-        sum += v;
-        n += 1;
-    }
-    (n > 0).then(|| sum / f64::from(n))
 }
 
 /// A node's [`Held`] from its readings, holding from `hold_from_ms` to `to_ms` (the stop),

@@ -472,13 +472,9 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// [`stats::mean`], NaN (printed as such) without a finite value.
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
-    let v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
+    stats::mean(values).unwrap_or(f64::NAN)
 }
 
 /// KiB per job above the node's own RSS before it registered anything.

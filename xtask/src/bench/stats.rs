@@ -39,6 +39,16 @@ pub(crate) fn parse_log(text: &str) -> (Vec<Start>, usize) {
     (starts, bad)
 }
 
+/// The mean of the finite values, `None` without one.
+pub(crate) fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (mut sum, mut n) = (0.0, 0u32);
+    for v in values.filter(|v| v.is_finite()) {
+        sum += v;
+        n += 1;
+    }
+    (n > 0).then(|| sum / f64::from(n))
+}
+
 /// Min, p50, p99 and max of a set of samples (any unit), by nearest rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Summary {
