@@ -304,6 +304,18 @@ impl LeaseStore for SlowStore {
     {
         self.slowed(self.inner.unfinished_runs(jobs))
     }
+    fn newest_unfinished_runs<'s, 'j, 'a>(
+        &'s self,
+        jobs: &'j [JobName],
+        newest: usize,
+    ) -> Answer<'a, Vec<RunView>>
+    where
+        's: 'a,
+        'j: 'a,
+        Self: 'a,
+    {
+        self.slowed(self.inner.newest_unfinished_runs(jobs, newest))
+    }
     fn subscribe_releases(&self) -> Option<tokio::sync::broadcast::Receiver<RunKey>> {
         self.inner.subscribe_releases()
     }

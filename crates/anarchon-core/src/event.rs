@@ -121,6 +121,9 @@ pub enum StoreOperation {
     Record,
     /// Reading the unfinished runs on start.
     UnfinishedRuns,
+    /// A backup's poll of the unfinished runs of the jobs it backs up
+    /// (`newest_unfinished_runs`, every heartbeat).
+    Sweep,
     /// An answer that did not fit its call (a bug in the scheduler's shell).
     Answer,
 }
@@ -138,6 +141,7 @@ impl StoreOperation {
             StoreOperation::Release => "release",
             StoreOperation::Record => "record",
             StoreOperation::UnfinishedRuns => "unfinished_runs",
+            StoreOperation::Sweep => "newest_unfinished_runs",
             StoreOperation::Answer => "answer",
         }
     }

@@ -349,6 +349,44 @@ where
 
 /// The one answer of a batch of one; a store that answered with another count broke the
 /// contract, which is reported as its error.
+/// Keeps of each job its `newest` unfinished runs and every one without an owner (the
+/// answer of [`LeaseStore::newest_unfinished_runs`] from that of
+/// [`LeaseStore::unfinished_runs`]), ordered by job and slot.
+///
+/// ```
+/// use anarchon_core::history::RunStatus;
+/// use anarchon_core::store::{JobName, RunKey, RunView, newest_of_each_job};
+///
+/// let job = JobName::new("report").unwrap();
+/// let run = |slot, owner: Option<&str>| RunView {
+///     run: RunKey::new(job.clone(), slot),
+///     status: RunStatus::Running,
+///     attempt: 1,
+///     owner: owner.map(str::to_owned),
+///     expires_at: 0,
+///     store_now: 0,
+/// };
+/// let all = vec![run(1, None), run(2, Some("a")), run(3, Some("b")), run(4, Some("c"))];
+/// let kept: Vec<i64> = newest_of_each_job(all, 2).iter().map(|v| v.run.slot).collect();
+/// assert_eq!(kept, [1, 3, 4]);
+/// ```
+pub fn newest_of_each_job(mut views: Vec<RunView>, newest: usize) -> Vec<RunView> {
+    views.sort_by(|a, b| a.run.cmp(&b.run));
+    let mut keep = Vec::with_capacity(views.len());
+    for group in views.chunk_by(|a, b| a.run.job == b.run.job) {
+        let older = group.len().saturating_sub(newest);
+        keep.extend(
+            group
+                .iter()
+                .enumerate()
+                .map(|(i, view)| i >= older || view.owner.is_none()),
+        );
+    }
+    let mut keep = keep.into_iter();
+    views.retain(|_| keep.next().unwrap_or(false));
+    views
+}
+
 fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Result<T> {
     match (out.pop(), out.is_empty()) {
         (Some(one), true) => Ok(one),
@@ -481,6 +519,36 @@ pub trait LeaseStore: HistoryStore {
     /// scan of history, and a store splits a long list of jobs into round trips that keep
     /// the server responsive.
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>>;
+    /// The backups' sweep: of each of these jobs, its `newest` unfinished runs (by slot)
+    /// and every unfinished run without an owner (handed over), ordered by job and slot.
+    /// A backup watches only that many runs of a job with an owner (older ones, should
+    /// their lease end, are interrupted by the job's next claim), so a store whose jobs
+    /// pile up unfinished runs under overload (results answered too late) need not read
+    /// and send them all every heartbeat. [B-14]
+    ///
+    /// The default filters [`LeaseStore::unfinished_runs`]; a store overrides it where it
+    /// can leave the older runs unread.
+    ///
+    /// ```
+    /// # async fn demo() -> anarchon_core::Result<()> {
+    /// use anarchon_core::memory::MemoryStore;
+    /// use anarchon_core::store::{JobName, LeaseStore};
+    ///
+    /// let store = MemoryStore::new();
+    /// let job = JobName::new("report")?;
+    /// assert!(store.newest_unfinished_runs(&[job], 4).await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    async fn newest_unfinished_runs(
+        &self,
+        jobs: &[JobName],
+        newest: usize,
+    ) -> Result<Vec<RunView>> {
+        Ok(newest_of_each_job(
+            self.unfinished_runs(jobs).await?,
+            newest,
+        ))
+    }
     /// A stream of released runs for fast handover (Redis pub/sub, PostgreSQL NOTIFY), or
     /// `None` where the store has none; backups then poll every heartbeat. Trait objects
     /// cannot be asked for a second trait, so this optional ability is a method.

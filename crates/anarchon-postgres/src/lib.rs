@@ -679,6 +679,13 @@ impl PostgresStore {
         self.inner.statements.load(Ordering::Relaxed)
     }
 
+    /// The statement of the backups' poll (`newest_unfinished_runs`; parameters: the job
+    /// names, the runs per job), for tests that read its plan.
+    #[doc(hidden)]
+    pub fn sweep_statement(&self) -> &str {
+        &self.inner.sql.newest_unfinished
+    }
+
     /// How many times a statement or a batch was run again after a serialization failure
     /// or a deadlock, for tests.
     #[doc(hidden)]

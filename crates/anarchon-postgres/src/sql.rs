@@ -234,6 +234,9 @@ pub(crate) struct Sql {
     pub(crate) fenced_finish: String,
     pub(crate) runs: String,
     pub(crate) unfinished: String,
+    /// The backups' sweep: per job its newest `$2` unfinished runs through the `_running`
+    /// index read backwards, and its runs handed over through the `_released` index.
+    pub(crate) newest_unfinished: String,
 }
 
 /// The retention CTEs of the reference model (`MemoryStore::prune`), computed on the
@@ -1042,6 +1045,12 @@ CREATE TABLE IF NOT EXISTS {runs} (
     PRIMARY KEY (job, slot)
 );
 CREATE INDEX IF NOT EXISTS \"{table}_running\" ON {runs} (job, slot) WHERE status = 'running';
+-- The runs handed over (released, no owner yet): the backups' sweep reads them beside each
+-- job's newest unfinished runs without reading the older ones. Its entries are added only
+-- at a release; an older table without it answers the same, reading each job's unfinished
+-- runs to find them.
+CREATE INDEX IF NOT EXISTS \"{table}_released\" ON {runs} (job, slot)
+    WHERE status = 'running' AND owner IS NULL;
 CREATE TABLE IF NOT EXISTS {attempts} (
     job text NOT NULL,
     slot bigint NOT NULL,
@@ -1228,6 +1237,24 @@ FROM {runs} r CROSS JOIN n
 WHERE r.status = 'running' AND r.job = ANY($1::text[])"
         );
 
+        // LATERAL per job, so each job's share is one short index descent whatever the
+        // statistics say; UNION because a run handed over may also be among the newest.
+        let newest_unfinished = format!(
+            "WITH n AS (SELECT {now} AS ms)
+SELECT t.job, t.slot, t.status, t.attempt, t.owner, t.expires_at, n.ms
+FROM unnest($1::text[]) AS j(job)
+CROSS JOIN LATERAL (
+    (SELECT r.job, r.slot, r.status, r.attempt, r.owner, r.expires_at FROM {runs} r
+     WHERE r.job = j.job AND r.status = 'running'
+     ORDER BY r.slot DESC LIMIT $2)
+    UNION
+    (SELECT r.job, r.slot, r.status, r.attempt, r.owner, r.expires_at FROM {runs} r
+     WHERE r.job = j.job AND r.status = 'running' AND r.owner IS NULL)
+) t
+CROSS JOIN n
+ORDER BY t.job, t.slot"
+        );
+
         Sql {
             create,
             now: format!("SELECT {now}"),
@@ -1256,6 +1283,7 @@ WHERE r.status = 'running' AND r.job = ANY($1::text[])"
             fenced_finish: fenced_finish_sql(names),
             runs: runs_sql,
             unfinished,
+            newest_unfinished,
         }
     }
 }

@@ -916,6 +916,35 @@ fn view(row: &Row) -> Result<RunView> {
     })
 }
 
+impl PostgresStore {
+    /// The unfinished runs of `jobs`, [`UNFINISHED_JOBS`] jobs a statement, one statement
+    /// after the other: every one, or with `newest` each job's newest that many and those
+    /// handed over. Ordered by job and slot.
+    async fn unfinished_of(&self, jobs: &[JobName], newest: Option<usize>) -> Result<Vec<RunView>> {
+        let (operation, sql) = match newest {
+            None => ("unfinished_runs", &self.inner.sql.unfinished),
+            Some(_) => ("newest_unfinished_runs", &self.inner.sql.newest_unfinished),
+        };
+        let newest = newest.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let mut views = Vec::new();
+        for chunk in jobs.chunks(UNFINISHED_JOBS) {
+            let list: Vec<&str> = chunk.iter().map(JobName::as_str).collect();
+            let mut types = vec![Type::TEXT_ARRAY];
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&list];
+            if let Some(n) = &newest {
+                types.push(Type::INT8);
+                params.push(n);
+            }
+            let rows = self.inner.query(operation, sql, &types, &params).await?;
+            for row in &rows {
+                views.push(view(row)?);
+            }
+        }
+        views.sort_by(|a, b| a.run.cmp(&b.run));
+        Ok(views)
+    }
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     fn kind(&self) -> &'static str {
@@ -1224,27 +1253,15 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut views = Vec::new();
-        for chunk in jobs.chunks(UNFINISHED_JOBS) {
-            let list: Vec<&str> = chunk.iter().map(JobName::as_str).collect();
-            let rows = self
-                .inner
-                .query(
-                    "unfinished_runs",
-                    &self.inner.sql.unfinished,
-                    &[Type::TEXT_ARRAY],
-                    &[&list],
-                )
-                .await?;
-            for row in &rows {
-                views.push(view(row)?);
-            }
-        }
-        views.sort_by(|a, b| a.run.cmp(&b.run));
-        Ok(views)
+        self.unfinished_of(jobs, None).await
+    }
+
+    async fn newest_unfinished_runs(
+        &self,
+        jobs: &[JobName],
+        newest: usize,
+    ) -> Result<Vec<RunView>> {
+        self.unfinished_of(jobs, Some(newest)).await
     }
 
     fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {

@@ -676,6 +676,141 @@ async fn b19_unfinished_runs_of_many_jobs_spans_statements() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// The rows each scan of a plan (EXPLAIN ANALYZE, JSON) read, by the index or table it read.
+fn rows_read(plan: &serde_json::Value, out: &mut Vec<(String, u64)>) {
+    if let Some(node) = plan.as_object() {
+        if let Some(rows) = node.get("Actual Rows").and_then(|r| r.as_u64()) {
+            let loops = node
+                .get("Actual Loops")
+                .and_then(|r| r.as_u64())
+                .unwrap_or(1);
+            let read = node.get("Rows Removed by Filter").and_then(|r| r.as_u64());
+            let source = node
+                .get("Index Name")
+                .or_else(|| node.get("Relation Name"))
+                .and_then(|n| n.as_str());
+            if let Some(source) = source {
+                out.push((source.to_owned(), (rows + read.unwrap_or(0)) * loops));
+            }
+        }
+        for value in node.values() {
+            rows_read(value, out);
+        }
+    } else if let Some(list) = plan.as_array() {
+        for value in list {
+            rows_read(value, out);
+        }
+    }
+}
+
+/// [B-14] The backups' poll (`newest_unfinished_runs`) over 100 jobs with 60 unfinished runs
+/// each (a saturated store's backlog), 3 runs of one job handed over, answers each job's 4
+/// newest and the 3 handed over, and reads about that many runs to do it: the newest
+/// through the index of running runs, read backwards, the others through the index of runs
+/// handed over. (When its statistics say a job has one or two unfinished runs, the planner
+/// reads them with a bitmap scan and sorts them, which costs the same; a single job with 300
+/// among 500 with one is read that way, all 300.) A table created before that index existed
+/// answers the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn b14_the_sweep_reads_each_jobs_newest_runs_and_those_handed_over() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let jobs: Vec<JobName> = (0..100).map(|i| job(&format!("piled{i}"))).collect();
+    let piled = jobs[0].clone();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    store.prepare(&prep(&refs)).await.unwrap();
+    let now = store.now().await.unwrap();
+    let mut leases = Vec::new();
+    for i in 0..60 {
+        let claims: Vec<LeaseClaim> = jobs
+            .iter()
+            .map(|j| LeaseClaim {
+                overlap: Overlap::Allow,
+                ..claim(j, now - (60 - i) * 1_000, "a", now)
+            })
+            .collect();
+        let mut won_now: Vec<Lease> = store
+            .claim_many(&claims)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(won)
+            .collect();
+        leases.push(won_now.swap_remove(0));
+    }
+    for lease in &leases[10..13] {
+        assert_eq!(store.release(lease).await.unwrap(), OwnerWrite::Done);
+    }
+    let mut expected: Vec<RunKey> = leases[10..13]
+        .iter()
+        .chain(&leases[56..])
+        .map(|l| l.run.clone())
+        .collect();
+    expected.sort();
+    let listed = |views: Vec<anarchon_core::store::RunView>| -> Vec<RunKey> {
+        views.into_iter().map(|v| v.run).collect()
+    };
+    let views = store
+        .newest_unfinished_runs(std::slice::from_ref(&piled), 4)
+        .await
+        .unwrap();
+    assert_eq!(listed(views), expected);
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("ANALYZE \"{}\".anarchon_runs", store.schema()))
+        .await
+        .unwrap();
+    // Prepared as the store prepares it; the simple protocol answers the plan as text.
+    let list: Vec<String> = jobs.iter().map(|j| format!("'{j}'")).collect();
+    let answer = client
+        .simple_query(&format!(
+            "PREPARE sweep(text[], int8) AS {};
+             EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE sweep(ARRAY[{}], 4);",
+            store.sweep_statement(),
+            list.join(",")
+        ))
+        .await
+        .unwrap();
+    let text = answer
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut read = Vec::new();
+    rows_read(&plan, &mut read);
+    let total: u64 = read.iter().map(|(_, n)| n).sum();
+    assert!(total <= 100 * 5 + 3, "the sweep read {read:?}: {plan}");
+    assert!(
+        read.iter()
+            .all(|(source, _)| source.ends_with("_running") || source.ends_with("_released")),
+        "{read:?}"
+    );
+
+    // A table of an earlier release, without the index of runs handed over.
+    client
+        .batch_execute(&format!(
+            "DROP INDEX \"{}\".anarchon_runs_released",
+            store.schema()
+        ))
+        .await
+        .unwrap();
+    drop(client);
+    let _ = task.await;
+    let views = store
+        .newest_unfinished_runs(std::slice::from_ref(&piled), 4)
+        .await
+        .unwrap();
+    assert_eq!(listed(views), expected);
+    common::drop_schema(&url, store.schema()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
     let Some(url) = common::url() else { return };

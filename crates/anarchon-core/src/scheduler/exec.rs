@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::core::{Answer, ClockSample, Now, Request, skew_event};
+use super::core::{Answer, ClockSample, Now, Request, SWEPT_PER_JOB, skew_event};
 use super::{Backend, JobDef, Shared};
 use crate::error::{Error, Result};
 use crate::store::Prepare;
@@ -129,6 +129,11 @@ async fn send(backend: &Backend, request: Request) -> Result<Answer> {
         }
         Request::Runs(keys) => Answer::Runs(lease_store()?.runs(&keys).await),
         Request::Unfinished(jobs) => Answer::Runs(lease_store()?.unfinished_runs(&jobs).await),
+        Request::Sweep(jobs) => Answer::Runs(
+            lease_store()?
+                .newest_unfinished_runs(&jobs, SWEPT_PER_JOB)
+                .await,
+        ),
         Request::TakeOver { takeovers } => {
             Answer::Takeovers(lease_store()?.take_over_many(&takeovers).await)
         }

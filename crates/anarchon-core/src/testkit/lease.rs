@@ -43,6 +43,7 @@ macro_rules! __lease_store_tests {
             b17_release_hands_over_without_counting_against_max_attempts,
             b19_unfinished_runs_lists_orphans_and_live_runs,
             b14_unfinished_runs_of_many_jobs_is_the_backup_sweep,
+            b14_newest_unfinished_runs_lists_each_jobs_newest_and_every_run_handed_over,
             b20_store_clock_is_sane,
             b36_history_is_newest_first_with_every_field,
             b37_retention_prunes_runs_beyond_history_size,
@@ -911,6 +912,94 @@ pub async fn b14_unfinished_runs_of_many_jobs_is_the_backup_sweep(store: Arc<dyn
         let released = leases[150..200].iter().any(|l| l.run == v.run);
         assert_eq!(v.is_takeable(), released, "{v:?}");
     }
+}
+
+/// [B-14] The backups' sweep, `newest_unfinished_runs`: of each job its newest unfinished
+/// runs and every one handed over, however many older ones the job has unfinished, over
+/// more jobs than one round trip asks about (1,030); the same answer as
+/// [`crate::store::newest_of_each_job`] of `unfinished_runs`, for 0, 1, 4 and every run.
+pub async fn b14_newest_unfinished_runs_lists_each_jobs_newest_and_every_run_handed_over(
+    store: Arc<dyn LeaseStore>,
+) {
+    let piled: Vec<JobName> = (0..30).map(|_| unique_job("piled")).collect();
+    let single: Vec<JobName> = (0..1_000).map(|_| unique_job("single")).collect();
+    let jobs: Vec<JobName> = piled.iter().chain(&single).cloned().collect();
+    let refs: Vec<&JobName> = jobs.iter().collect();
+    prepared(&store, &refs).await;
+    let t = now(&store).await;
+    let overlapping = |job: &JobName, slot: EpochMs| LeaseClaim {
+        lease_ms: 120_000,
+        overlap: Overlap::Allow,
+        ..claim(job, slot, "a", t)
+    };
+    // Seven runs of each piled job, all live (overlap allowed), one slot a round.
+    let mut rounds = Vec::new();
+    for back in (0..7).rev() {
+        let claims: Vec<LeaseClaim> = piled
+            .iter()
+            .map(|j| overlapping(j, t - back * 1_000))
+            .collect();
+        rounds.push(won_all(store.as_ref(), &claims).await);
+    }
+    let singles: Vec<LeaseClaim> = single.iter().map(|j| overlapping(j, t)).collect();
+    won_all(store.as_ref(), &singles).await;
+    // Piled jobs 0..10: the oldest and third-oldest runs handed over; 10..20: the newest run
+    // ended (the four newest unfinished are then rounds 2..6); 20..30 as they are.
+    for round in [0, 2] {
+        for lease in &rounds[round][..10] {
+            assert_eq!(store.release(lease).await.unwrap(), OwnerWrite::Done);
+        }
+    }
+    finish_all(&store, &rounds[6][10..20]).await;
+
+    let views = store
+        .newest_unfinished_runs(&jobs, 4)
+        .await
+        .expect("newest_unfinished_runs");
+    let slots = |job: &JobName| -> Vec<EpochMs> {
+        views
+            .iter()
+            .filter(|v| &v.run.job == job)
+            .map(|v| (v.run.slot - t) / 1_000)
+            .collect()
+    };
+    for job in &piled[..10] {
+        assert_eq!(slots(job), [-6, -4, -3, -2, -1, 0], "{job}: {views:?}");
+    }
+    for job in &piled[10..20] {
+        assert_eq!(slots(job), [-4, -3, -2, -1], "{job}");
+    }
+    for job in &piled[20..] {
+        assert_eq!(slots(job), [-3, -2, -1, 0], "{job}");
+    }
+    for job in &single {
+        assert_eq!(slots(job), [0], "{job}");
+    }
+    for v in &views {
+        assert_eq!(v.status, RunStatus::Running, "{v:?}");
+        assert!(v.store_now >= t, "{v:?}");
+        assert_eq!(v.owner.is_none(), v.is_takeable(), "{v:?}");
+    }
+    let all = store.unfinished_runs(&jobs).await.expect("unfinished_runs");
+    for newest in [0, 1, 4, usize::MAX] {
+        let mut listed = store
+            .newest_unfinished_runs(&jobs, newest)
+            .await
+            .expect("newest_unfinished_runs");
+        listed.sort_by(|a, b| a.run.cmp(&b.run));
+        let keys = |views: &[crate::store::RunView]| -> Vec<crate::store::RunKey> {
+            views.iter().map(|v| v.run.clone()).collect()
+        };
+        let expected = crate::store::newest_of_each_job(all.clone(), newest);
+        assert_eq!(keys(&listed), keys(&expected), "newest {newest}");
+    }
+    assert!(
+        store
+            .newest_unfinished_runs(&[], 4)
+            .await
+            .expect("no jobs")
+            .is_empty()
+    );
 }
 
 /// Wins every claim, in `claim_many` batches of the store's limit, and answers the leases in

@@ -323,6 +323,11 @@ impl LeaseStore for Instance {
         self.failing()?;
         self.inner.unfinished_runs(j).await
     }
+    async fn newest_unfinished_runs(&self, j: &[JobName], newest: usize) -> Result<Vec<RunView>> {
+        self.gate().await;
+        self.failing()?;
+        self.inner.newest_unfinished_runs(j, newest).await
+    }
     fn subscribe_releases(&self) -> Option<broadcast::Receiver<RunKey>> {
         self.inner.subscribe_releases()
     }

@@ -99,6 +99,13 @@ impl LeaseStore for TempStore {
     async fn unfinished_runs(&self, jobs: &[JobName]) -> Result<Vec<RunView>> {
         self.store.unfinished_runs(jobs).await
     }
+    async fn newest_unfinished_runs(
+        &self,
+        jobs: &[JobName],
+        newest: usize,
+    ) -> Result<Vec<RunView>> {
+        self.store.newest_unfinished_runs(jobs, newest).await
+    }
     fn subscribe_releases(&self) -> Option<tokio::sync::broadcast::Receiver<RunKey>> {
         self.store.subscribe_releases()
     }

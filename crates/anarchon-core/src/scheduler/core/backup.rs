@@ -194,8 +194,13 @@ impl Core {
             match by_key.remove(&key) {
                 Some(view) => self.feed_watch(&key, WatchInput::Seen(view)),
                 // Ended: by whom? For a run whose write this instance gave up on, read it
-                // once by key (its final attempt says whether another instance ended it).
+                // once by key (its final attempt says whether another instance ended it; one
+                // of the older runs a sweep leaves out is read so until the bound drops it or
+                // the job's next claim ends it).
                 None if swept && self.written_off.contains_key(&key) => self.queues.reads.push(key),
+                // Ended, or (a sweep lists only the newest `SWEPT_PER_JOB` runs of a job and
+                // those handed over) one of a job's older runs with an owner: no longer
+                // watched either way, as the bound of `Core::watch` would have it. [B-14]
                 None => self.feed_watch(&key, WatchInput::Missing),
             }
         }

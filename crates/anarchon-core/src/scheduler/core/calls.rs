@@ -417,7 +417,7 @@ impl Core {
                 self.count(result.is_ok());
                 match result {
                     Ok(views) => self.watched(asked, sent, views, Some(sweep)),
-                    Err(e) => self.error(StoreOperation::UnfinishedRuns, None, &e),
+                    Err(e) => self.error(StoreOperation::Sweep, None, &e),
                 }
             }
             (Pending::Takeovers { keys, sent }, Answer::Takeovers(result)) => {
@@ -566,7 +566,7 @@ impl Core {
         let sweep = self.sweeps_sent;
         let sent = self.now.mono;
         self.call(
-            Request::Unfinished(jobs),
+            Request::Sweep(jobs),
             Pending::Sweep { asked, sent, sweep },
             None,
         );

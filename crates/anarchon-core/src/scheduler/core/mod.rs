@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub(crate) use types::{
     Answer, CallId, ClockSample, CoreCommand, CoreConfig, CoreHealth, Effect, HandlerStart, Limits,
-    Micros, Now, Request, RunId, UNREACHABLE_AFTER, micros, skew_event,
+    Micros, Now, Request, RunId, SWEPT_PER_JOB, UNREACHABLE_AFTER, micros, skew_event,
 };
 use types::{Owned, Pending, Queues, ReplyTo, Timer};
 // What the tests (`tests.rs`, `table`) name through `use super::*`.

@@ -1319,6 +1319,8 @@ pub(crate) struct Sim {
     pub(crate) started: HashMap<(RunKey, u32), usize>,
     /// Calls sent to the store, by operation.
     pub(crate) calls_sent: HashMap<&'static str, u64>,
+    /// The most runs one sweep's answer listed.
+    pub(crate) largest_sweep: usize,
     /// Events reported, by name (interruptions by cause).
     pub(crate) counts: BTreeMap<String, u64>,
     pub(crate) lease_store: bool,
@@ -1443,6 +1445,7 @@ impl Sim {
             keep: true,
             started: HashMap::new(),
             calls_sent: HashMap::new(),
+            largest_sweep: 0,
             counts: BTreeMap::new(),
             lease_store: true,
             fail_next: HashMap::new(),
@@ -1927,6 +1930,11 @@ impl Sim {
             }
             Request::Runs(keys) => Answer::Runs(lease.runs(&keys).now_or_never()?),
             Request::Unfinished(jobs) => Answer::Runs(lease.unfinished_runs(&jobs).now_or_never()?),
+            Request::Sweep(jobs) => Answer::Runs(
+                lease
+                    .newest_unfinished_runs(&jobs, super::types::SWEPT_PER_JOB)
+                    .now_or_never()?,
+            ),
             Request::TakeOver { takeovers, .. } => {
                 Answer::Takeovers(lease.take_over_many(&takeovers).now_or_never()?)
             }
@@ -2023,7 +2031,12 @@ impl Sim {
                 let answer = if refuse {
                     Some(shape.failed(Error::store("memory", op, "refused by the test")))
                 } else {
-                    self.execute(request)
+                    let sweep = matches!(request, Request::Sweep(_));
+                    let answer = self.execute(request);
+                    if let (true, Some(Answer::Runs(Ok(views)))) = (sweep, &answer) {
+                        self.largest_sweep = self.largest_sweep.max(views.len());
+                    }
+                    answer
                 };
                 if notifies {
                     self.releases();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::sim::*;
-use super::types::{CLAIM_CALLS_IN_FLIGHT, RESULT_CALLS_IN_FLIGHT, WATCHED_PER_JOB};
+use super::types::{CLAIM_CALLS_IN_FLIGHT, RESULT_CALLS_IN_FLIGHT, SWEPT_PER_JOB, WATCHED_PER_JOB};
 use super::*;
 use crate::event::{InterruptCause, SkipReason};
 use crate::history::{Reason, RunStatus};
@@ -1286,7 +1286,11 @@ fn b14_backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one
     }
     sim.run_for(Duration::from_secs(40));
     let heartbeat_s = sim.core(0).heartbeat_every().as_secs_f64();
-    let polls = sim.calls_sent.get("unfinished_runs").copied().unwrap_or(0);
+    let polls = sim
+        .calls_sent
+        .get("newest_unfinished_runs")
+        .copied()
+        .unwrap_or(0);
     // One listing at start per instance, then one sweep per heartbeat per instance.
     let most = 3 * (1 + (40.0 / heartbeat_s).ceil() as u64 + 1);
     assert!(
@@ -1351,7 +1355,7 @@ fn b14_a_crashed_owner_is_taken_over_through_the_sweep_within_lease_and_two_hear
         "{}",
         sim.timeline.join("\n")
     );
-    assert!(sim.calls_sent.contains_key("unfinished_runs"));
+    assert!(sim.calls_sent.contains_key("newest_unfinished_runs"));
     assert!(!sim.calls_sent.contains_key("runs"), "{:?}", sim.calls_sent);
 }
 
@@ -2461,7 +2465,7 @@ fn b14_a_backup_sends_no_second_sweep_while_one_is_unanswered() {
     sim.run_for(Duration::from_secs(30));
     let sweeps = sim.timeline[from..]
         .iter()
-        .filter(|l| l.contains(&format!("n{backup} Call")) && l.contains("request: Unfinished("))
+        .filter(|l| l.contains(&format!("n{backup} Call")) && l.contains("request: Sweep("))
         .count();
     assert!(
         (1..=2).contains(&sweeps),
@@ -3202,7 +3206,8 @@ fn most_watched(sim: &mut Sim, d: Duration) -> [usize; 2] {
 }
 
 #[test]
-fn b14_a_backup_watches_a_bounded_number_of_runs_per_job_while_results_are_never_written() {
+fn b14_a_backup_watches_and_sweeps_a_bounded_number_of_runs_per_job_while_results_are_never_written()
+ {
     // Every result write fails (a store that takes claims but answers results too late), so
     // each slot's run stays `running` until a later claim of its job interrupts it once its
     // lease ended: with overlap allowed, about `lease / interval` unfinished runs per job
@@ -3233,6 +3238,15 @@ fn b14_a_backup_watches_a_bounded_number_of_runs_per_job_while_results_are_never
     assert!(
         most.iter().all(|&m| m <= bound),
         "watched at most {most:?} runs of 20 jobs (bound {bound})"
+    );
+    // Nor does a sweep's answer follow the backlog: it asks the store for the newest
+    // `SWEPT_PER_JOB` runs of each job and those handed over (620 runs of 20 jobs when it
+    // listed every unfinished run).
+    let bound = 20 * SWEPT_PER_JOB;
+    assert!(
+        sim.largest_sweep <= bound,
+        "a sweep listed {} runs of 20 jobs (bound {bound})",
+        sim.largest_sweep
     );
     // Once results are written again, every job is on time and nothing is left running.
     sim.fail_next.remove("finish");

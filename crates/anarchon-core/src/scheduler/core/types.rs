@@ -191,6 +191,12 @@ pub(crate) const UNREACHABLE_AFTER: u32 = 3;
 /// by a newer slot anyway. [B-14, B-15]
 pub(crate) const WATCHED_PER_JOB: usize = 3;
 
+/// How many unfinished runs of each job a sweep asks the store for (besides those handed
+/// over): the runs a backup watches of a job, so a job's older runs are not read and sent
+/// every heartbeat only to be dropped (3 x 10,000 `every 1s` on a saturated PostgreSQL
+/// listed hundreds of thousands per sweep, and half the sweeps timed out). [B-14]
+pub(crate) const SWEPT_PER_JOB: usize = WATCHED_PER_JOB + 1;
+
 #[derive(Debug)]
 pub(super) enum Timer {
     Due { job: Arc<JobDef>, slot: EpochMs },
@@ -286,6 +292,8 @@ pub(crate) enum Request {
         claim_only: bool,
     },
     Unfinished(Vec<JobName>),
+    /// The backups' sweep: [`SWEPT_PER_JOB`] runs of each job, and those handed over.
+    Sweep(Vec<JobName>),
 }
 
 impl Request {
@@ -300,6 +308,7 @@ impl Request {
             Request::Release(_) => "release",
             Request::Record { .. } => "record",
             Request::Unfinished(_) => "unfinished_runs",
+            Request::Sweep(_) => "newest_unfinished_runs",
         }
     }
 
@@ -309,7 +318,7 @@ impl Request {
             Request::Claim { .. } => Shape::Claims,
             Request::ClaimSlot(_) => Shape::Slot,
             Request::Heartbeat { .. } => Shape::Renewals,
-            Request::Runs(_) | Request::Unfinished(_) => Shape::Runs,
+            Request::Runs(_) | Request::Unfinished(_) | Request::Sweep(_) => Shape::Runs,
             Request::TakeOver { .. } => Shape::Takeovers,
             Request::Finish { .. } => Shape::Writes,
             Request::Release(_) => Shape::Released,
