@@ -217,6 +217,11 @@ pub(crate) struct Sql {
     /// rolls back instead of committing after its caller gave up. (The failing cast reads
     /// the clock, so the planner cannot fold it into an error of every call.)
     pub(crate) claim_guard: String,
+    /// Opens a claim or takeover batch, before its job lock: the transaction's
+    /// `lock_timeout` ends 1 ms past the batch's deadline (`$1`, database clock; at most
+    /// the setting's largest value, about 24 days), so a batch never waits for a lock past
+    /// the moment every item in it is late.
+    pub(crate) lock_wait_until: String,
     pub(crate) heartbeat: String,
     /// The finish of a round of one result (see [`finish_sql`]), indexed like `prune`.
     pub(crate) finish: [String; 2],
@@ -1269,6 +1274,10 @@ ORDER BY t.job, t.slot"
             claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
             finish: [finish_sql(names, false), finish_sql(names, true)],
             claim_set: [claim_set_sql(names, false), claim_set_sql(names, true)],
+            lock_wait_until: format!(
+                "SELECT set_config('lock_timeout', \
+                 least(greatest($1 - {now}, 0) + 1, 2147483647)::text || 'ms', true)"
+            ),
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \
                  THEN CAST('anarchon: the claim batch reached its deadline ' || {now} AS int8) \

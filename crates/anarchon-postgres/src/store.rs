@@ -441,6 +441,13 @@ enum Batch {
     /// The guard found the database clock past the batch's deadline, so the transaction
     /// rolled back: the answer rows of each step as they were before the rollback.
     RolledBack(Vec<Vec<Row>>),
+    /// A lock the batch waited for was not granted before its deadline (the transaction's
+    /// `lock_timeout` ends there): rolled back, nothing written, and every item of the
+    /// batch is past its `not_after` on the database clock.
+    PastDeadline {
+        /// The batch's deadline: the database clock was past it.
+        deadline: i64,
+    },
 }
 
 /// Why one try of a locked batch did not commit.
@@ -578,13 +585,20 @@ impl Inner {
                         .await?
                 }
             };
-            let guard = match deadline {
-                Some(_) => Some(
-                    client
-                        .prepare_typed_cached(&self.sql.claim_guard, &[Type::INT8])
-                        .await?,
+            let (guard, wait_until) = match deadline {
+                Some(_) => (
+                    Some(
+                        client
+                            .prepare_typed_cached(&self.sql.claim_guard, &[Type::INT8])
+                            .await?,
+                    ),
+                    Some(
+                        client
+                            .prepare_typed_cached(&self.sql.lock_wait_until, &[Type::INT8])
+                            .await?,
+                    ),
                 ),
-                None => None,
+                None => (None, None),
             };
             let commit = client.prepare_typed_cached("COMMIT", &[]).await?;
             let mut statements = Vec::with_capacity(steps.len());
@@ -609,8 +623,14 @@ impl Inner {
                 // Every request goes out before the first answer is read: tokio-postgres
                 // pipelines the queries of futures polled together on one connection, in
                 // the order they are first polled.
-                let (began, locked, rows, guarded, committed) = futures::join!(
+                let (began, limited, locked, rows, guarded, committed) = futures::join!(
                     client.execute(&begin, &[]),
+                    async {
+                        match &wait_until {
+                            Some(w) => client.query(w, &guard_params).await.map(Some),
+                            None => Ok(None),
+                        }
+                    },
                     client.execute(&lock, &lock_params),
                     futures::future::join_all(
                         statements
@@ -628,8 +648,18 @@ impl Inner {
                 );
                 // The first error is the cause: the requests after it only found the
                 // transaction aborted (and its COMMIT answered with a rollback).
-                let failed = match (began, locked) {
-                    (Err(e), _) | (_, Err(e)) => failure(e),
+                let limited = limited.map(|_| 0);
+                let first_error = [&began, &limited, &locked]
+                    .into_iter()
+                    .find_map(|r| r.as_ref().err())
+                    .or_else(|| rows.iter().find_map(|r| r.as_ref().err()));
+                if let (Some(e), true) = (first_error, wait_until.is_some())
+                    && e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+                {
+                    return Ok(Batch::PastDeadline { deadline });
+                }
+                let failed = match (began, limited, locked) {
+                    (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => failure(e),
                     _ if rows.iter().any(Result::is_err) => {
                         failure(rows.into_iter().find_map(Result::err).expect("an error"))
                     }
@@ -717,6 +747,14 @@ impl Inner {
         {
             Batch::Committed(rows) => (rows, true),
             Batch::RolledBack(rows) => (rows, false),
+            // Every claim of the batch is past its `not_after`: late, as the claim statement
+            // would have judged it, and nothing was written.
+            Batch::PastDeadline { deadline } => {
+                let late = ClaimOutcome::Late {
+                    store_now: deadline.saturating_add(1),
+                };
+                return Ok(vec![late; claims.len()]);
+            }
         };
         let mut out: Vec<Option<ClaimOutcome>> = vec![None; claims.len()];
         for (round, rows) in rounds.iter().zip(&rows) {
@@ -790,6 +828,14 @@ impl Inner {
             .await?
         {
             Batch::Committed(rows) | Batch::RolledBack(rows) => rows,
+            // Results have no deadline: their batch waits for its locks however long.
+            Batch::PastDeadline { .. } => {
+                return Err(Error::store(
+                    KIND,
+                    "finish",
+                    "a result batch stopped at a deadline it does not have (a bug in anarchon)",
+                ));
+            }
         };
         let mut out = vec![OwnerWrite::Lost; writes.len()];
         for (round, rows) in rounds.iter().zip(&rows) {
@@ -837,6 +883,10 @@ impl Inner {
         {
             Batch::Committed(rows) => (rows, true),
             Batch::RolledBack(rows) => (rows, false),
+            // Every takeover of the batch is past its `not_after`: late, nothing written.
+            Batch::PastDeadline { .. } => {
+                return Ok(vec![TakeoverOutcome::Late; takeovers.len()]);
+            }
         };
         let mut out = Vec::with_capacity(takeovers.len());
         for (t, rows) in takeovers.iter().zip(&rows) {

@@ -163,13 +163,15 @@ async fn concurrent_batches_over_the_same_jobs_in_other_orders_win_each_slot_onc
     common::drop_schema(&url, &schema).await;
 }
 
-/// A batch that won a claim but reached its deadline before `COMMIT` rolls back and says
-/// so: another transaction has inserted (uncommitted) the run of the batch's first job and
-/// holds it past the batch's deadline, so the claim statement is judged in time, waits on
-/// that insert, wins when it rolls back, and the guard before `COMMIT` finds the clock past
-/// the deadline.
+/// A batch whose claim waits on another transaction's uncommitted insert of its run past
+/// the batch's deadline stops waiting there (the batch's `lock_timeout`) and answers every
+/// claim `late`, nothing written, without waiting for that transaction: the run of the
+/// batch's first job is inserted and held by another transaction for 1.2 s, the deadline
+/// is 400 ms away. (Before the lock timeout the claim waited, won when the insert rolled
+/// back, and the guard before `COMMIT` rolled the batch back as a timeout; the guard is
+/// left for a batch whose own work outlasts its deadline.)
 #[tokio::test]
-async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout() {
+async fn a_batch_waiting_on_another_insert_past_its_deadline_is_late_and_writes_nothing() {
     let Some(url) = common::url() else { return };
     let schema = common::fresh_schema();
     // Sorted by job, `ga-...` runs before `gz-...`.
@@ -197,21 +199,31 @@ async fn a_batch_that_won_and_reached_its_deadline_rolls_back_and_is_a_timeout()
         claim(&last, t, "a", deadline),
         claim(&first, t, "a", deadline),
     ];
+    let started = std::time::Instant::now();
     let claims = tokio::spawn({
         let s = s.clone();
-        async move { s.claim_many(&batch).await }
+        async move {
+            let result = s.claim_many(&batch).await;
+            (result, started.elapsed())
+        }
     });
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     client.batch_execute("ROLLBACK").await.unwrap();
-    let result = claims.await.unwrap();
+    let (result, answered_after) = claims.await.unwrap();
+    let outcomes = result.unwrap();
     assert!(
-        matches!(result, Err(anarchon_core::Error::Timeout { .. })),
-        "{result:?}"
+        outcomes
+            .iter()
+            .all(|o| matches!(o, ClaimOutcome::Late { store_now } if *store_now > deadline)),
+        "{outcomes:?}"
     );
     assert!(
-        s.history(&first, 10).await.unwrap().is_empty(),
-        "the won claim was rolled back"
+        answered_after < Duration::from_millis(1_100),
+        "answered after {answered_after:?}, not at the deadline"
     );
+    for job in [&first, &last] {
+        assert!(s.history(job, 10).await.unwrap().is_empty(), "{job}");
+    }
     drop(client);
     let _ = conn_task.await;
     s.close().await.unwrap();

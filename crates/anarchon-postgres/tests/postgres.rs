@@ -626,6 +626,111 @@ async fn a_taken_claim_does_not_lock_the_job() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-10, S-11] A claim or takeover batch waits for its jobs' locks only until its deadline
+/// (the latest `not_after` in it): a batch whose job is held by another transaction answers
+/// every item `late` just past that moment, with nothing written, instead of waiting on the
+/// server after its caller gave up (under overload such waits queued every batch behind the
+/// ones already late). Once the lock is free the same claims win.
+#[tokio::test(flavor = "multi_thread")]
+async fn b10_a_batch_waits_for_its_job_locks_only_until_its_deadline() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let (held, free, expired) = (job("held"), job("free"), job("expired"));
+    store
+        .prepare(&prep(&[&held, &free, &expired]))
+        .await
+        .unwrap();
+    let now = store.now().await.unwrap();
+    let crashed = won(store
+        .claim(&LeaseClaim {
+            lease_ms: 1,
+            ..claim(&expired, now - 5_000, "a", now)
+        })
+        .await
+        .unwrap());
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .execute(
+            &format!(
+                "SELECT 1 FROM \"{}\".anarchon_runs_jobs WHERE job = ANY($1) FOR UPDATE",
+                store.schema()
+            ),
+            &[&vec![held.as_str(), expired.as_str()]],
+        )
+        .await
+        .unwrap();
+    let now = store.now().await.unwrap();
+    let soon = |c: LeaseClaim| LeaseClaim {
+        not_after: now + 400,
+        ..c
+    };
+    let started = Instant::now();
+    let out = store
+        .claim_many(&[
+            soon(claim(&held, now, "b", now)),
+            soon(claim(&free, now, "b", now)),
+        ])
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    for outcome in &out {
+        match outcome {
+            ClaimOutcome::Late { store_now } => assert!(*store_now > now + 400, "{out:?}"),
+            other => panic!("expected late, got {other:?}"),
+        }
+    }
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "answered after {waited:?}"
+    );
+    let takeover = Takeover {
+        run: crashed.run.clone(),
+        seen_attempt: 1,
+        instance_id: "b".into(),
+        lease_ms: 30_000,
+        max_attempts: 3,
+        superseded: false,
+        not_after: store.now().await.unwrap() + 400,
+    };
+    let started = Instant::now();
+    assert_eq!(
+        store.take_over(&takeover).await.unwrap(),
+        TakeoverOutcome::Late
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Nothing was written by the late batches.
+    for j in [&held, &free] {
+        assert!(store.history(j, 10).await.unwrap().is_empty(), "{j}");
+    }
+    let views = store
+        .unfinished_runs(std::slice::from_ref(&expired))
+        .await
+        .unwrap();
+    assert_eq!(views.len(), 1);
+    assert_eq!(
+        (views[0].attempt, views[0].owner.as_deref()),
+        (1, Some("a"))
+    );
+    client.batch_execute("ROLLBACK").await.unwrap();
+    drop(client);
+    let _ = task.await;
+    let now = store.now().await.unwrap();
+    won(store.claim(&claim(&held, now, "b", now)).await.unwrap());
+    let takeover = Takeover {
+        not_after: now + 60_000,
+        ..takeover
+    };
+    assert!(matches!(
+        store.take_over(&takeover).await.unwrap(),
+        TakeoverOutcome::Won(_)
+    ));
+    common::drop_schema(&url, store.schema()).await;
+}
+
 /// [B-19] `unfinished_runs` over more jobs than one statement asks about (1024): every
 /// running run of the jobs asked about is answered, whichever statement its job fell in,
 /// finished runs and runs of other jobs are not, sorted by run.
