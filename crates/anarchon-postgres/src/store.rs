@@ -712,7 +712,18 @@ impl Inner {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        let rounds = rounds(claims.iter().map(|c| c.run.job.as_str()));
+        // The claims due to prune go in a statement of their own after the others of their
+        // round: the set-based statement's pruning variant costs every claim it carries, and
+        // with one won claim in `PRUNE_EVERY` due nearly every batch of 256 holds one.
+        let rounds: Vec<Vec<usize>> = rounds(claims.iter().map(|c| c.run.job.as_str()))
+            .into_iter()
+            .flat_map(|round| {
+                let (due, rest): (Vec<usize>, Vec<usize>) = round
+                    .into_iter()
+                    .partition(|&i| self.prune_due(&claims[i].run.job));
+                [rest, due].into_iter().filter(|r| !r.is_empty())
+            })
+            .collect();
         // A round of one claim sends the single claim's statement: the set-based one costs
         // a lone claim more than its work (its plan has about a hundred nodes).
         let params: Vec<Either<ClaimParams<'_>, ClaimArrays<'_>>> = rounds

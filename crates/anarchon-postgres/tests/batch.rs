@@ -394,6 +394,68 @@ async fn concurrent_result_batches_over_the_same_jobs_in_other_orders_finish_eac
     common::drop_schema(&url, &schema).await;
 }
 
+/// [B-37] The claims of a batch that are due to prune (one won claim of a job in 16) go in a
+/// statement of their own, after the others: the pruning variant of the set-based claim
+/// statement costs every claim it carries, and nearly every batch of 256 holds one due
+/// claim. Both statements in the one transaction and round trip; every claim won; the due
+/// job pruned (its count of claims since pruning starts again).
+#[tokio::test]
+async fn b37_claims_due_to_prune_go_in_a_statement_of_their_own() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..100).map(|_| unique_job("due")).collect();
+    let s = store(&url, &schema, 1, &jobs).await;
+    let t = s.now().await.unwrap();
+    let batch = |slot: EpochMs| -> Vec<LeaseClaim> {
+        jobs.iter()
+            .map(|j| LeaseClaim {
+                overlap: Overlap::Allow,
+                ..claim(j, slot, "a", t + 60_000)
+            })
+            .collect()
+    };
+    // The store learns every job's count from the claims' answers. Job `due` is made one
+    // claim short of due before a batch; the batch after it carries its due claim. The
+    // second time, every statement is prepared on the connection: one round trip.
+    s.claim_many(&batch(t)).await.unwrap();
+    let mut slot = t;
+    for due in [0, 1] {
+        common::exec(
+            &url,
+            &format!(
+                "UPDATE \"{schema}\".anarchon_runs_jobs SET unpruned = 14 WHERE job = '{}'",
+                jobs[due]
+            ),
+        )
+        .await
+        .unwrap();
+        slot += 1_000;
+        s.claim_many(&batch(slot)).await.unwrap();
+        slot += 1_000;
+        let (statements, trips) = (s.statements(), s.round_trips());
+        let out = s.claim_many(&batch(slot)).await.unwrap();
+        assert_eq!(
+            s.statements() - statements,
+            2,
+            "the due claim in its own statement"
+        );
+        if due == 1 {
+            assert_eq!(s.round_trips() - trips, 1, "one round trip");
+        }
+        assert!(
+            out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))),
+            "{out:?}"
+        );
+        // Nothing due any more: one statement.
+        let statements = s.statements();
+        slot += 1_000;
+        s.claim_many(&batch(slot)).await.unwrap();
+        assert_eq!(s.statements() - statements, 1);
+    }
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
 /// A batch of claims is one set-based statement (and one round trip), whatever its size;
 /// a batch that holds two slots of each job (catch-up) is one statement per round, still
 /// one round trip, and judges each job's second slot after its first.
