@@ -347,8 +347,6 @@ where
     Ok(out)
 }
 
-/// The one answer of a batch of one; a store that answered with another count broke the
-/// contract, which is reported as its error.
 /// Keeps of each job its `newest` unfinished runs and every one without an owner (the
 /// answer of [`LeaseStore::newest_unfinished_runs`] from that of
 /// [`LeaseStore::unfinished_runs`]), ordered by job and slot.
@@ -387,6 +385,8 @@ pub fn newest_of_each_job(mut views: Vec<RunView>, newest: usize) -> Vec<RunView
     views
 }
 
+/// The one answer of a batch of one; a store that answered with another count broke the
+/// contract, which is reported as its error.
 fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Result<T> {
     match (out.pop(), out.is_empty()) {
         (Some(one), true) => Ok(one),

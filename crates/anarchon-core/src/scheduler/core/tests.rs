@@ -3206,8 +3206,7 @@ fn most_watched(sim: &mut Sim, d: Duration) -> [usize; 2] {
 }
 
 #[test]
-fn b14_a_backup_watches_and_sweeps_a_bounded_number_of_runs_per_job_while_results_are_never_written()
- {
+fn b14_a_backup_watches_and_sweeps_a_bounded_number_of_runs_per_job_while_results_fail() {
     // Every result write fails (a store that takes claims but answers results too late), so
     // each slot's run stays `running` until a later claim of its job interrupts it once its
     // lease ended: with overlap allowed, about `lease / interval` unfinished runs per job
