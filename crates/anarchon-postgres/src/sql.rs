@@ -218,9 +218,10 @@ pub(crate) struct Sql {
     /// the clock, so the planner cannot fold it into an error of every call.)
     pub(crate) claim_guard: String,
     /// Opens a claim or takeover batch, before its job lock: the transaction's
-    /// `lock_timeout` ends 1 ms past the batch's deadline (`$1`, database clock; at most
-    /// the setting's largest value, about 24 days), so a batch never waits for a lock past
-    /// the moment every item in it is late.
+    /// `lock_timeout` ends 1 ms past the batch's deadline (`$1`, database clock; a deadline
+    /// already past waits 1 ms, one further than the setting's largest value, about 24
+    /// days, sets no limit: the batch's own timeout bounds it), so a batch never waits for
+    /// a lock past the moment every item in it is late.
     pub(crate) lock_wait_until: String,
     pub(crate) heartbeat: String,
     /// The finish of a round of one result (see [`finish_sql`]), indexed like `prune`.
@@ -1274,9 +1275,11 @@ ORDER BY t.job, t.slot"
             claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
             finish: [finish_sql(names, false), finish_sql(names, true)],
             claim_set: [claim_set_sql(names, false), claim_set_sql(names, true)],
+            // `greatest($1, n) - n` cannot overflow, whatever the deadline.
             lock_wait_until: format!(
-                "SELECT set_config('lock_timeout', \
-                 least(greatest($1 - {now}, 0) + 1, 2147483647)::text || 'ms', true)"
+                "SELECT set_config('lock_timeout', CASE WHEN w >= 2147483647 THEN '0' \
+                 ELSE (w + 1)::text || 'ms' END, true) \
+                 FROM (SELECT greatest($1, x.n) - x.n AS w FROM (SELECT {now} AS n) x) y"
             ),
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \

@@ -572,21 +572,7 @@ async fn a_taken_claim_does_not_lock_the_job() {
     store.prepare(&prep(&[&j])).await.unwrap();
     let now = store.now().await.unwrap();
     won(store.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
-    client.batch_execute("BEGIN").await.unwrap();
-    client
-        .execute(
-            &format!(
-                "SELECT 1 FROM \"{}\".anarchon_runs_jobs WHERE job = $1 FOR UPDATE",
-                store.schema()
-            ),
-            &[&j.as_str()],
-        )
-        .await
-        .unwrap();
+    let locks = common::JobLocks::hold(&url, store.schema(), &[j.as_str()]).await;
     // A batch of the taken claim and a claim of another job: neither waits.
     let other = job("free");
     let started = Instant::now();
@@ -614,15 +600,13 @@ async fn a_taken_claim_does_not_lock_the_job() {
         !waiting.is_finished(),
         "a claim that may insert did not wait"
     );
-    client.batch_execute("ROLLBACK").await.unwrap();
+    locks.release().await;
     assert_eq!(
         waiting.await.unwrap().unwrap(),
         ClaimOutcome::Overlap {
             running_slot: now - 1000
         }
     );
-    drop(client);
-    let _ = task.await;
     common::drop_schema(&url, store.schema()).await;
 }
 
@@ -648,21 +632,8 @@ async fn b10_a_batch_waits_for_its_job_locks_only_until_its_deadline() {
         })
         .await
         .unwrap());
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
-    client.batch_execute("BEGIN").await.unwrap();
-    client
-        .execute(
-            &format!(
-                "SELECT 1 FROM \"{}\".anarchon_runs_jobs WHERE job = ANY($1) FOR UPDATE",
-                store.schema()
-            ),
-            &[&vec![held.as_str(), expired.as_str()]],
-        )
-        .await
-        .unwrap();
+    let locks =
+        common::JobLocks::hold(&url, store.schema(), &[held.as_str(), expired.as_str()]).await;
     let now = store.now().await.unwrap();
     let soon = |c: LeaseClaim| LeaseClaim {
         not_after: now + 400,
@@ -715,11 +686,32 @@ async fn b10_a_batch_waits_for_its_job_locks_only_until_its_deadline() {
         (views[0].attempt, views[0].owner.as_deref()),
         (1, Some("a"))
     );
-    client.batch_execute("ROLLBACK").await.unwrap();
-    drop(client);
-    let _ = task.await;
+    // Deadlines at the ends of time: far past is late at once, far future waits (no
+    // overflow, no error).
+    let far_past = LeaseClaim {
+        not_after: i64::MIN,
+        ..claim(&free, now, "b", now)
+    };
+    assert!(matches!(
+        store.claim(&far_past).await.unwrap(),
+        ClaimOutcome::Late { .. }
+    ));
+    let far_future = {
+        let store = store.clone();
+        let c = LeaseClaim {
+            not_after: i64::MAX,
+            ..claim(&held, now, "b", now)
+        };
+        tokio::spawn(async move { store.claim(&c).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !far_future.is_finished(),
+        "a far deadline waits for the lock"
+    );
+    locks.release().await;
+    won(far_future.await.unwrap().unwrap());
     let now = store.now().await.unwrap();
-    won(store.claim(&claim(&held, now, "b", now)).await.unwrap());
     let takeover = Takeover {
         not_after: now + 60_000,
         ..takeover

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -26,24 +25,12 @@ fn captured() -> Arc<Mutex<Vec<u8>>> {
             .with_max_level(tracing::Level::TRACE)
             .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
             .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
+            .with_writer(move || common::LogSink(sink.clone()))
             .try_init()
             .expect("the only subscriber of this test process");
         buf
     })
     .clone()
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Percent-encodes every byte that is not alphanumeric.

@@ -1,25 +1,12 @@
-//! `prepare` warns when nothing vacuums the store's tables: the server's `autovacuum` is off,
-//! or the runs or history table turned it off. Its own test process: it installs the log
-//! subscriber.
+//! [B-33] `prepare` warns when nothing vacuums the store's tables: the server's `autovacuum`
+//! is off, or the runs or history table turned it off. Its own test process: it installs the
+//! log subscriber.
 
 mod common;
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use anarchon_core::store::{Prepare, Store};
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use anarchon_core::store::Store;
 
 async fn server_autovacuum(url: &str) -> bool {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -37,14 +24,14 @@ async fn server_autovacuum(url: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn prepare_warns_when_autovacuum_is_off_for_the_server_or_the_tables() {
+async fn b33_prepare_warns_when_autovacuum_is_off_for_the_server_or_the_tables() {
     let Some(url) = common::url() else { return };
     let logs = Arc::new(Mutex::new(Vec::new()));
     let sink = logs.clone();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::WARN)
         .with_ansi(false)
-        .with_writer(move || Sink(sink.clone()))
+        .with_writer(move || common::LogSink(sink.clone()))
         .try_init()
         .expect("the only subscriber of this test process");
     let read = || String::from_utf8(std::mem::take(&mut *logs.lock().unwrap())).unwrap();
@@ -66,14 +53,7 @@ async fn prepare_warns_when_autovacuum_is_off_for_the_server_or_the_tables() {
     )
     .await
     .unwrap();
-    store
-        .prepare(&Prepare {
-            jobs: vec![],
-            instance_id: "test".into(),
-            call_timeout: std::time::Duration::from_secs(5),
-        })
-        .await
-        .unwrap();
+    store.prepare(&common::prepare_no_jobs()).await.unwrap();
     let text = read();
     assert!(
         text.contains(&format!(

@@ -28,17 +28,22 @@ pub fn store_on(url: &str, schema: &str) -> PostgresStore {
         .expect("valid options")
 }
 
+/// A `prepare` of no jobs, as the tests' instance `test`.
+pub fn prepare_no_jobs() -> Prepare {
+    Prepare {
+        jobs: vec![],
+        instance_id: "test".into(),
+        call_timeout: Duration::from_secs(5),
+    }
+}
+
 /// A prepared store on a fresh schema. Also drops the test schemas older than an hour, so
 /// the server stays small however often the tests run.
 pub async fn fresh_store(url: &str) -> PostgresStore {
     drop_old_schemas(url).await;
     let store = store_on(url, &fresh_schema());
     store
-        .prepare(&Prepare {
-            jobs: vec![],
-            instance_id: "test".into(),
-            call_timeout: std::time::Duration::from_secs(5),
-        })
+        .prepare(&prepare_no_jobs())
         .await
         .expect("prepare a fresh schema");
     store
@@ -87,4 +92,51 @@ pub async fn drop_old_schemas(url: &str) {
     }
     drop(client);
     let _ = task.await;
+}
+
+/// Another connection's open transaction holding the `_jobs` rows of `jobs` (`FOR UPDATE`),
+/// as a claim, result or takeover batch of another instance holds them.
+pub struct JobLocks {
+    client: tokio_postgres::Client,
+    task: tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+}
+
+impl JobLocks {
+    pub async fn hold(url: &str, schema: &str, jobs: &[&str]) -> JobLocks {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(connection);
+        client.batch_execute("BEGIN").await.unwrap();
+        client
+            .execute(
+                &format!(
+                    "SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = ANY($1) FOR UPDATE"
+                ),
+                &[&jobs],
+            )
+            .await
+            .unwrap();
+        JobLocks { client, task }
+    }
+
+    /// Rolls the transaction back: the rows are free again.
+    pub async fn release(self) {
+        self.client.batch_execute("ROLLBACK").await.unwrap();
+        drop(self.client);
+        let _ = self.task.await;
+    }
+}
+
+/// A log writer that appends to a shared buffer, for tests that read what was logged.
+pub struct LogSink(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
