@@ -6,9 +6,9 @@
 //! unfinished runs at the next sweeps (one record per job, in the core), and each run such a
 //! sweep lists, a run listed on start, one named by a release notification, or one it lost
 //! to another instance becomes a [`Watch`]. The core polls the watched runs every heartbeat
-//! with one `unfinished_runs` call over their jobs and the jobs looked out for (a watched
-//! run not listed is fed as [`WatchInput::Missing`]; it reads a run at once on a release
-//! notification), feeds the answers in as [`WatchInput`]s and carries out the
+//! with one `newest_unfinished_runs` call over their jobs and the jobs looked out for (each
+//! job's newest runs and those handed over; a watched run not listed is fed as
+//! [`WatchInput::Missing`]; it reads a run at once on a release notification), feeds the answers in as [`WatchInput`]s and carries out the
 //! [`WatchEffect`]s. No clock is read here: the driver passes [`Facts`].
 //!
 //! Architecture invariant: a watch exists only while its run may still need a backup (not

@@ -108,9 +108,11 @@ impl Core {
         }
     }
 
-    /// The backup poll: one `unfinished_runs` call over the jobs of every polled watch and
-    /// every job looked out for (the sweep). A watched run the store does not list as
-    /// unfinished has ended: it is not read run by run, so a backup's cost per heartbeat
+    /// The backup poll: one `newest_unfinished_runs` call over the jobs of every polled
+    /// watch and every job looked out for (the sweep), asking for [`super::SWEPT_PER_JOB`]
+    /// runs of each job besides those handed over. A watched run the store does not list
+    /// has ended (or is one of its job's older runs, which the bound of [`Core::watch`]
+    /// drops anyway): it is not read run by run, so a backup's cost per heartbeat
     /// follows the runs still unfinished and the jobs, not every run it learned of since
     /// the last poll.
     pub(super) fn watch_tick(&mut self) {

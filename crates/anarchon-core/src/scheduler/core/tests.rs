@@ -1108,7 +1108,7 @@ fn seed_69_a_handed_over_run_that_no_backup_watches_is_taken_over_on_its_release
     );
 }
 
-/// A sweep lists every unfinished run of the jobs it asks about; a run no watch here knows
+/// A sweep lists the newest unfinished runs of the jobs it asks about; a run no watch here knows
 /// of (its owner alone caught that slot up: its clock was behind) is adopted, so when its owner
 /// crashes (no release notification) a backup still continues it within the bound.
 #[test]
@@ -1275,8 +1275,8 @@ fn seed_1291_a_claim_answered_after_its_lease_expired_does_not_start_the_handler
 #[test]
 fn b14_backups_poll_with_one_sweep_per_heartbeat_and_never_reread_ended_runs_one_by_one() {
     // Three instances back each other up for 100 `every 1s` jobs: every run an instance
-    // loses is watched. The poll is one `unfinished_runs` call over the watched runs' jobs
-    // per heartbeat; ended runs drop out of the watches without a read of their own.
+    // loses is watched. The poll is one `newest_unfinished_runs` call over the watched runs'
+    // jobs per heartbeat; ended runs drop out of the watches without a read of their own.
     let jobs: Vec<Arc<JobDef>> = (0..100)
         .map(|i| every(&format!("j{i}"), Duration::from_secs(1), opts()))
         .collect();
