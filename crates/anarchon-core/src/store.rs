@@ -427,15 +427,15 @@ fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Res
 ///   with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
 ///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
 ///   (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning
-///   (to `finish`, or to every n-th claim) as long as a job's runs stay bounded. One round
-///   trip per batch where the store allows.
+///   (to `finish`, to every n-th claim, or to after the call returned) as long as a job's
+///   runs stay bounded. One round trip per batch where the store allows.
 /// - [`LeaseStore::heartbeat`]: for each lease, if the run is `running` and its (attempt,
 ///   owner) match, set the deadline to `now + lease_ms` → `Renewed`; else `Lost`. One round
 ///   trip for the whole batch; answers in the order given.
 /// - finish (each item of [`LeaseStore::finish_many`]): conditional on (job, slot, attempt,
 ///   owner) and status `running`: set the run and its attempt's history row to the status,
-///   `finished_at = now`, error; prune to retention → `Done`; else `Lost` and nothing
-///   written.
+///   `finished_at = now`, error; prune to retention (a store may do that after the call
+///   returned, see claim) → `Done`; else `Lost` and nothing written.
 /// - [`LeaseStore::release`] (graceful handover) [B-17]: conditional like finish: the run
 ///   stays `running` with no owner and an ended lease, marked as handed over; the attempt's
 ///   history row becomes `interrupted` ("handed over"). Notifies subscribers of

@@ -71,6 +71,7 @@
 mod error;
 mod fenced;
 mod listen;
+mod prune;
 mod schema;
 mod sql;
 mod store;
@@ -380,17 +381,35 @@ pub(crate) struct Inner {
     /// Each job's count of won claims since a claim last pruned it, as the last claim of the
     /// job this store sent saw it: it picks the claim variant (see `sql::PRUNE_EVERY`).
     unpruned: Mutex<HashMap<String, i32>>,
+    /// The jobs due to prune that won claims found, waiting for the background prune (see
+    /// [`prune`]).
+    pending_prunes: Mutex<prune::Pending>,
     /// The scheduler's store timeout (`Prepare::call_timeout`) in ms, 0 until `prepare`: a
     /// claim or result batch gives up at the shorter of it and `timeout`.
     caller_limit_ms: AtomicU64,
-    /// Requests this store sent and waited for (a statement, a pipelined batch): the round
-    /// trips, for tests and benchmarks.
-    round_trips: AtomicU64,
-    /// Claim, result, takeover and other data statements this store sent (transaction
-    /// control, the job lock and the deadline guard of a batch not counted), for tests.
-    statements: AtomicU64,
+    /// The round trips and statements of every request but the prunes, for tests.
+    counted: Counters,
     /// Statements and batches run again after a serialization failure or a deadlock.
     retries: AtomicU64,
+    /// The round trips and statements of the prunes (see [`prune`]), for tests.
+    pruning: Counters,
+}
+
+/// What a store sent, for tests.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Requests sent and waited for (a statement, a pipelined batch): the round trips.
+    round_trips: AtomicU64,
+    /// Claim, result, takeover, prune and other data statements (transaction control, the
+    /// job lock, settings and the deadline guard of a batch not counted).
+    statements: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(&self, round_trips: u64, statements: u64) {
+        self.round_trips.fetch_add(round_trips, Ordering::Relaxed);
+        self.statements.fetch_add(statements, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Inner {
@@ -650,10 +669,11 @@ impl PostgresStore {
                 shutdown: CancellationToken::new(),
                 closed: AtomicBool::new(false),
                 unpruned: Mutex::new(HashMap::new()),
+                pending_prunes: Mutex::new(prune::Pending::default()),
                 caller_limit_ms: AtomicU64::new(0),
-                round_trips: AtomicU64::new(0),
-                statements: AtomicU64::new(0),
+                counted: Counters::default(),
                 retries: AtomicU64::new(0),
+                pruning: Counters::default(),
             }),
         })
     }
@@ -668,7 +688,7 @@ impl PostgresStore {
     /// benchmarks.
     #[doc(hidden)]
     pub fn round_trips(&self) -> u64 {
-        self.inner.round_trips.load(Ordering::Relaxed)
+        self.inner.counted.round_trips.load(Ordering::Relaxed)
     }
 
     /// How many claim, result, takeover and other data statements this store has sent so
@@ -676,7 +696,22 @@ impl PostgresStore {
     /// run again counts again): a claim batch is one statement per round, for tests.
     #[doc(hidden)]
     pub fn statements(&self) -> u64 {
-        self.inner.statements.load(Ordering::Relaxed)
+        self.inner.counted.statements.load(Ordering::Relaxed)
+    }
+
+    /// How many prune statements this store has sent so far (after claim and result
+    /// batches and manual runs; not counted in [`PostgresStore::statements`] nor in
+    /// [`PostgresStore::round_trips`]), for tests.
+    #[doc(hidden)]
+    pub fn prunes(&self) -> u64 {
+        self.inner.pruning.statements.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the jobs that won claims found due to prune are pruned (they are pruned
+    /// in the background after the claims returned), for tests.
+    #[doc(hidden)]
+    pub async fn pruning_settled(&self) {
+        self.inner.pruning_settled().await;
     }
 
     /// The statement of the backups' poll (`newest_unfinished_runs`; parameters: the job
@@ -780,9 +815,7 @@ impl Inner {
                 let cached = client.statement_cache.size();
                 let statement = client.prepare_typed_cached(sql, types).await?;
                 let prepared = client.statement_cache.size().saturating_sub(cached);
-                self.round_trips
-                    .fetch_add(1 + prepared as u64, Ordering::Relaxed);
-                self.statements.fetch_add(1, Ordering::Relaxed);
+                self.counted.add(1 + prepared as u64, 1);
                 match client.query(&statement, params).await {
                     Err(e) if is_retryable(&e) && tries < MAX_RETRIES => {
                         tries += 1;

@@ -4,7 +4,7 @@
 //! job lock ([`lock_jobs_sql`]: the `_jobs` rows of the batch's jobs, in job order), the
 //! set-based claim or finish statement once per round (each job at most once per round), or
 //! the takeover statement once per takeover, a deadline guard (claims, takeovers) and
-//! `COMMIT`. The statements after the lock take their snapshots once every earlier writer of
+//! `COMMIT`. Pruning runs after the batch, in a statement of its own (see [`PRUNE_EVERY`]). The statements after the lock take their snapshots once every earlier writer of
 //! those jobs that locks them has committed, and no such writer can start before this batch
 //! commits, so they decide on fresh data.
 //!
@@ -27,22 +27,30 @@ pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1
 /// `<table>_jobs.unpruned` (see [`PRUNE_EVERY`]).
 pub(crate) const SCHEMA_VERSION: i64 = 2;
 
-/// A won claim prunes its job only when it is the job's `PRUNE_EVERY`-th won claim since the
-/// last claim that pruned. The count lives in `<table>_jobs.unpruned`, which the claim's fence
-/// update writes anyway, so it costs no extra row; every claim answers with it, and the store
-/// sets the claim's `prune` flag when the count it last saw says the next won claim is due (or
-/// when it has not seen the job's count yet). The set-based claim statement prunes only the
-/// jobs whose won claim carries the flag.
+/// A won claim makes its job due to prune only when it is the job's `PRUNE_EVERY`-th won
+/// claim since the job was last found due. The count lives in `<table>_jobs.unpruned`,
+/// which the claim's fence update writes anyway, so it costs no extra row; every claim
+/// answers with it, and the store sets the claim's `prune` flag when the count it last saw
+/// says the next won claim is due (or when it has not seen the job's count yet). A flagged
+/// claim sets the count to 0.
 ///
-/// `finish` prunes only when the job's count is above `size / 8` (at most `PRUNE_EVERY - 1`,
-/// see [`finish_slack`]) or the finished run lies below the job's cut (see [`below_cut`]),
-/// and then sets the count to 0, so after a finish the job holds at most
-/// `size + size / 8` runs (exactly `size` below 8). Between finishes, for runs that never finish (taken over until
-/// exhausted, interrupted by the next slot) and for runs a fenced transaction finished
-/// (which does not prune, see [`fenced_finish_sql`]), a job holds about `size + PRUNE_EVERY` runs at
-/// most (plus any older run still running, which pruning always keeps); with several
-/// instances the due claim may be a few claims late, since an instance learns the count from
-/// its own claims (won or taken).
+/// A result makes its job due when the job's count is above `size / 8` (at most
+/// `PRUNE_EVERY - 1`, see [`finish_slack`]) or the finished run lies below the job's cut (see
+/// [`below_cut`]), and then sets the count to 0.
+///
+/// Neither claims nor results prune in their batch: the batch holds its jobs' locks, and
+/// every claim of those jobs waits for it (pruning a job reads up to `size` history keys
+/// and deletes what lies below; with 3 x 10,000 `every 1s` jobs a result batch that pruned
+/// held its 256 job locks about a second, and from the third minute the claims queued
+/// behind such batches). The store prunes the due jobs after the batch committed, with
+/// [`prune_sql`], which takes no job lock, in the background (see `crate::prune`): once
+/// the prune after a finish is done the job holds at most `size + size / 8` runs besides
+/// its running ones (exactly `size` below 8). Between finishes, for runs that never finish
+/// (taken over until exhausted, interrupted by the next slot) and for runs a fenced
+/// transaction finished (which does not prune, see [`fenced_finish_sql`]), a job holds
+/// about `size + PRUNE_EVERY` runs at most (plus any older run still running, which
+/// pruning always keeps); with several instances the due claim may be a few claims late,
+/// since an instance learns the count from its own claims (won or taken).
 pub(crate) const PRUNE_EVERY: i32 = 16;
 
 /// The fill factor of the history and jobs tables: half of each page is left free when rows
@@ -198,20 +206,25 @@ pub(crate) struct Sql {
     pub(crate) known_jobs: String,
     pub(crate) history: String,
     pub(crate) record_manual: String,
-    /// Indexed by "a TTL is set" (0 without, 1 with).
-    pub(crate) prune: [String; 2],
+    /// Prunes a set of jobs, outside any batch (see [`prune_sql`]).
+    pub(crate) prune: String,
+    /// Opens the prune's transaction: no JIT compilation and the generic plan for its
+    /// statement. With the jobs' list known (a custom plan, PostgreSQL's choice for a
+    /// prepared statement's first five runs on a connection) the planner costs the prune of
+    /// 128 jobs above `jit_above_cost` and `jit_optimize_above_cost`, and compiled it for
+    /// about half a second, ten times its work (EXPLAIN ANALYZE, 10,000 jobs x 113 runs);
+    /// the generic plan reads each job through its indexes whatever the list holds.
+    pub(crate) prune_settings: String,
     /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
     pub(crate) lock_jobs: String,
     /// Locks the `_jobs` rows of a claim batch's jobs whose runs do not exist yet (see
     /// [`lock_claims_sql`]).
     pub(crate) lock_claims: String,
-    /// The claim of a round of one claim: no pruning (see [`claim_sql`]).
-    pub(crate) claim: String,
-    /// The claim of a round of one claim that also prunes, indexed like `prune`.
-    pub(crate) claim_pruning: [String; 2],
-    /// The set-based claim of a round of claims (see [`claim_set_sql`]), indexed by "a
-    /// claim of the round is due to prune" (0: the variant without pruning CTEs).
-    pub(crate) claim_set: [String; 2],
+    /// The claim of a round of one claim (see [`claim_sql`]), indexed by "due to prune"
+    /// (1: sets the job's count of claims since pruning to 0).
+    pub(crate) claim: [String; 2],
+    /// The set-based claim of a round of claims (see [`claim_set_sql`]).
+    pub(crate) claim_set: String,
     /// The last statement of a claim or takeover batch before its `COMMIT`: fails (SQLSTATE 22P02) when
     /// the database clock is past `$1`, the batch's latest deadline, so the transaction
     /// rolls back instead of committing after its caller gave up. (The failing cast reads
@@ -223,9 +236,14 @@ pub(crate) struct Sql {
     /// days, sets no limit: the batch's own timeout bounds it), so a batch never waits for
     /// a lock past the moment every item in it is late.
     pub(crate) lock_wait_until: String,
+    /// Opens a batch without a deadline (results, prunes), before its job lock: the
+    /// transaction's `lock_timeout` is `$1` (text, the batch timeout), so the server stops
+    /// waiting for a lock when the caller stops waiting for the batch, rather than wait on
+    /// for nobody and then hold the batch's locks.
+    pub(crate) lock_wait_for: String,
     pub(crate) heartbeat: String,
-    /// The finish of a round of one result (see [`finish_sql`]), indexed like `prune`.
-    pub(crate) finish: [String; 2],
+    /// The finish of a round of one result (see [`finish_sql`]).
+    pub(crate) finish: String,
     /// The set-based finish of a round of results (see [`finish_set_sql`]).
     pub(crate) finish_set: String,
     pub(crate) release: String,
@@ -245,110 +263,47 @@ pub(crate) struct Sql {
     pub(crate) newest_unfinished: String,
 }
 
-/// The retention CTEs of the reference model (`MemoryStore::prune`), computed on the
-/// statement's snapshot plus what the statement itself changes (a snapshot does not see the
-/// statement's own writes):
+/// The `prune` statement: prunes each job of `$1` to its retention (`$2` size, `$3` TTL ms,
+/// NULL elements: none), as the reference model (`MemoryStore::prune`) does: it keeps the
+/// `size` newest distinct (slot, manual) history keys of a job, drops rows that finished
+/// before `now - ttl`, always keeps the rows of running runs, and removes a run once none
+/// of its rows is left. Each job appears once in `$1`.
 ///
-/// - `gate`: a boolean SQL expression; nothing is pruned when it is false;
-/// - `add_key`: a SELECT of `(slot, manual)` history keys this statement adds;
-/// - `not_running`: a SELECT of slots that stop running in this statement;
-/// - `add_running`: a SELECT of slots that start running in this statement;
-/// - `ttl`: the TTL parameter, or `None` for the variant without a TTL.
-///
-/// The model keeps the `size` newest distinct (slot, manual) keys of a job, drops rows that
-/// finished before `now - ttl`, always keeps the rows of running runs, and removes a run once
-/// none of its rows is left. Rather than build the set of kept keys, the statement finds the
-/// oldest kept key (`pcut`, by an ordered index scan of at most `size` keys) and looks only
-/// at the rows below it, which in steady state is the one run a new claim pushed out. `$1`
-/// is the job; `n.ms` is the statement's now. Defines `pdrop`, `pdrop_runs` and `del_a`.
-fn prune_ctes(
-    names: &Names,
-    gate: &str,
-    add_key: &str,
-    not_running: &str,
-    add_running: &str,
-    size: &str,
-    ttl: Option<&str>,
-) -> String {
-    let Names { runs, attempts, .. } = names;
-    let expired = match ttl {
-        Some(ttl) => format!(
-            "
-    UNION
-    SELECT a.slot, a.manual, a.attempt, a.instance_id FROM {attempts} a, n
-    WHERE a.job = $1 AND ({gate}) AND a.finished_at < n.ms - {ttl}"
-        ),
-        None => String::new(),
-    };
-    format!(
-        "ptop AS (
-    SELECT DISTINCT a.slot, a.manual FROM {attempts} a
-    WHERE a.job = $1 AND ({gate})
-    ORDER BY a.slot DESC, a.manual DESC LIMIT greatest({size}, 1)
-),
-pcut AS (
-    SELECT k.slot, k.manual
-    FROM (SELECT slot, manual FROM ptop UNION SELECT x.slot, x.manual FROM ({add_key}) x) k
-    WHERE ({gate})
-    ORDER BY k.slot DESC, k.manual DESC OFFSET greatest({size}, 1) - 1 LIMIT 1
-),
-pcand AS (
-    SELECT a.slot, a.manual, a.attempt, a.instance_id FROM {attempts} a, pcut c
-    WHERE a.job = $1 AND a.slot <= c.slot AND (a.slot, a.manual) < (c.slot, c.manual){expired}
-),
-pdrop AS (
-    SELECT p.slot, p.manual, p.attempt, p.instance_id FROM pcand p
-    WHERE p.manual OR NOT (
-        p.slot IN (SELECT y.slot FROM ({add_running}) y)
-        OR (p.slot NOT IN (SELECT x.slot FROM ({not_running}) x)
-            AND EXISTS (SELECT 1 FROM {runs} r
-                        WHERE r.job = $1 AND r.slot = p.slot AND r.status = 'running')))
-),
-pdrop_runs AS (
-    SELECT DISTINCT d.slot FROM pdrop d
-    WHERE NOT d.manual AND NOT EXISTS (
-        SELECT 1 FROM {attempts} a
-        WHERE a.job = $1 AND a.slot = d.slot AND NOT a.manual
-          AND NOT EXISTS (SELECT 1 FROM pdrop e
-                          WHERE NOT e.manual AND e.slot = a.slot AND e.attempt = a.attempt))
-),
-del_a AS (
-    DELETE FROM {attempts} a USING pdrop d
-    WHERE a.job = $1 AND a.slot = d.slot AND a.manual = d.manual AND a.attempt = d.attempt
-      AND a.instance_id = d.instance_id
-),"
-    )
-}
-
-/// The `prune` statement; `ttl` selects the variant that also prunes by age.
-fn prune_sql(names: &Names, ttl: bool) -> String {
+/// It takes no job lock and runs in a transaction of its own, after the claim or result
+/// batch that found the jobs due committed (see [`PRUNE_EVERY`]): the batches' job locks
+/// are held only for the claims and results. Without the job lock its snapshot may miss a
+/// key committed meanwhile, which only puts its cut lower (it deletes less); and it deletes
+/// only rows of runs that are not running on its snapshot, which no batch writes any more
+/// (a run that is not running never runs again), so it waits for no batch and no batch
+/// waits for it. Two prunes of one job at once may wait for each other's deletes; a
+/// deadlock between them rolls one back, which the next prune makes up.
+fn prune_sql(names: &Names) -> String {
     let Names { runs, .. } = names;
     let now = NOW_MS;
-    // $1 job, $2 size, $3 ttl ms (or NULL).
+    let kept = format!(
+        "EXISTS (SELECT 1 FROM {runs} r
+                WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running')"
+    );
+    // $1 jobs, $2 sizes, $3 ttl ms (NULL elements: none).
     format!(
         "WITH n AS (SELECT {now} AS ms),
+pj AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[]) AS q(job, size, ttl)
+),
 {prune}
 del_r AS (
     DELETE FROM {runs} r USING pdrop_runs p
-    WHERE r.job = $1 AND r.slot = p.slot AND r.status <> 'running'
+    WHERE r.job = p.job AND r.slot = p.slot AND r.status <> 'running'
 )
 SELECT count(*) FROM pdrop",
-        prune = prune_ctes(
-            names,
-            "true",
-            NO_KEYS,
-            NO_SLOTS,
-            NO_SLOTS,
-            "$2",
-            ttl.then_some("$3")
-        ),
+        prune = prune_set_ctes(names, &kept),
     )
 }
 
-/// The `claim` statement: `prune` selects the variant that prunes the job (see
-/// [`PRUNE_EVERY`]), `ttl` the pruning variant that also prunes by age. The variant without
-/// pruning keeps the same CTEs with `pdrop` and `pdrop_runs` empty, so both read alike.
-fn claim_sql(names: &Names, prune: bool, ttl: bool) -> String {
+/// The `claim` statement: `reset` selects the variant of a claim due to prune (see
+/// [`PRUNE_EVERY`]), which sets the job's count of claims since pruning to 0 rather than
+/// adding 1; the store prunes the job after the batch committed (see [`prune_sql`]).
+fn claim_sql(names: &Names, reset: bool) -> String {
     let Names {
         runs,
         attempts,
@@ -358,7 +313,7 @@ fn claim_sql(names: &Names, prune: bool, ttl: bool) -> String {
     } = names;
     let now = NOW_MS;
     // $1 job, $2 slot, $3 scheduled_at, $4 instance, $5 lease ms, $6 not_after,
-    // $7 overlap skip, $8 reason, $9 retention size, $10 retention ttl ms (or NULL).
+    // $7 overlap skip, $8 reason.
     format!(
         "WITH n AS (SELECT {now} AS ms),
 ok AS (SELECT ms FROM n WHERE ms <= $6),
@@ -383,13 +338,11 @@ ins AS (
     ON CONFLICT (job, slot) DO NOTHING
     RETURNING slot, expires_at, started_at
 ),
-{prune}
 marked AS (
     UPDATE {runs} r SET status = 'interrupted', owner = NULL
     FROM to_mark m, n
     WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
       AND (r.owner IS NULL OR r.expires_at <= n.ms)
-      AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
     RETURNING r.slot, r.attempt
 ),
 marked_rows AS (
@@ -398,19 +351,11 @@ marked_rows AS (
     FROM marked m, n
     WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
       AND a.status = 'running'
-      AND NOT EXISTS (SELECT 1 FROM pdrop d
-                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
-),
-del_r AS (
-    DELETE FROM {runs} r USING pdrop_runs p, n
-    WHERE r.job = $1 AND r.slot = p.slot
-      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
-    RETURNING r.slot
 ),
 fence AS (
     INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
     SELECT $1, 1, ins.started_at, {first_count} FROM ins
-    WHERE (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+    WHERE (SELECT count(*) FROM marked) >= 0
     ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1, unpruned = {count}
     WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
     RETURNING j.fence, j.unpruned
@@ -431,32 +376,22 @@ SELECT n.ms,
        CASE
            WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
                THEN {retry}('another claim of the job committed first')
-           WHEN (SELECT count(*) FROM marked)
-                + (SELECT count(*) FROM del_r WHERE slot IN (SELECT slot FROM to_mark))
-                <> (SELECT count(*) FROM to_mark)
+           WHEN (SELECT count(*) FROM marked) <> (SELECT count(*) FROM to_mark)
                THEN {retry}('an ended lease was renewed meanwhile')
        END AS retry
 FROM n",
-        prune = if prune {
-            prune_ctes(
-                names,
-                "EXISTS (SELECT 1 FROM ins)",
-                "SELECT slot, false AS manual FROM ins",
-                "SELECT slot FROM to_mark",
-                "SELECT slot FROM ins",
-                "$9",
-                ttl.then_some("$10"),
-            )
-        } else {
-            NO_PRUNE.to_owned()
-        },
-        first_count = if prune { "0" } else { "1" },
-        count = if prune { "0" } else { "j.unpruned + 1" },
+        first_count = if reset { "0" } else { "1" },
+        count = if reset { "0" } else { "j.unpruned + 1" },
     )
 }
 
-/// The `finish` statement; `ttl` selects the variant that also prunes by age.
-fn finish_sql(names: &Names, ttl: bool) -> String {
+/// The `finish` statement: conditional on (job, slot, attempt, owner) and status `running`,
+/// the run and its attempt's history row get the status, `finished_at` and error. It does
+/// not prune: it answers whether the job is due to (a TTL is set, the job's count of claims
+/// since pruning is above [`finish_slack`], or the run lies below the job's cut, see
+/// [`below_cut`]) and then sets that count to 0; the store prunes the due jobs after the
+/// batch committed (see [`prune_sql`]).
+fn finish_sql(names: &Names) -> String {
     let Names {
         runs,
         attempts,
@@ -466,16 +401,6 @@ fn finish_sql(names: &Names, ttl: bool) -> String {
     } = names;
     let now = NOW_MS;
     // $1 job, $2 slot, $3 attempt, $4 owner, $5 status, $6 error, $7 size, $8 ttl ms.
-    let due = if ttl {
-        "true".to_owned()
-    } else {
-        format!(
-            "((SELECT j.unpruned FROM {jobs} j WHERE j.job = $1) > {} OR {})",
-            finish_slack("$7"),
-            below_cut(names, "$1", "$2", "$7")
-        )
-    };
-    let gate = format!("EXISTS (SELECT 1 FROM chk) AND {due}");
     format!(
         "WITH n AS (SELECT {now} AS ms),
 chk AS (
@@ -483,44 +408,33 @@ chk AS (
     WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
       AND r.status = 'running'
 ),
-{prune}
-reset AS (UPDATE {jobs} j SET unpruned = 0 WHERE j.job = $1 AND {gate}),
+due AS (
+    SELECT 1 AS x FROM chk
+    WHERE $8::int8 IS NOT NULL
+       OR (SELECT j.unpruned FROM {jobs} j WHERE j.job = $1) > {slack}
+       OR {below}
+),
+reset AS (UPDATE {jobs} j SET unpruned = 0 WHERE j.job = $1 AND EXISTS (SELECT 1 FROM due)),
 f AS (
     UPDATE {runs} r SET status = $5, owner = NULL
     FROM chk
     WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
-      AND r.status = 'running' AND r.slot NOT IN (SELECT slot FROM pdrop_runs)
+      AND r.status = 'running'
     RETURNING r.slot
 ),
 h AS (
     UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
     FROM chk, n
     WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
-      AND NOT EXISTS (SELECT 1 FROM pdrop d
-                      WHERE NOT d.manual AND d.slot = a.slot AND d.attempt = a.attempt)
-),
-del_r AS (
-    DELETE FROM {runs} r USING pdrop_runs p
-    WHERE r.job = $1 AND r.slot = p.slot
-      AND (r.status <> 'running'
-           OR (r.slot = $2 AND r.attempt = $3 AND r.owner = $4))
-    RETURNING r.slot
 )
 SELECT EXISTS (SELECT 1 FROM chk) AS done,
+       EXISTS (SELECT 1 FROM due) AS due,
        CASE
            WHEN EXISTS (SELECT 1 FROM chk) AND NOT EXISTS (SELECT 1 FROM f)
-                AND NOT EXISTS (SELECT 1 FROM del_r WHERE slot = $2)
                THEN {retry}('the run changed while it was finished')
        END AS retry",
-        prune = prune_ctes(
-            names,
-            &gate,
-            NO_KEYS,
-            "SELECT slot FROM chk",
-            NO_SLOTS,
-            "$7",
-            ttl.then_some("$8"),
-        ),
+        slack = finish_slack("$7"),
+        below = below_cut(names, "$1", "$2", "$7"),
     )
 }
 
@@ -614,42 +528,24 @@ FROM n"
     )
 }
 
-/// The CTEs `prune_ctes` defines, empty: nothing is pruned.
-const NO_PRUNE: &str = "pdrop AS (
-    SELECT NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
-           NULL::text AS instance_id
-    WHERE false
-),
-pdrop_runs AS (SELECT NULL::int8 AS slot WHERE false),";
-
-/// The retention CTEs of the reference model (see [`prune_ctes`]) for a whole batch at once:
-/// `pj` is a CTE of the jobs to prune, one row per job, with columns `job`, `slot` (the run
-/// the statement claims or finishes), `size` and `ttl`. Each job's oldest kept key is found
-/// by a `LATERAL` ordered index scan of at most `size` keys, as in the single statement.
+/// The retention CTEs of [`prune_sql`]: `pj` is a CTE of the jobs to prune, one row per
+/// job, with columns `job`, `size` and `ttl`. Rather than build the set of kept keys, each
+/// job's oldest kept key is found (`pcut`, by a `LATERAL` ordered index scan of at most
+/// `size` keys) and only the rows below it are looked at, which in steady state are the
+/// few runs the job's claims since its last pruning pushed out.
 ///
-/// - `add_key`: whether the job's `slot` is a history key this statement adds (a claim);
-/// - `kept`: a boolean SQL expression over a candidate row `p` and its job's `q` (a `pj`
-///   row) that is true when the candidate belongs to a run that stays running, which
-///   pruning always keeps.
+/// - `kept`: a boolean SQL expression over a candidate row `p` that is true when the
+///   candidate belongs to a run that stays running, which pruning always keeps.
 ///
 /// Defines `pcut`, `pcand`, `pdrop`, `pdrop_runs` and `del_a`, all keyed by job.
-fn prune_set_ctes(names: &Names, add_key: bool, kept: &str) -> String {
+fn prune_set_ctes(names: &Names, kept: &str) -> String {
     let Names { attempts, .. } = names;
-    let add_key = if add_key {
-        "
-            UNION SELECT q.slot, false"
-    } else {
-        ""
-    };
     format!(
         "pcut AS (
     SELECT q.job, c.slot, c.manual FROM pj q CROSS JOIN LATERAL (
-        SELECT k.slot, k.manual FROM (
-            (SELECT DISTINCT a.slot, a.manual FROM {attempts} a
-             WHERE a.job = q.job
-             ORDER BY a.slot DESC, a.manual DESC LIMIT greatest(q.size, 1)){add_key}
-        ) k
-        ORDER BY k.slot DESC, k.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
+        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
+        WHERE a.job = q.job
+        ORDER BY a.slot DESC, a.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
     ) c
 ),
 pcand AS (
@@ -663,7 +559,7 @@ pcand AS (
 ),
 pdrop AS (
     SELECT p.job, p.slot, p.manual, p.attempt, p.instance_id
-    FROM pcand p JOIN pj q ON q.job = p.job
+    FROM pcand p
     WHERE p.manual OR NOT ({kept})
 ),
 pdrop_runs AS (
@@ -672,7 +568,8 @@ pdrop_runs AS (
         SELECT 1 FROM {attempts} a
         WHERE a.job = d.job AND a.slot = d.slot AND NOT a.manual
           AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
-                                                 WHERE NOT e.manual))
+                                                 WHERE NOT e.manual)
+        OFFSET 0)
 ),
 del_a AS (
     DELETE FROM {attempts} a USING pdrop d
@@ -732,8 +629,9 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
 /// earlier runs of its job that are running with an ended lease become `interrupted` (and
 /// their running history rows); taken when its run exists; overlap when `skip` and an earlier
 /// run of the job holds a live lease; else its run, the job's next fence and its first
-/// history row are written. A won claim whose `prune` flag is set prunes its job as the
-/// single path did (see [`PRUNE_EVERY`]). One answer row per claim, by `ord`.
+/// history row are written. A won claim whose `prune` flag is set sets its job's count of
+/// claims since pruning to 0 (else adds 1); the store prunes its job after the batch
+/// committed (see [`PRUNE_EVERY`], [`prune_sql`]). One answer row per claim, by `ord`.
 ///
 /// `to_mark` looks each claim's earlier running runs up in a `LATERAL` subquery that
 /// `OFFSET 0` keeps from being flattened into a join, so it runs once per claim on the
@@ -756,7 +654,7 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
 /// the constant: the partial index no longer applies, and each CTE row looks its run up by
 /// primary key. Membership tests against CTEs are `IN` / `NOT IN` lists, which the planner
 /// hashes, rather than correlated `EXISTS`.
-fn claim_set_sql(names: &Names, prune: bool) -> String {
+fn claim_set_sql(names: &Names) -> String {
     let Names {
         runs,
         attempts,
@@ -766,22 +664,14 @@ fn claim_set_sql(names: &Names, prune: bool) -> String {
     } = names;
     let now = NOW_MS;
     // Arrays, one element per claim: $1 job, $2 slot, $3 scheduled_at, $4 instance,
-    // $5 lease ms, $6 not_after, $7 overlap skip, $8 reason, $9 retention size,
-    // $10 retention ttl ms (NULL elements: none), $11 prune.
-    let kept = format!(
-        "p.slot = q.slot
-        OR ((p.job, p.slot) NOT IN (SELECT m.job, m.slot FROM to_mark m)
-            AND EXISTS (SELECT 1 FROM {runs} r
-                        WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running'))"
-    );
+    // $5 lease ms, $6 not_after, $7 overlap skip, $8 reason, $9 due to prune.
     format!(
         "WITH n AS (SELECT {now} AS ms),
 b AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::int8[],
-                         $6::int8[], $7::bool[], $8::text[], $9::int8[], $10::int8[],
-                         $11::bool[])
+                         $6::int8[], $7::bool[], $8::text[], $9::bool[])
         WITH ORDINALITY AS b(job, slot, scheduled_at, owner, lease_ms, not_after, skip,
-                             reason, size, ttl, prune, ord)
+                             reason, prune, ord)
 ),
 d AS (
     SELECT b.*, n.ms,
@@ -812,13 +702,11 @@ ins AS (
     ON CONFLICT (job, slot) DO NOTHING
     RETURNING job, slot, expires_at, started_at
 ),
-{prune}
 marked AS (
     UPDATE {runs} r SET status = 'interrupted', owner = NULL
     FROM to_mark m, n
     WHERE r.job = m.job AND r.slot = m.slot AND r.status = m.running
       AND (r.owner IS NULL OR r.expires_at <= n.ms)
-      AND (r.job, r.slot) NOT IN (SELECT p.job, p.slot FROM pdrop_runs p)
     RETURNING r.job, r.slot, r.attempt
 ),
 marked_rows AS (
@@ -827,14 +715,6 @@ marked_rows AS (
     FROM marked m, n
     WHERE a.job = m.job AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
       AND a.status = 'running'
-      AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
-                                             WHERE NOT e.manual)
-),
-del_r AS (
-    DELETE FROM {runs} r USING pdrop_runs p, n
-    WHERE r.job = p.job AND r.slot = p.slot
-      AND (r.status <> 'running' OR r.owner IS NULL OR r.expires_at <= n.ms)
-    RETURNING r.job, r.slot
 ),
 fence AS (
     UPDATE {jobs} j
@@ -843,7 +723,7 @@ fence AS (
     FROM d
     WHERE j.job = d.job
       AND NOT (d.job NOT IN (SELECT i.job FROM ins i))
-      AND (SELECT count(*) FROM marked) + (SELECT count(*) FROM del_r) >= 0
+      AND (SELECT count(*) FROM marked) >= 0
     RETURNING j.job, j.fence, j.unpruned, d.slot, d.ms AS started_at, d.owner,
               d.scheduled_at, d.reason
 ),
@@ -858,10 +738,7 @@ chk AS (
     SELECT CASE
         WHEN (SELECT count(*) FROM ins) <> (SELECT count(*) FROM fence)
             THEN {retry}('a claimed job has no fence row')
-        WHEN (SELECT count(*) FROM marked)
-             + (SELECT count(*) FROM del_r x
-                WHERE (x.job, x.slot) IN (SELECT m.job, m.slot FROM to_mark m))
-             <> (SELECT count(*) FROM to_mark)
+        WHEN (SELECT count(*) FROM marked) <> (SELECT count(*) FROM to_mark)
             THEN {retry}('an ended lease was renewed meanwhile')
     END AS retry
 )
@@ -873,19 +750,7 @@ FROM b CROSS JOIN n CROSS JOIN chk
 LEFT JOIN d ON d.ord = b.ord
 LEFT JOIN ins i ON i.job = b.job AND i.slot = b.slot
 LEFT JOIN fence f ON f.job = b.job AND i.job IS NOT NULL
-ORDER BY b.ord",
-        prune = if prune {
-            format!(
-                "pj AS (
-    SELECT d.job, d.slot, d.size, d.ttl FROM d
-    WHERE d.prune AND NOT (d.job NOT IN (SELECT i.job FROM ins i))
-),
-{}",
-                prune_set_ctes(names, true, &kept)
-            )
-        } else {
-            NO_PRUNE_SET.to_owned()
-        },
+ORDER BY b.ord"
     )
 }
 
@@ -907,11 +772,6 @@ fn finish_set_sql(names: &Names) -> String {
     let now = NOW_MS;
     // Arrays, one element per result: $1 job, $2 slot, $3 attempt, $4 owner, $5 status,
     // $6 error (NULL elements: none), $7 retention size, $8 retention ttl ms (NULL: none).
-    let kept = format!(
-        "p.slot <> q.slot
-        AND EXISTS (SELECT 1 FROM {runs} r
-                    WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running')"
-    );
     format!(
         "WITH n AS (SELECT {now} AS ms),
 b AS (
@@ -926,48 +786,32 @@ chk AS (
                     AND r.owner = b.owner AND r.status = 'running')
 ),
 pj AS (
-    SELECT c.job, c.slot, c.size, c.ttl FROM chk c JOIN {jobs} j ON j.job = c.job
+    SELECT c.job, c.ord FROM chk c JOIN {jobs} j ON j.job = c.job
     WHERE c.ttl IS NOT NULL OR j.unpruned > {slack} OR {below}
 ),
-{prune}
 reset AS (UPDATE {jobs} j SET unpruned = 0 FROM pj WHERE j.job = pj.job),
 f AS (
     UPDATE {runs} r SET status = c.status, owner = NULL
     FROM chk c
     WHERE r.job = c.job AND r.slot = c.slot AND r.attempt = c.attempt AND r.owner = c.owner
       AND r.status = c.running
-      AND (r.job, r.slot) NOT IN (SELECT p.job, p.slot FROM pdrop_runs p)
     RETURNING r.job, r.slot
 ),
 h AS (
     UPDATE {attempts} a SET status = c.status, finished_at = n.ms, error = c.error
     FROM chk c, n
     WHERE a.job = c.job AND a.slot = c.slot AND a.attempt = c.attempt AND NOT a.manual
-      AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt FROM pdrop e
-                                             WHERE NOT e.manual)
-),
-del_r AS (
-    DELETE FROM {runs} r USING pdrop_runs p
-    WHERE r.job = p.job AND r.slot = p.slot
-      AND (r.status <> 'running'
-           OR (r.job, r.slot, r.attempt, r.owner)
-              IN (SELECT c.job, c.slot, c.attempt, c.owner FROM chk c))
-    RETURNING r.job, r.slot
 ),
 verdict AS (
     SELECT CASE
-        WHEN (SELECT count(*) FROM chk)
-             <> (SELECT count(*) FROM f)
-                + (SELECT count(*) FROM del_r x
-                   WHERE (x.job, x.slot) IN (SELECT c.job, c.slot FROM chk c)
-                     AND (x.job, x.slot) NOT IN (SELECT y.job, y.slot FROM f y))
+        WHEN (SELECT count(*) FROM chk) <> (SELECT count(*) FROM f)
             THEN {retry}('a run changed while it was finished')
     END AS retry
 )
-SELECT b.ord, b.ord IN (SELECT c.ord FROM chk c) AS done, verdict.retry
+SELECT b.ord, b.ord IN (SELECT c.ord FROM chk c) AS done,
+       b.ord IN (SELECT p.ord FROM pj p) AS due, verdict.retry
 FROM b CROSS JOIN verdict
 ORDER BY b.ord",
-        prune = prune_set_ctes(names, false, &kept),
         slack = finish_slack("c.size"),
         below = below_cut(names, "c.job", "c.slot", "c.size"),
     )
@@ -1000,18 +844,6 @@ fn below_cut(names: &Names, job: &str, slot: &str, size: &str) -> String {
 fn finish_slack(size: &str) -> String {
     format!("least({size} / 8, {})", PRUNE_EVERY - 1)
 }
-
-/// The CTEs `prune_set_ctes` defines and the claim reads, empty: nothing is pruned. A
-/// round in which no claim is due to prune sends the claim statement with these, which
-/// PostgreSQL plans and runs without the pruning's plan nodes (see [`PRUNE_EVERY`]).
-const NO_PRUNE_SET: &str = "pdrop AS (
-    SELECT NULL::text AS job, NULL::int8 AS slot, NULL::bool AS manual, NULL::int4 AS attempt,
-           NULL::text AS instance_id
-    WHERE false
-),
-pdrop_runs AS (SELECT NULL::text AS job, NULL::int8 AS slot WHERE false),";
-const NO_KEYS: &str = "SELECT NULL::int8 AS slot, NULL::bool AS manual WHERE false";
-const NO_SLOTS: &str = "SELECT NULL::int8 AS slot WHERE false";
 
 impl Sql {
     pub(crate) fn new(names: &Names) -> Self {
@@ -1268,19 +1100,22 @@ ORDER BY t.job, t.slot"
             known_jobs,
             history,
             record_manual,
-            prune: [prune_sql(names, false), prune_sql(names, true)],
+            prune: prune_sql(names),
+            prune_settings: "SELECT set_config('jit', 'off', true), \
+                             set_config('plan_cache_mode', 'force_generic_plan', true)"
+                .to_owned(),
             lock_jobs: lock_jobs_sql(names),
             lock_claims: lock_claims_sql(names),
-            claim: claim_sql(names, false, false),
-            claim_pruning: [claim_sql(names, true, false), claim_sql(names, true, true)],
-            finish: [finish_sql(names, false), finish_sql(names, true)],
-            claim_set: [claim_set_sql(names, false), claim_set_sql(names, true)],
+            claim: [claim_sql(names, false), claim_sql(names, true)],
+            finish: finish_sql(names),
+            claim_set: claim_set_sql(names),
             // `greatest($1, n) - n` cannot overflow, whatever the deadline.
             lock_wait_until: format!(
                 "SELECT set_config('lock_timeout', CASE WHEN w >= 2147483647 THEN '0' \
                  ELSE (w + 1)::text || 'ms' END, true) \
                  FROM (SELECT greatest($1, x.n) - x.n AS w FROM (SELECT {now} AS n) x) y"
             ),
+            lock_wait_for: "SELECT set_config('lock_timeout', $1, true)".to_owned(),
             claim_guard: format!(
                 "SELECT CASE WHEN {now} > $1 \
                  THEN CAST('anarchon: the claim batch reached its deadline ' || {now} AS int8) \

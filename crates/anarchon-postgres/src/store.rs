@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anarchon_core::store::{
@@ -20,7 +21,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::error::KIND;
 use crate::error::{is_connection_lost, is_retryable};
 use crate::sql::PRUNE_EVERY;
-use crate::{Inner, MAX_RETRIES, PostgresStore};
+use crate::{Counters, Inner, MAX_RETRIES, PostgresStore};
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 
@@ -102,7 +103,7 @@ pub(crate) const BATCH_TAKEOVERS: usize = 256;
 pub(crate) const UNFINISHED_JOBS: usize = 1024;
 
 /// The parameter types of the claim statements.
-const CLAIM_TYPES: [Type; 10] = [
+const CLAIM_TYPES: [Type; 8] = [
     Type::TEXT,
     Type::INT8,
     Type::INT8,
@@ -111,8 +112,6 @@ const CLAIM_TYPES: [Type; 10] = [
     Type::INT8,
     Type::BOOL,
     Type::TEXT,
-    Type::INT8,
-    Type::INT8,
 ];
 
 /// The bound values of one claim statement, owned so a batch can hold them all.
@@ -125,12 +124,10 @@ struct ClaimParams<'c> {
     not_after: i64,
     skip: bool,
     reason: &'static str,
-    size: i64,
-    ttl: Option<i64>,
 }
 
 impl ClaimParams<'_> {
-    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 8] {
         [
             &self.job,
             &self.slot,
@@ -140,8 +137,6 @@ impl ClaimParams<'_> {
             &self.not_after,
             &self.skip,
             &self.reason,
-            &self.size,
-            &self.ttl,
         ]
     }
 }
@@ -156,8 +151,6 @@ fn claim_params(claim: &LeaseClaim) -> ClaimParams<'_> {
         not_after: claim.not_after,
         skip: claim.overlap == Overlap::Skip,
         reason: claim.reason.as_str(),
-        size: i64::from(claim.retention.size),
-        ttl: ttl(claim.retention),
     }
 }
 
@@ -214,7 +207,7 @@ fn finish_params<'f>(lease: &'f Lease, finish: &'f Finish) -> FinishParams<'f> {
 }
 
 /// The parameter types of the set-based claim statement.
-const CLAIM_SET_TYPES: [Type; 11] = [
+const CLAIM_SET_TYPES: [Type; 9] = [
     Type::TEXT_ARRAY,
     Type::INT8_ARRAY,
     Type::INT8_ARRAY,
@@ -223,8 +216,6 @@ const CLAIM_SET_TYPES: [Type; 11] = [
     Type::INT8_ARRAY,
     Type::BOOL_ARRAY,
     Type::TEXT_ARRAY,
-    Type::INT8_ARRAY,
-    Type::INT8_ARRAY,
     Type::BOOL_ARRAY,
 ];
 
@@ -253,7 +244,7 @@ const TAKEOVER_TYPES: [Type; 9] = [
     Type::INT8,
 ];
 
-type Param<'a> = &'a (dyn ToSql + Sync);
+pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 
 /// Splits a batch into rounds in which each job appears at most once: a job's n-th item
 /// goes to round n, and the items of a round keep the order given. Running the rounds one
@@ -282,17 +273,12 @@ struct ClaimArrays<'c> {
     not_after: Vec<i64>,
     skip: Vec<bool>,
     reason: Vec<&'static str>,
-    size: Vec<i64>,
-    ttl: Vec<Option<i64>>,
     prune: Vec<bool>,
 }
 
 impl<'c> ClaimArrays<'c> {
-    fn new(
-        claims: &'c [LeaseClaim],
-        round: &[usize],
-        prune_due: impl Fn(&JobName) -> bool,
-    ) -> Self {
+    /// `due`: whether each claim of the batch is due to prune, indexed like `claims`.
+    fn new(claims: &'c [LeaseClaim], round: &[usize], due: &[bool]) -> Self {
         let pick =
             |f: &dyn Fn(&'c LeaseClaim) -> i64| round.iter().map(|&i| f(&claims[i])).collect();
         ClaimArrays {
@@ -310,12 +296,7 @@ impl<'c> ClaimArrays<'c> {
                 .map(|&i| claims[i].overlap == Overlap::Skip)
                 .collect(),
             reason: round.iter().map(|&i| claims[i].reason.as_str()).collect(),
-            size: pick(&|c| i64::from(c.retention.size)),
-            ttl: round.iter().map(|&i| ttl(claims[i].retention)).collect(),
-            prune: round
-                .iter()
-                .map(|&i| prune_due(&claims[i].run.job))
-                .collect(),
+            prune: round.iter().map(|&i| due[i]).collect(),
         }
     }
 
@@ -329,8 +310,6 @@ impl<'c> ClaimArrays<'c> {
             &self.not_after,
             &self.skip,
             &self.reason,
-            &self.size,
-            &self.ttl,
             &self.prune,
         ]
     }
@@ -428,14 +407,30 @@ impl<'t> TakeoverParams<'t> {
 }
 
 /// One statement of a locked batch: its text, parameter types and bound values.
-struct Step<'p> {
-    sql: &'p str,
-    types: &'p [Type],
-    params: Vec<Param<'p>>,
+pub(crate) struct Step<'p> {
+    pub(crate) sql: &'p str,
+    pub(crate) types: &'p [Type],
+    pub(crate) params: Vec<Param<'p>>,
+    /// Whether it counts as a data statement (settings do not).
+    pub(crate) counted: bool,
+}
+
+/// The job lock that opens a batch (see [`Inner::locked_batch`]).
+pub(crate) enum JobLock<'a> {
+    /// The `_jobs` rows of these jobs ([`crate::sql`]'s `lock_jobs`).
+    Jobs(&'a [&'a str]),
+    /// The `_jobs` rows of the jobs of claims whose run does not exist yet
+    /// ([`crate::sql`]'s `lock_claims`).
+    Claims {
+        jobs: &'a [&'a str],
+        slots: &'a [i64],
+    },
+    /// None: a transaction that writes no row a batch writes (a prune).
+    None,
 }
 
 /// How a locked batch ended without an error.
-enum Batch {
+pub(crate) enum Batch {
     /// Committed: the answer rows of each step.
     Committed(Vec<Vec<Row>>),
     /// The guard found the database clock past the batch's deadline, so the transaction
@@ -448,6 +443,9 @@ enum Batch {
         /// The batch's deadline: the database clock was past it.
         deadline: i64,
     },
+    /// A batch without a deadline waited for a lock as long as its caller waits for it
+    /// (its `lock_timeout` is the batch timeout): rolled back, nothing written.
+    LockWaitEnded,
 }
 
 /// Why one try of a locked batch did not commit.
@@ -498,15 +496,6 @@ impl Inner {
             .is_none_or(|n| n.saturating_add(1) >= PRUNE_EVERY)
     }
 
-    /// The single claim statement for `claim`: the pruning variant when the job is due.
-    fn claim_sql(&self, claim: &LeaseClaim) -> &str {
-        if self.prune_due(&claim.run.job) {
-            &self.sql.claim_pruning[usize::from(claim.retention.ttl_ms.is_some())]
-        } else {
-            &self.sql.claim
-        }
-    }
-
     /// Reads the answer row of a claim statement, whose columns start at `base` (0 in the
     /// single claim's row, 1 after `ord` in the set-based one's).
     fn claim_outcome(&self, claim: &LeaseClaim, row: &Row, base: usize) -> ClaimOutcome {
@@ -541,6 +530,16 @@ impl Inner {
         }
     }
 
+    /// The error of a batch whose lock wait ended at the batch timeout: its caller gives
+    /// up at that moment too.
+    pub(crate) fn lock_wait_ended(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            store: KIND,
+            operation,
+            after: self.batch_timeout(),
+        }
+    }
+
     /// How long a batch may take: the store's timeout, or the scheduler's if shorter.
     fn batch_timeout(&self) -> std::time::Duration {
         match self.caller_limit_ms.load(Ordering::Relaxed) {
@@ -550,19 +549,20 @@ impl Inner {
     }
 
     /// Runs `steps` in one transaction, pipelined in one round trip on one connection:
-    /// `BEGIN`, the lock of `jobs`' rows in job order ([`crate::sql`]'s `lock_jobs`), the
-    /// steps in order, the deadline guard when `deadline` is given, `COMMIT`. The whole
-    /// transaction runs again after a serialization failure or a deadlock (neither happens
-    /// between batches, which lock in one order; a writer that does not lock the job, such
-    /// as a heartbeat renewing an ended lease at the same moment, can cause one), all within
-    /// the batch timeout.
-    async fn locked_batch(
+    /// `BEGIN`, the job lock `lock` asks for ([`crate::sql`]'s `lock_jobs` or
+    /// `lock_claims`: the jobs' rows in job order), the steps in order, the deadline guard
+    /// when `deadline` is given, `COMMIT`. The whole transaction runs again after a
+    /// serialization failure or a deadlock (neither happens between batches, which lock in
+    /// one order; a writer that does not lock the job, such as a heartbeat renewing an
+    /// ended lease at the same moment, can cause one), all within the batch timeout. Its
+    /// round trips and statements count in `counters`.
+    pub(crate) async fn locked_batch(
         &self,
         operation: &'static str,
-        jobs: &[&str],
-        slots: Option<&[i64]>,
+        lock: JobLock<'_>,
         steps: &[Step<'_>],
         deadline: Option<i64>,
+        counters: &Counters,
     ) -> Result<Batch> {
         let timeout = self.batch_timeout();
         let client = self.client(operation).await?;
@@ -570,35 +570,47 @@ impl Inner {
             // Statements this connection has not prepared yet cost a round trip each.
             let cached = client.statement_cache.size();
             let begin = client.prepare_typed_cached("BEGIN", &[]).await?;
-            let lock = match slots {
-                Some(_) => {
-                    client
-                        .prepare_typed_cached(
-                            &self.sql.lock_claims,
-                            &[Type::TEXT_ARRAY, Type::INT8_ARRAY],
-                        )
-                        .await?
-                }
-                None => {
-                    client
-                        .prepare_typed_cached(&self.sql.lock_jobs, &[Type::TEXT_ARRAY])
-                        .await?
-                }
+            let (lock_statement, lock_params): (_, Vec<Param<'_>>) = match &lock {
+                JobLock::Claims { jobs, slots } => (
+                    Some(
+                        client
+                            .prepare_typed_cached(
+                                &self.sql.lock_claims,
+                                &[Type::TEXT_ARRAY, Type::INT8_ARRAY],
+                            )
+                            .await?,
+                    ),
+                    vec![jobs, slots],
+                ),
+                JobLock::Jobs(jobs) => (
+                    Some(
+                        client
+                            .prepare_typed_cached(&self.sql.lock_jobs, &[Type::TEXT_ARRAY])
+                            .await?,
+                    ),
+                    vec![jobs],
+                ),
+                JobLock::None => (None, Vec::new()),
             };
-            let (guard, wait_until) = match deadline {
+            // A batch waits for a lock until its deadline (every item late by then) or, one
+            // without a deadline, as long as its caller waits for it: never on for nobody.
+            let (guard, limit) = match deadline {
                 Some(_) => (
                     Some(
                         client
                             .prepare_typed_cached(&self.sql.claim_guard, &[Type::INT8])
                             .await?,
                     ),
-                    Some(
-                        client
-                            .prepare_typed_cached(&self.sql.lock_wait_until, &[Type::INT8])
-                            .await?,
-                    ),
+                    client
+                        .prepare_typed_cached(&self.sql.lock_wait_until, &[Type::INT8])
+                        .await?,
                 ),
-                None => (None, None),
+                None => (
+                    None,
+                    client
+                        .prepare_typed_cached(&self.sql.lock_wait_for, &[Type::TEXT])
+                        .await?,
+                ),
             };
             let commit = client.prepare_typed_cached("COMMIT", &[]).await?;
             let mut statements = Vec::with_capacity(steps.len());
@@ -606,32 +618,32 @@ impl Inner {
                 statements.push(client.prepare_typed_cached(step.sql, step.types).await?);
             }
             let prepared = client.statement_cache.size().saturating_sub(cached);
-            self.round_trips
-                .fetch_add(prepared as u64, Ordering::Relaxed);
+            counters.add(prepared as u64, 0);
+            let has_deadline = deadline.is_some();
             let deadline = deadline.unwrap_or(i64::MAX);
             let guard_params: [Param<'_>; 1] = [&deadline];
-            let lock_params: Vec<Param<'_>> = match &slots {
-                Some(slots) => vec![&jobs, slots],
-                None => vec![&jobs],
+            let wait_for = format!("{}ms", timeout.as_millis().max(1));
+            let limit_params: [Param<'_>; 1] = if has_deadline {
+                [&deadline]
+            } else {
+                [&wait_for]
             };
             let mut tries = 0;
             loop {
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
-                self.statements
-                    .fetch_add(steps.len() as u64, Ordering::Relaxed);
+                counters.add(1, steps.iter().filter(|s| s.counted).count() as u64);
                 let client = &*client;
                 // Every request goes out before the first answer is read: tokio-postgres
                 // pipelines the queries of futures polled together on one connection, in
                 // the order they are first polled.
                 let (began, limited, locked, rows, guarded, committed) = futures::join!(
                     client.execute(&begin, &[]),
+                    client.query(&limit, &limit_params),
                     async {
-                        match &wait_until {
-                            Some(w) => client.query(w, &guard_params).await.map(Some),
-                            None => Ok(None),
+                        match &lock_statement {
+                            Some(l) => client.execute(l, &lock_params).await,
+                            None => Ok(0),
                         }
                     },
-                    client.execute(&lock, &lock_params),
                     futures::future::join_all(
                         statements
                             .iter()
@@ -653,10 +665,14 @@ impl Inner {
                     .into_iter()
                     .find_map(|r| r.as_ref().err())
                     .or_else(|| rows.iter().find_map(|r| r.as_ref().err()));
-                if let (Some(e), true) = (first_error, wait_until.is_some())
+                if let Some(e) = first_error
                     && e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
                 {
-                    return Ok(Batch::PastDeadline { deadline });
+                    return Ok(if has_deadline {
+                        Batch::PastDeadline { deadline }
+                    } else {
+                        Batch::LockWaitEnded
+                    });
                 }
                 let failed = match (began, limited, locked) {
                     (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => failure(e),
@@ -707,30 +723,22 @@ impl Inner {
 
     /// At most [`BATCH_CLAIMS`] claims as one transaction of set-based statements, one per
     /// round (see [`rounds`]): usually one statement. Answers in the order given.
-    async fn claim_batch(&self, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
+    async fn claim_batch(self: &Arc<Self>, claims: &[LeaseClaim]) -> Result<Vec<ClaimOutcome>> {
         check_instances(claims.iter().map(|c| c.instance_id.as_str()))?;
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        // The claims due to prune go in a statement of their own after the others of their
-        // round: the set-based statement's pruning variant costs every claim it carries, and
-        // with one won claim in `PRUNE_EVERY` due nearly every batch of 256 holds one.
-        let rounds: Vec<Vec<usize>> = rounds(claims.iter().map(|c| c.run.job.as_str()))
-            .into_iter()
-            .flat_map(|round| {
-                let (due, rest): (Vec<usize>, Vec<usize>) = round
-                    .into_iter()
-                    .partition(|&i| self.prune_due(&claims[i].run.job));
-                [rest, due].into_iter().filter(|r| !r.is_empty())
-            })
-            .collect();
+        // Whether each claim is due to prune, once: the statements reset the due jobs'
+        // counts and the store prunes them once the batch committed.
+        let due: Vec<bool> = claims.iter().map(|c| self.prune_due(&c.run.job)).collect();
+        let rounds = rounds(claims.iter().map(|c| c.run.job.as_str()));
         // A round of one claim sends the single claim's statement: the set-based one costs
         // a lone claim more than its work (its plan has about a hundred nodes).
         let params: Vec<Either<ClaimParams<'_>, ClaimArrays<'_>>> = rounds
             .iter()
             .map(|round| match round.as_slice() {
                 [i] => Either::One(claim_params(&claims[*i])),
-                _ => Either::Set(ClaimArrays::new(claims, round, |job| self.prune_due(job))),
+                _ => Either::Set(ClaimArrays::new(claims, round, &due)),
             })
             .collect();
         let steps: Vec<Step<'_>> = params
@@ -738,14 +746,16 @@ impl Inner {
             .zip(&rounds)
             .map(|(p, round)| match p {
                 Either::One(p) => Step {
-                    sql: self.claim_sql(&claims[round[0]]),
+                    sql: &self.sql.claim[usize::from(due[round[0]])],
                     types: &CLAIM_TYPES,
                     params: p.refs().to_vec(),
+                    counted: true,
                 },
                 Either::Set(a) => Step {
-                    sql: &self.sql.claim_set[usize::from(a.prune.contains(&true))],
+                    sql: &self.sql.claim_set,
                     types: &CLAIM_SET_TYPES,
                     params: a.refs(),
+                    counted: true,
                 },
             })
             .collect();
@@ -753,7 +763,16 @@ impl Inner {
         let slots: Vec<i64> = claims.iter().map(|c| c.run.slot).collect();
         let deadline = claims.iter().map(|c| c.not_after).max().unwrap_or(0);
         let (rows, committed) = match self
-            .locked_batch("claim", &jobs, Some(&slots), &steps, Some(deadline))
+            .locked_batch(
+                "claim",
+                JobLock::Claims {
+                    jobs: &jobs,
+                    slots: &slots,
+                },
+                &steps,
+                Some(deadline),
+                &self.counted,
+            )
             .await?
         {
             Batch::Committed(rows) => (rows, true),
@@ -766,6 +785,7 @@ impl Inner {
                 };
                 return Ok(vec![late; claims.len()]);
             }
+            Batch::LockWaitEnded => return Err(self.lock_wait_ended("claim")),
         };
         let mut out: Vec<Option<ClaimOutcome>> = vec![None; claims.len()];
         for (round, rows) in rounds.iter().zip(&rows) {
@@ -797,12 +817,24 @@ impl Inner {
                 after: self.batch_timeout(),
             });
         }
+        // The won claims that were due reset their jobs' counts: their jobs are pruned
+        // now, in the background, so that these answers do not wait for it.
+        if committed {
+            let _left_to_results = self.prune_later(
+                claims
+                    .iter()
+                    .zip(&out)
+                    .zip(&due)
+                    .filter(|((_, o), due)| **due && matches!(o, ClaimOutcome::Won(_)))
+                    .map(|((c, _), _)| (c.run.job.as_str(), c.retention)),
+            );
+        }
         Ok(out)
     }
 
     /// At most [`BATCH_FINISHES`] results as one transaction of set-based statements, one
     /// per round (see [`rounds`]): usually one statement. Answers in the order given.
-    async fn finish_batch(&self, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
+    async fn finish_batch(self: &Arc<Self>, writes: &[(Lease, Finish)]) -> Result<Vec<OwnerWrite>> {
         check_instances(writes.iter().map(|(l, _)| l.instance_id.as_str()))?;
         if writes.is_empty() {
             return Ok(Vec::new());
@@ -818,28 +850,30 @@ impl Inner {
             .collect();
         let steps: Vec<Step<'_>> = params
             .iter()
-            .zip(&rounds)
-            .map(|(p, round)| match p {
+            .map(|p| match p {
                 Either::One(p) => Step {
-                    sql: &self.sql.finish
-                        [usize::from(writes[round[0]].1.retention.ttl_ms.is_some())],
+                    sql: &self.sql.finish,
                     types: &FINISH_TYPES,
                     params: p.refs().to_vec(),
+                    counted: true,
                 },
                 Either::Set(a) => Step {
                     sql: &self.sql.finish_set,
                     types: &FINISH_SET_TYPES,
                     params: a.refs(),
+                    counted: true,
                 },
             })
             .collect();
         let jobs: Vec<&str> = writes.iter().map(|(l, _)| l.run.job.as_str()).collect();
         let rows = match self
-            .locked_batch("finish", &jobs, None, &steps, None)
+            .locked_batch("finish", JobLock::Jobs(&jobs), &steps, None, &self.counted)
             .await?
         {
             Batch::Committed(rows) | Batch::RolledBack(rows) => rows,
-            // Results have no deadline: their batch waits for its locks however long.
+            // Results have no deadline: their batch waits for its locks as long as its
+            // caller waits for it.
+            Batch::LockWaitEnded => return Err(self.lock_wait_ended("finish")),
             Batch::PastDeadline { .. } => {
                 return Err(Error::store(
                     KIND,
@@ -849,16 +883,37 @@ impl Inner {
             }
         };
         let mut out = vec![OwnerWrite::Lost; writes.len()];
+        let mut due = Vec::new();
         for (round, rows) in rounds.iter().zip(&rows) {
             if let ([i], [row]) = (round.as_slice(), rows.as_slice()) {
                 out[*i] = owner_write(row, 0);
+                if row.get::<_, bool>(1) {
+                    due.push(*i);
+                }
                 continue;
             }
             for row in rows {
                 if let Some(&i) = round.get(ord(row)) {
                     out[i] = owner_write(row, 1);
+                    if row.get::<_, bool>(2) {
+                        due.push(i);
+                    }
                 }
             }
+        }
+        // The results are committed: their due jobs are pruned in the background, or now
+        // when too many jobs wait for it already (the results then wait for their prune);
+        // a prune that fails only leaves the jobs to their next one (see `crate::prune`).
+        let due = due
+            .into_iter()
+            .map(|i| (writes[i].0.run.job.as_str(), writes[i].1.retention));
+        let left_out = self.prune_later(due);
+        if !left_out.is_empty()
+            && let Err(e) = self
+                .prune_now(left_out.iter().map(|(j, r)| (j.as_str(), *r)))
+                .await
+        {
+            tracing::warn!(target_url = %self.target, "postgres pruning after results failed: {e}");
         }
         Ok(out)
     }
@@ -884,12 +939,19 @@ impl Inner {
                 sql: &self.sql.take_over,
                 types: &TAKEOVER_TYPES,
                 params: p.refs(),
+                counted: true,
             })
             .collect();
         let jobs: Vec<&str> = takeovers.iter().map(|t| t.run.job.as_str()).collect();
         let deadline = takeovers.iter().map(|t| t.not_after).max().unwrap_or(0);
         let (rows, committed) = match self
-            .locked_batch("take_over", &jobs, None, &steps, Some(deadline))
+            .locked_batch(
+                "take_over",
+                JobLock::Jobs(&jobs),
+                &steps,
+                Some(deadline),
+                &self.counted,
+            )
             .await?
         {
             Batch::Committed(rows) => (rows, true),
@@ -898,6 +960,7 @@ impl Inner {
             Batch::PastDeadline { .. } => {
                 return Ok(vec![TakeoverOutcome::Late; takeovers.len()]);
             }
+            Batch::LockWaitEnded => return Err(self.lock_wait_ended("take_over")),
         };
         let mut out = Vec::with_capacity(takeovers.len());
         for (t, rows) in takeovers.iter().zip(&rows) {
@@ -1132,18 +1195,8 @@ impl HistoryStore for PostgresStore {
             .await?;
         // Manual runs are rare: pruning after them is a second, separate statement.
         inner
-            .query(
-                "record_manual",
-                &inner.sql.prune[usize::from(retention.ttl_ms.is_some())],
-                &[Type::TEXT, Type::INT8, Type::INT8],
-                &[
-                    &record.job.as_str(),
-                    &i64::from(retention.size),
-                    &ttl(retention),
-                ],
-            )
-            .await?;
-        Ok(())
+            .prune_now(std::iter::once((record.job.as_str(), retention)))
+            .await
     }
 
     async fn known_jobs(&self) -> Result<Vec<JobName>> {

@@ -341,6 +341,7 @@ async fn b37_a_batch_of_results_of_one_job_prunes_to_its_retention() {
     let batch: Vec<(Lease, Finish)> = held.iter().map(|l| (l.clone(), keep_two.clone())).collect();
     let out = s.finish_many(&batch).await.unwrap();
     assert_eq!(out, vec![OwnerWrite::Done; 5]);
+    s.pruning_settled().await;
     // Each result pruned as a single finish does: the two newest runs are left.
     let history = s.history(&job, 10).await.unwrap();
     let slots: Vec<EpochMs> = history.iter().map(|r| r.slot).collect();
@@ -394,64 +395,85 @@ async fn concurrent_result_batches_over_the_same_jobs_in_other_orders_finish_eac
     common::drop_schema(&url, &schema).await;
 }
 
-/// [B-37] The claims of a batch that are due to prune (one won claim of a job in 16) go in a
-/// statement of their own, after the others: the pruning variant of the set-based claim
-/// statement costs every claim it carries, and nearly every batch of 256 holds one due
-/// claim. Both statements in the one transaction and round trip; every claim won; the due
-/// job pruned (its count of claims since pruning starts again).
-#[tokio::test]
-async fn b37_claims_due_to_prune_go_in_a_statement_of_their_own() {
+/// [B-37] Claims and results due to prune do not prune in their batch, which holds their
+/// jobs' locks: the store prunes their jobs after the batch committed, in the background,
+/// in a statement of its own that takes no job lock. Here another transaction holds every
+/// history row of the job (as a slow prune of another instance would): a claim due to
+/// prune still wins at once, a result due to prune is done at once, and while their prunes
+/// wait for those rows the job's next claim wins. (Pruning in the batch, the claims were
+/// late, each waiting for a lock until its deadline, and the result waited with them.)
+/// Once the rows are free the prunes are done and the job is back within its retention.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_claims_and_results_prune_after_their_batch_without_its_job_locks() {
     let Some(url) = common::url() else { return };
     let schema = common::fresh_schema();
-    let jobs: Vec<JobName> = (0..100).map(|_| unique_job("due")).collect();
-    let s = store(&url, &schema, 1, &jobs).await;
-    let t = s.now().await.unwrap();
-    let batch = |slot: EpochMs| -> Vec<LeaseClaim> {
-        jobs.iter()
-            .map(|j| LeaseClaim {
-                overlap: Overlap::Allow,
-                ..claim(j, slot, "a", t + 60_000)
-            })
-            .collect()
+    let job = unique_job("after");
+    let s = store(&url, &schema, 4, std::slice::from_ref(&job)).await;
+    let keep = Retention {
+        size: 2,
+        ttl_ms: None,
     };
-    // The store learns every job's count from the claims' answers. Job `due` is made one
-    // claim short of due before a batch; the batch after it carries its due claim. The
-    // second time, every statement is prepared on the connection: one round trip.
-    s.claim_many(&batch(t)).await.unwrap();
-    let mut slot = t;
-    for due in [0, 1] {
-        common::exec(
-            &url,
-            &format!(
-                "UPDATE \"{schema}\".anarchon_runs_jobs SET unpruned = 14 WHERE job = '{}'",
-                jobs[due]
-            ),
-        )
-        .await
-        .unwrap();
-        slot += 1_000;
-        s.claim_many(&batch(slot)).await.unwrap();
-        slot += 1_000;
-        let (statements, trips) = (s.statements(), s.round_trips());
-        let out = s.claim_many(&batch(slot)).await.unwrap();
-        assert_eq!(
-            s.statements() - statements,
-            2,
-            "the due claim in its own statement"
-        );
-        if due == 1 {
-            assert_eq!(s.round_trips() - trips, 1, "one round trip");
-        }
-        assert!(
-            out.iter().all(|o| matches!(o, ClaimOutcome::Won(_))),
-            "{out:?}"
-        );
-        // Nothing due any more: one statement.
-        let statements = s.statements();
-        slot += 1_000;
-        s.claim_many(&batch(slot)).await.unwrap();
-        assert_eq!(s.statements() - statements, 1);
+    let t = s.now().await.unwrap();
+    let at = |slot: i64, not_after: EpochMs| LeaseClaim {
+        retention: keep,
+        overlap: Overlap::Allow,
+        ..claim(&job, t + slot * 1_000, "a", not_after)
+    };
+    let done = |retention| Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention,
+    };
+    for slot in 0..4 {
+        let ClaimOutcome::Won(l) = s.claim(&at(slot, t + 60_000)).await.unwrap() else {
+            panic!("claim {slot}")
+        };
+        assert_eq!(s.finish(&l, &done(keep)).await.unwrap(), OwnerWrite::Done);
     }
+    s.pruning_settled().await;
+    let slots = |h: Vec<anarchon_core::store::RunRecord>| -> Vec<i64> {
+        h.iter().map(|r| (r.slot - t) / 1_000).collect()
+    };
+    assert_eq!(slots(s.history(&job, 10).await.unwrap()), vec![3, 2]);
+    let rows = common::RowLocks::history(&url, &schema, &[job.as_str()]).await;
+    // A claim due to prune: a store that has not seen the job's count yet sends it so.
+    let fresh = store(&url, &schema, 2, std::slice::from_ref(&job)).await;
+    let now = fresh.now().await.unwrap();
+    let statements = fresh.statements();
+    let ClaimOutcome::Won(fourth) = fresh.claim(&at(4, now + 2_000)).await.unwrap() else {
+        panic!("a claim due to prune waited for the rows its prune deletes")
+    };
+    assert_eq!(fresh.statements() - statements, 1, "no prune in the batch");
+    // A result due to prune (a TTL is set): done at once; its prune waits for the rows,
+    // not the job.
+    let with_ttl = Retention {
+        ttl_ms: Some(3_600_000),
+        ..keep
+    };
+    let finished = tokio::time::timeout(Duration::from_secs(2), s.finish(&fourth, &done(with_ttl)))
+        .await
+        .expect("a result due to prune waited for the rows its prune deletes");
+    assert_eq!(finished.unwrap(), OwnerWrite::Done);
+    let now = s.now().await.unwrap();
+    let next = s.claim(&at(5, now + 2_000)).await.unwrap();
+    assert!(
+        matches!(next, ClaimOutcome::Won(_)),
+        "the job's next claim waited for the result's prune: {next:?}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), s.pruning_settled())
+            .await
+            .is_err(),
+        "the result's prune waits for the rows"
+    );
+    rows.release().await;
+    s.pruning_settled().await;
+    fresh.pruning_settled().await;
+    assert!(fresh.prunes() >= 1, "the claim's job was pruned after it");
+    // Both prunes read the job before the run of slot 5 existed: each removed what lay
+    // below the two newest runs it saw (slot 2); slot 3 goes with the job's next prune.
+    assert_eq!(slots(s.history(&job, 10).await.unwrap()), vec![5, 4, 3]);
+    fresh.close().await.unwrap();
     s.close().await.unwrap();
     common::drop_schema(&url, &schema).await;
 }

@@ -347,6 +347,7 @@ async fn b37_retention_prunes_runs_and_history() {
         };
         assert_eq!(store.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
     }
+    store.pruning_settled().await;
     let h = store.history(&j, 100).await.unwrap();
     assert_eq!(
         h.iter().map(|r| r.slot).collect::<Vec<_>>(),
@@ -357,8 +358,9 @@ async fn b37_retention_prunes_runs_and_history() {
         .await
         .unwrap();
     assert!(old.is_empty(), "pruned run still there: {old:?}");
-    // Size 1 with an expired earlier run, on a claim that prunes (sent by a store that has
-    // not seen the job's count yet): the claim marks the earlier run and prunes it in one go.
+    // Size 1 with an expired earlier run, on a claim due to prune (sent by a store that has
+    // not seen the job's count yet): the claim marks the earlier run, and the prune after
+    // its batch removes it.
     let pruning = common::store_on(&url, store.schema());
     let mut c = claim(&j, now - 4000, "a", now);
     c.lease_ms = 20;
@@ -374,6 +376,7 @@ async fn b37_retention_prunes_runs_and_history() {
         ttl_ms: None,
     };
     let l3 = won(pruning.claim(&c).await.unwrap());
+    pruning.pruning_settled().await;
     assert_eq!(unpruned(&url, &store, &j).await, 0);
     let h = store.history(&j, 100).await.unwrap();
     assert_eq!(
@@ -402,6 +405,7 @@ async fn b37_retention_prunes_runs_and_history() {
         ttl_ms: Some(10),
     };
     won(pruning.claim(&c).await.unwrap());
+    pruning.pruning_settled().await;
     let slots: Vec<_> = store
         .history(&j, 100)
         .await
@@ -449,9 +453,10 @@ async fn set_unpruned(url: &str, store: &PostgresStore, j: &JobName, n: i32) {
     .unwrap();
 }
 
-/// [B-37] Runs that never finish (here: each interrupted by the next slot) are pruned by the
-/// claims alone, one claim in `PRUNE_EVERY`: the job stays within `size + PRUNE_EVERY - 1`
-/// runs (the running one included), and a finish brings it back to `size`.
+/// [B-37] Runs that never finish (here: each interrupted by the next slot) are pruned after
+/// the claims alone, one claim in `PRUNE_EVERY`: once the prune after a claim is done, the
+/// job is within `size + PRUNE_EVERY - 1` runs (the running one included), and a finish
+/// brings it back to `size`.
 #[tokio::test(flavor = "multi_thread")]
 async fn b37_claims_alone_keep_a_job_bounded() {
     let Some(url) = common::url() else { return };
@@ -471,6 +476,7 @@ async fn b37_claims_alone_keep_a_job_bounded() {
         c.lease_ms = 1;
         c.retention = keep;
         last = Some(won(store.claim(&c).await.unwrap()));
+        store.pruning_settled().await;
         let kept = store.history(&j, 1000).await.unwrap().len();
         assert!(
             kept < keep.size as usize + PRUNE_EVERY as usize,
@@ -493,6 +499,7 @@ async fn b37_claims_alone_keep_a_job_bounded() {
     };
     let done = store.finish(&last.unwrap(), &f).await.unwrap();
     assert_eq!(done, OwnerWrite::Done);
+    store.pruning_settled().await;
     assert_eq!(store.history(&j, 1000).await.unwrap().len(), 2);
     common::drop_schema(&url, store.schema()).await;
 }
@@ -550,6 +557,7 @@ async fn b37_finish_prunes_once_in_size_by_8_finishes() {
         c.retention = keep;
         let l = won(store.claim(&c).await.unwrap());
         assert_eq!(store.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+        store.pruning_settled().await;
         lengths.push(store.history(&j, 1000).await.unwrap().len());
         counts.push(unpruned(&url, &store, &j).await);
     }
@@ -572,7 +580,7 @@ async fn a_taken_claim_does_not_lock_the_job() {
     store.prepare(&prep(&[&j])).await.unwrap();
     let now = store.now().await.unwrap();
     won(store.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
-    let locks = common::JobLocks::hold(&url, store.schema(), &[j.as_str()]).await;
+    let locks = common::RowLocks::jobs(&url, store.schema(), &[j.as_str()]).await;
     // A batch of the taken claim and a claim of another job: neither waits.
     let other = job("free");
     let started = Instant::now();
@@ -610,6 +618,73 @@ async fn a_taken_claim_does_not_lock_the_job() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-16] A result batch, which has no deadline, waits for its jobs' locks only as long as
+/// its caller waits for it (the scheduler's store timeout, shorter than the store's own
+/// here): the server ends its wait and rolls it back at that moment, releasing the job
+/// locks it already holds. (It used to wait on in the server until the store's own timeout
+/// after its caller gave up, holding those locks for nobody: here the batch locks `free`,
+/// then waits for `held`, and a claim of `free` was late behind it.) Nothing is written,
+/// and once the locks are free the same results are done.
+#[tokio::test(flavor = "multi_thread")]
+async fn b16_a_result_batch_waits_for_its_job_locks_only_as_long_as_its_caller() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    // Jobs are locked in name order: `free-...` before `held-...`.
+    let (free, held) = (job("free"), job("held"));
+    store
+        .prepare(&Prepare {
+            call_timeout: Duration::from_millis(600),
+            ..prep(&[&free, &held])
+        })
+        .await
+        .unwrap();
+    let now = store.now().await.unwrap();
+    let mut results = Vec::new();
+    for j in [&free, &held] {
+        let lease = won(store.claim(&claim(j, now, "a", now + 5_000)).await.unwrap());
+        let f = Finish {
+            status: RunStatus::Succeeded,
+            error: None,
+            retention: Retention::default(),
+        };
+        results.push((lease, f));
+    }
+    let locks = common::RowLocks::jobs(&url, store.schema(), &[held.as_str()]).await;
+    let started = Instant::now();
+    let out = store.finish_many(&results).await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(out, Err(Error::Timeout { .. })),
+        "expected a timeout, got {out:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "answered after {waited:?}");
+    // The next slot of `free`, whose row the abandoned batch had locked.
+    let other = common::store_on(&url, store.schema());
+    let now = other.now().await.unwrap();
+    let next = other
+        .claim(&LeaseClaim {
+            overlap: Overlap::Allow,
+            not_after: now + 1_500,
+            ..claim(&free, now + 1_000, "b", now)
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, ClaimOutcome::Won(_)),
+        "the abandoned result batch still held the job: {next:?}"
+    );
+    locks.release().await;
+    let runs: Vec<RunKey> = results.iter().map(|(l, _)| l.run.clone()).collect();
+    for view in store.runs(&runs).await.unwrap() {
+        assert_eq!(view.status, RunStatus::Running, "the abandoned batch wrote");
+    }
+    assert_eq!(
+        store.finish_many(&results).await.unwrap(),
+        vec![OwnerWrite::Done; 2]
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
 /// [B-10, S-11] A claim or takeover batch waits for its jobs' locks only until its deadline
 /// (the latest `not_after` in it): a batch whose job is held by another transaction answers
 /// every item `late` just past that moment, with nothing written, instead of waiting on the
@@ -633,7 +708,7 @@ async fn b10_a_batch_waits_for_its_job_locks_only_until_its_deadline() {
         .await
         .unwrap());
     let locks =
-        common::JobLocks::hold(&url, store.schema(), &[held.as_str(), expired.as_str()]).await;
+        common::RowLocks::jobs(&url, store.schema(), &[held.as_str(), expired.as_str()]).await;
     let now = store.now().await.unwrap();
     let soon = |c: LeaseClaim| LeaseClaim {
         not_after: now + 400,

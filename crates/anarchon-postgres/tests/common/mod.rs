@@ -94,30 +94,37 @@ pub async fn drop_old_schemas(url: &str) {
     let _ = task.await;
 }
 
-/// Another connection's open transaction holding the `_jobs` rows of `jobs` (`FOR UPDATE`),
-/// as a claim, result or takeover batch of another instance holds them.
-pub struct JobLocks {
+/// Another connection's open transaction holding row locks (`FOR UPDATE`), as a batch or a
+/// prune of another instance holds them.
+pub struct RowLocks {
     client: tokio_postgres::Client,
     task: tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
 }
 
-impl JobLocks {
-    pub async fn hold(url: &str, schema: &str, jobs: &[&str]) -> JobLocks {
+impl RowLocks {
+    /// The `_jobs` rows of `jobs`, as a claim, result or takeover batch holds them.
+    pub async fn jobs(url: &str, schema: &str, jobs: &[&str]) -> RowLocks {
+        let sql =
+            format!("SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = ANY($1) FOR UPDATE");
+        Self::hold(url, &sql, jobs).await
+    }
+
+    /// Every history row of `jobs`, as a prune deleting them holds them.
+    pub async fn history(url: &str, schema: &str, jobs: &[&str]) -> RowLocks {
+        let sql = format!(
+            "SELECT 1 FROM \"{schema}\".anarchon_runs_attempts WHERE job = ANY($1) FOR UPDATE"
+        );
+        Self::hold(url, &sql, jobs).await
+    }
+
+    async fn hold(url: &str, sql: &str, jobs: &[&str]) -> RowLocks {
         let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
             .unwrap();
         let task = tokio::spawn(connection);
         client.batch_execute("BEGIN").await.unwrap();
-        client
-            .execute(
-                &format!(
-                    "SELECT 1 FROM \"{schema}\".anarchon_runs_jobs WHERE job = ANY($1) FOR UPDATE"
-                ),
-                &[&jobs],
-            )
-            .await
-            .unwrap();
-        JobLocks { client, task }
+        client.execute(sql, &[&jobs]).await.unwrap();
+        RowLocks { client, task }
     }
 
     /// Rolls the transaction back: the rows are free again.

@@ -1,0 +1,183 @@
+//! Pruning after a batch: the jobs a claim or result batch found due to prune (see
+//! `sql::PRUNE_EVERY`) are pruned by a statement of their own (`sql::prune_sql`), after the
+//! batch committed and outside its job locks, by one background task per store
+//! ([`Inner::prune_later`]): [`PRUNED_PER_STATEMENT`] jobs a statement, one statement after
+//! the other. The claims' and results' answers do not wait for it (a result's call that
+//! also waited for its prune ran past the scheduler's timeout on a loaded server, and the
+//! results it had committed were reported as unknown), and a store never has more than one
+//! such statement on the server.
+//!
+//! Pruning is never needed for correctness, only to keep a job's history bounded, so a
+//! prune that fails (a timeout, a deadlock with another instance's prune of the same job) is
+//! logged and left to the job's next prune, which removes everything below the job's cut,
+//! not only what the failed one would have. When [`PENDING_JOBS`] jobs wait already (the
+//! server cannot keep up), a result batch prunes its own due jobs before it returns
+//! ([`Inner::prune_now`]), so the results slow down rather than the histories grow; a
+//! claim batch leaves them out (its claims must not wait), and its jobs are pruned by
+//! their next results or due claims.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anarchon_core::store::{Result, Retention};
+use tokio_postgres::types::Type;
+
+use crate::Inner;
+use crate::store::{Batch, JobLock, Step};
+
+/// The most jobs one prune statement prunes: each costs an ordered scan of up to `size`
+/// history keys and the deletes below the cut, so a statement of 128 jobs at 100 runs each
+/// stays well within the store's timeout.
+pub(crate) const PRUNED_PER_STATEMENT: usize = 128;
+
+/// The most jobs waiting for the background prune of one store.
+pub(crate) const PENDING_JOBS: usize = 65_536;
+
+/// The jobs waiting for the background prune, with the retention each is pruned to.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    jobs: HashMap<String, Retention>,
+    /// True while the background task runs (it ends when no job waits).
+    running: bool,
+}
+
+impl Inner {
+    /// Prunes `due` (a job may appear more than once; its last retention counts) now, in
+    /// statements of [`PRUNED_PER_STATEMENT`] jobs.
+    pub(crate) async fn prune_now<'j>(
+        &self,
+        due: impl IntoIterator<Item = (&'j str, Retention)>,
+    ) -> Result<()> {
+        let jobs: Vec<(&str, Retention)> = due
+            .into_iter()
+            .collect::<HashMap<_, _>>()
+            .into_iter()
+            .collect();
+        for chunk in jobs.chunks(PRUNED_PER_STATEMENT) {
+            self.prune_statement(chunk).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds `due` to the jobs the background task prunes, and starts it when it is not
+    /// running. Returns at once, with the jobs left out because [`PENDING_JOBS`] jobs
+    /// wait already.
+    pub(crate) fn prune_later<'j>(
+        self: &Arc<Self>,
+        due: impl IntoIterator<Item = (&'j str, Retention)>,
+    ) -> Vec<(String, Retention)> {
+        let mut pending = self
+            .pending_prunes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut left_out = Vec::new();
+        for (job, retention) in due {
+            if let Some(kept) = pending.jobs.get_mut(job) {
+                *kept = retention;
+            } else if pending.jobs.len() < PENDING_JOBS {
+                pending.jobs.insert(job.to_owned(), retention);
+            } else {
+                left_out.push((job.to_owned(), retention));
+            }
+        }
+        if !left_out.is_empty() {
+            tracing::debug!(
+                left_out = left_out.len(),
+                "postgres pruning is behind: {PENDING_JOBS} jobs wait for it"
+            );
+        }
+        if !pending.running && !pending.jobs.is_empty() {
+            pending.running = true;
+            let inner = Arc::clone(self);
+            tokio::spawn(async move { inner.prune_pending().await });
+        }
+        left_out
+    }
+
+    /// The background task: prunes the waiting jobs until none waits or the store closes.
+    async fn prune_pending(self: Arc<Self>) {
+        loop {
+            let batch: Vec<(String, Retention)> = {
+                let mut pending = self
+                    .pending_prunes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if pending.jobs.is_empty() || self.closed.load(Ordering::SeqCst) {
+                    pending.running = false;
+                    return;
+                }
+                let jobs: Vec<String> = pending
+                    .jobs
+                    .keys()
+                    .take(PRUNED_PER_STATEMENT)
+                    .cloned()
+                    .collect();
+                jobs.into_iter()
+                    .filter_map(|job| pending.jobs.remove(&job).map(|r| (job, r)))
+                    .collect()
+            };
+            let jobs: Vec<(&str, Retention)> =
+                batch.iter().map(|(j, r)| (j.as_str(), *r)).collect();
+            if let Err(e) = self.prune_statement(&jobs).await {
+                tracing::warn!(
+                    target_url = %self.target,
+                    jobs = jobs.len(),
+                    "postgres pruning after claims failed (the jobs' next prune makes up for it): {e}"
+                );
+            }
+        }
+    }
+
+    /// Waits until no job waits for the background prune and the task is idle.
+    pub(crate) async fn pruning_settled(&self) {
+        loop {
+            {
+                let pending = self
+                    .pending_prunes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if !pending.running && pending.jobs.is_empty() {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
+    /// One prune statement for `jobs` (each once), in a transaction of its own that takes no
+    /// job lock, after `sql::Sql::prune_settings`.
+    async fn prune_statement(&self, jobs: &[(&str, Retention)]) -> Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = jobs.iter().map(|(j, _)| *j).collect();
+        let sizes: Vec<i64> = jobs.iter().map(|(_, r)| i64::from(r.size)).collect();
+        let ttls: Vec<Option<i64>> = jobs
+            .iter()
+            .map(|(_, r)| r.ttl_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX / 2)))
+            .collect();
+        let steps = [
+            Step {
+                sql: &self.sql.prune_settings,
+                types: &[],
+                params: Vec::new(),
+                counted: false,
+            },
+            Step {
+                sql: &self.sql.prune,
+                types: &[Type::TEXT_ARRAY, Type::INT8_ARRAY, Type::INT8_ARRAY],
+                params: vec![&names, &sizes, &ttls],
+                counted: true,
+            },
+        ];
+        match self
+            .locked_batch("prune", JobLock::None, &steps, None, &self.pruning)
+            .await?
+        {
+            Batch::LockWaitEnded => return Err(self.lock_wait_ended("prune")),
+            Batch::Committed(_) | Batch::RolledBack(_) | Batch::PastDeadline { .. } => {}
+        }
+        Ok(())
+    }
+}
