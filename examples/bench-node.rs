@@ -49,7 +49,8 @@
 //!   each repeating one round trip that writes 256 new keys/rows (Redis: a pipeline of 256
 //!   `SET NX`; PostgreSQL: one `INSERT .. SELECT unnest(..) ON CONFLICT DO NOTHING`,
 //!   committed; SQLite: one `BEGIN IMMEDIATE` transaction of 256 `INSERT OR IGNORE`). Prints
-//!   `CEILING batches= rows_per_batch=256 seconds= callers=`.
+//!   `CEILING batches= rows_per_batch=256 seconds= callers=`, then on PostgreSQL
+//!   `SERVER name=value ...` (the server settings a loaded server depends on).
 //! - `slot-floor` (PostgreSQL): the physical floor of a won slot on the store's own tables
 //!   and indexes (a second table set, `floor`, in the run's schema), without the scheduler,
 //!   competing claims or job locks: K callers, each owning `--jobs / K` jobs whose histories
@@ -694,6 +695,26 @@ impl Raw {
         Ok(())
     }
 
+    /// The server settings that decide how a loaded PostgreSQL copes (`None` elsewhere):
+    /// `name=value` pairs separated by spaces.
+    async fn server_settings(&self) -> Result<Option<String>> {
+        match self {
+            Raw::Postgres(store, _) => {
+                let client = store.pool().get().await?;
+                let row = client
+                    .query_one(
+                        "SELECT string_agg(name || '=' || current_setting(name), ' ' \
+                         ORDER BY name) FROM pg_settings WHERE name IN ('autovacuum', \
+                         'shared_buffers', 'max_wal_size', 'jit', 'synchronous_commit')",
+                        &[],
+                    )
+                    .await?;
+                Ok(row.get(0))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// One batch: 256 new keys/rows for slot `slot` of caller `caller`, in one round trip.
     async fn batch(&self, caller: usize, slot: i64) -> Result<()> {
         match self {
@@ -949,6 +970,9 @@ async fn ceiling(args: &Args) -> Result<()> {
         "CEILING batches={batches} rows_per_batch={BATCH} seconds={:.3} callers={callers}",
         started.elapsed().as_secs_f64()
     );
+    if let Some(settings) = raw.server_settings().await? {
+        println!("SERVER {settings}");
+    }
     Ok(())
 }
 

@@ -342,6 +342,13 @@ fn measured_line<'o>(out: &'o str, tag: &str) -> Option<(&'o str, f64, u32)> {
     (seconds > 0.0).then_some((line, seconds, callers))
 }
 
+/// The server settings a node printed (`SERVER name=value ...`, PostgreSQL).
+pub(crate) fn parse_server(out: &str) -> Option<String> {
+    out.lines()
+        .find_map(|l| l.strip_prefix("SERVER "))
+        .map(|s| s.trim().to_owned())
+}
+
 pub(crate) fn parse_ceiling(out: &str) -> Option<Ceiling> {
     let (line, seconds, callers) = measured_line(out, "CEILING")?;
     let batches = node::num_field(line, "batches")?;
@@ -387,7 +394,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         keep: args.keep,
     };
     let load_before = node::load();
-    let ceiling = if args.store.has_raw_client() {
+    let (ceiling, server) = if args.store.has_raw_client() {
         eprintln!(
             "bench scale: measuring the store's ceiling ({} callers, {} s) ...",
             args.instances, args.ceiling_seconds
@@ -405,9 +412,12 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
             ],
             Duration::from_secs(args.ceiling_seconds + 120),
         )?;
-        Some(parse_ceiling(&out).with_context(|| format!("no CEILING line in {out:?}"))?)
+        (
+            Some(parse_ceiling(&out).with_context(|| format!("no CEILING line in {out:?}"))?),
+            parse_server(&out),
+        )
     } else {
-        None
+        (None, None)
     };
     // The floor of `every1s` jobs (with full histories it is millions of rows for tenants).
     let slot_floor = if args.floor
@@ -462,7 +472,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         hold: args.hold,
     })?;
     let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
-    let mut report = Report::of(&args, &session, window, ceiling, load_before);
+    let mut report = Report::of(&args, &session, window, ceiling, server, load_before);
     report.slot_floor = slot_floor;
     if args.json {
         println!("{}", report.json());
@@ -650,6 +660,8 @@ struct Report<'a> {
     /// Node CPU (cores, mean of the nodes) in idle stretches, and their seconds.
     idle_cores: Option<(f64, f64)>,
     ceiling: Option<Ceiling>,
+    /// The server settings a loaded server depends on, read before the nodes (PostgreSQL).
+    server: Option<String>,
     /// A won slot's floor on the store's tables, same run (PostgreSQL).
     slot_floor: Option<SlotFloor>,
     load_before: String,
@@ -667,6 +679,7 @@ impl<'a> Report<'a> {
         session: &'a Session,
         window: Window,
         ceiling: Option<Ceiling>,
+        server: Option<String>,
         load_before: String,
     ) -> Report<'a> {
         let stats = slot_stats(&session.starts, window);
@@ -738,6 +751,7 @@ impl<'a> Report<'a> {
             calls: Calls::of(session, &window),
             idle_cores,
             ceiling,
+            server,
             slot_floor: None,
             load_before,
         }
@@ -815,6 +829,9 @@ impl<'a> Report<'a> {
                 .machine_busy
                 .map_or("?".to_owned(), |b| format!("{:.0} %", b * 100.0))
         );
+        if let Some(server) = &self.server {
+            let _ = writeln!(out, "store server settings: {server}");
+        }
         let ratio = match self.ceiling {
             Some(c) => {
                 let _ = writeln!(
@@ -1227,6 +1244,7 @@ impl<'a> Report<'a> {
             })),
             "server_cores": session.server_cores,
             "ceiling": ceiling,
+            "server_settings": self.server,
             "slot_floor_per_s": self.slot_floor.map(|f| f.slots_per_s),
             "kib_per_registered_job": mean(session.nodes.iter().map(|n| {
                 (n.rss_registered as f64 - n.rss_base as f64) / f64::from(args.jobs)
@@ -1530,6 +1548,17 @@ mod tests {
             (100.0, 25_600.0, 3)
         );
         assert!(parse_ceiling("CEILING batches=1").is_none());
+    }
+
+    #[test]
+    fn the_server_line_reads_as_its_settings() {
+        let out = "CEILING batches=5 rows_per_batch=256 seconds=1 callers=3\n\
+                   SERVER autovacuum=off jit=on shared_buffers=128MB\n";
+        assert_eq!(
+            parse_server(out).as_deref(),
+            Some("autovacuum=off jit=on shared_buffers=128MB")
+        );
+        assert_eq!(parse_server("CEILING batches=5\nSERVERS x=1\n"), None);
     }
 
     #[test]
