@@ -30,7 +30,7 @@ const FLOOR: &str = "UPDATE 1 row (commit floor)";
 const FLOOR_NOSYNC: &str = "UPDATE 1 row, sync commit off";
 const CLAIM: &str = "claim (won)";
 const CLAIM_NOSYNC: &str = "claim (won), sync commit off";
-const CLAIM_PRUNING: &str = "claim (won), the 1 in 16 pruning";
+const CLAIM_PRUNING: &str = "claim (won), the 1 in 16 due to prune";
 
 fn job(name: &str) -> JobName {
     JobName::new(format!("{name}-{:08x}", rand::random::<u32>())).unwrap()
@@ -180,9 +180,10 @@ async fn run(url: &str, cfg: &BenchConfig, json: bool) {
     .await;
 
     // A claim that wins a new slot, in steady state: the previous run is finished (untimed;
-    // the finish prunes the job to the 100 runs kept). One won claim in 16 also prunes; the
-    // job's count, read untimed after each claim, tells which, so those get a row of their
-    // own (and stay in "claim (won)", as in real use).
+    // the job is pruned to the 100 runs kept after the finish, in the background). One won
+    // claim in 16 is due to prune (it resets the job's count; the store prunes the job after
+    // it, in the background); the job's count, read untimed after each claim, tells which,
+    // so those get a row of their own (and stay in "claim (won)", as in real use).
     let count_sql =
         format!("SELECT unpruned FROM \"{schema}\".anarchon_runs_jobs WHERE job = '{claim_job}'");
     let (claim_won, claim_pruning) = {

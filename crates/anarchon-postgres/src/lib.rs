@@ -378,8 +378,9 @@ pub(crate) struct Inner {
     listener: Mutex<Option<JoinHandle<()>>>,
     shutdown: CancellationToken,
     closed: AtomicBool,
-    /// Each job's count of won claims since a claim last pruned it, as the last claim of the
-    /// job this store sent saw it: it picks the claim variant (see `sql::PRUNE_EVERY`).
+    /// Each job's count of won claims since the job was last found due to prune, as the
+    /// last claim of the job this store sent saw it: it tells whether the next claim is due
+    /// (see `sql::PRUNE_EVERY`).
     unpruned: Mutex<HashMap<String, i32>>,
     /// The jobs due to prune that won claims found, waiting for the background prune (see
     /// [`prune`]).

@@ -818,9 +818,10 @@ impl Inner {
             });
         }
         // The won claims that were due reset their jobs' counts: their jobs are pruned
-        // now, in the background, so that these answers do not wait for it.
+        // now, in the background, so that these answers do not wait for it. Jobs left out
+        // because too many wait already are left to their next prunes (see `crate::prune`).
         if committed {
-            let _left_to_results = self.prune_later(
+            let _left_out = self.prune_later(
                 claims
                     .iter()
                     .zip(&out)

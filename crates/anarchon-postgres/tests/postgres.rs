@@ -38,6 +38,22 @@ fn claim(job: &JobName, slot: i64, instance: &str, now: i64) -> LeaseClaim {
     }
 }
 
+/// Sends `c` from a task of its own and checks, 300 ms later, that it still waits (for a
+/// job lock the test holds); the task answers once the lock is free.
+async fn claim_that_waits(
+    store: &PostgresStore,
+    c: LeaseClaim,
+    what: &str,
+) -> tokio::task::JoinHandle<anarchon_core::store::Result<ClaimOutcome>> {
+    let task = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim(&c).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!task.is_finished(), "{what}");
+    task
+}
+
 fn won(outcome: ClaimOutcome) -> Lease {
     match outcome {
         ClaimOutcome::Won(lease) => lease,
@@ -598,16 +614,12 @@ async fn a_taken_claim_does_not_lock_the_job() {
     won(out[1].clone());
     assert!(started.elapsed() < Duration::from_secs(3));
     // A claim that may insert still waits for the lock (until it is released).
-    let waiting = {
-        let store = store.clone();
-        let c = claim(&j, now, "b", now);
-        tokio::spawn(async move { store.claim(&c).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "a claim that may insert did not wait"
-    );
+    let waiting = claim_that_waits(
+        &store,
+        claim(&j, now, "b", now),
+        "a claim that may insert did not wait",
+    )
+    .await;
     locks.release().await;
     assert_eq!(
         waiting.await.unwrap().unwrap(),
@@ -771,19 +783,15 @@ async fn b10_a_batch_waits_for_its_job_locks_only_until_its_deadline() {
         store.claim(&far_past).await.unwrap(),
         ClaimOutcome::Late { .. }
     ));
-    let far_future = {
-        let store = store.clone();
-        let c = LeaseClaim {
+    let far_future = claim_that_waits(
+        &store,
+        LeaseClaim {
             not_after: i64::MAX,
             ..claim(&held, now, "b", now)
-        };
-        tokio::spawn(async move { store.claim(&c).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !far_future.is_finished(),
-        "a far deadline waits for the lock"
-    );
+        },
+        "a far deadline waits for the lock",
+    )
+    .await;
     locks.release().await;
     won(far_future.await.unwrap().unwrap());
     let now = store.now().await.unwrap();
