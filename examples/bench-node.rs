@@ -9,6 +9,7 @@
 //!                    [--slow-factor F --slow-from-ms A --slow-until-ms B]
 //!                    [--hold-ms M --hold-from-ms T]
 //! bench-node ceiling --store SPEC --callers K --seconds S
+//! bench-node slot-floor --store SPEC --callers K --jobs N --history H --seconds S [--paced 1]
 //! bench-node floor   --store SPEC --log FILE
 //! bench-node clean   --store SPEC
 //! bench-node counters --store SPEC [--every-ms 5000]
@@ -57,7 +58,9 @@
 //!   start full (`--history` runs each), repeating two committed set-based statements per 256
 //!   jobs and slot: the claim (the run row, the fence, the attempt row) and the finish (the
 //!   run and the attempt ended, the run and attempt `--history` slots older pruned). Prints
-//!   `SLOT_FLOOR slots= seconds= callers=`.
+//!   `SLOT_FLOOR slots= seconds= callers=`. With `--paced 1` the same statements run at the
+//!   run's own rate instead, each job once a second for `--seconds`, and it prints
+//!   `PACED_FLOOR minute= slots= in_second= late=` per minute and `PACED_FLOOR_END`.
 //! - `floor`: until SIGTERM, the bare one-row operation (Redis `PING`; PostgreSQL and SQLite
 //!   a one-row `UPDATE`, committed) about 20 times a second, away from whole seconds so it
 //!   does not meet the scheduler's claims; FILE gets one duration in µs per line.
@@ -976,6 +979,84 @@ async fn ceiling(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// `slot-floor --paced 1`: the floor's statements at the run's own rate for `seconds`: each
+/// caller works through its jobs once a second, second k's at the k-th whole second after
+/// the start, as the scheduler's slots fall due. A batch not begun by the end of its second
+/// is skipped (nothing written: the store answers a claim past its deadline `late` in the
+/// same way). Prints `PACED_FLOOR minute= slots= in_second= late=` per minute (slots whose
+/// claim committed within their second; skipped) and `PACED_FLOOR_END seconds= callers=`.
+async fn paced_floor(
+    store: Arc<anarchon::postgres::PostgresStore>,
+    names: &[Vec<String>],
+    claim: &str,
+    finish: &str,
+    history: i64,
+    seconds: u64,
+    first: &[i64],
+) -> Result<()> {
+    /// Per minute: slots, slots claimed within their second, slots skipped.
+    type Minutes = Vec<[u64; 3]>;
+    let minutes = usize::try_from(seconds.div_ceil(60)).unwrap_or(usize::MAX);
+    // The first second starts on a whole second of the host clock, at least one away.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let t0 = Instant::now() + Duration::from_millis((2_000 - now_ms % 1_000) as u64);
+    let tasks: Vec<_> = names
+        .iter()
+        .zip(first)
+        .map(|(mine, &first)| {
+            let store = store.clone();
+            let chunks: Vec<Vec<String>> = mine.chunks(BATCH).map(<[String]>::to_vec).collect();
+            let (claim, finish) = (claim.to_owned(), finish.to_owned());
+            tokio::spawn(async move {
+                let client = store.pool().get().await?;
+                let claim = client.prepare_cached(&claim).await?;
+                let finish = client.prepare_cached(&finish).await?;
+                let mut counts: Minutes = vec![[0; 3]; minutes];
+                for k in 0..seconds {
+                    let start = t0 + Duration::from_secs(k);
+                    let end = start + Duration::from_secs(1);
+                    tokio::time::sleep_until(start.into()).await;
+                    let slot = (first + k as i64) * 1000;
+                    let minute = &mut counts[(k / 60) as usize];
+                    for chunk in &chunks {
+                        minute[0] += chunk.len() as u64;
+                        if Instant::now() >= end {
+                            minute[2] += chunk.len() as u64;
+                            continue;
+                        }
+                        let won = client.execute(&claim, &[chunk, &slot]).await?;
+                        if Instant::now() < end {
+                            minute[1] += won;
+                        }
+                        client
+                            .execute(&finish, &[chunk, &slot, &(history * 1000)])
+                            .await?;
+                    }
+                }
+                anyhow::Ok(counts)
+            })
+        })
+        .collect();
+    let mut total: Minutes = vec![[0; 3]; minutes];
+    for task in tasks {
+        for (sum, counts) in total.iter_mut().zip(task.await??) {
+            for (s, c) in sum.iter_mut().zip(counts) {
+                *s += c;
+            }
+        }
+    }
+    for (m, [slots, in_second, late]) in total.iter().enumerate() {
+        println!(
+            "PACED_FLOOR minute={} slots={slots} in_second={in_second} late={late}",
+            m + 1
+        );
+    }
+    println!("PACED_FLOOR_END seconds={seconds} callers={}", names.len());
+    Ok(())
+}
+
 /// The physical floor of a won slot on PostgreSQL (see the module docs, `slot-floor`).
 async fn slot_floor(args: &Args) -> Result<()> {
     use anarchon::store::{Prepare, Store};
@@ -1134,6 +1215,9 @@ async fn slot_floor(args: &Args) -> Result<()> {
     let mut first = Vec::new();
     for c in 0..callers {
         first.push(run_caller(c, true, Instant::now(), history).await?.1);
+    }
+    if args.get("paced").is_ok() {
+        return paced_floor(store, &names, &claim, &finish, history, seconds, &first).await;
     }
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);

@@ -123,6 +123,8 @@ pub(crate) struct ScaleArgs {
     /// Measure the won slot's floor where the bench can (PostgreSQL every1s); `--no-floor`
     /// clears it.
     pub(crate) floor: bool,
+    /// Run that floor at the run's own rate for the run's length (`--paced-floor`).
+    pub(crate) paced_floor: bool,
     pub(crate) json: bool,
     pub(crate) keep: bool,
 }
@@ -249,6 +251,13 @@ pub(crate) struct Opts {
     /// history (jobs x history size rows), which takes minutes at large history sizes.
     #[arg(long)]
     no_floor: bool,
+    /// Run the won slot's floor (PostgreSQL, every1s) at the run's own rate for the run's
+    /// length instead of as fast as it goes for a few seconds: each job once a second, per
+    /// minute the share of slots whose claim committed within their second, and the
+    /// server's CPU. Shows whether the bare statements themselves keep up past the pruning
+    /// point on this server (the run takes twice as long).
+    #[arg(long, conflicts_with = "no_floor")]
+    paced_floor: bool,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -268,6 +277,14 @@ impl Opts {
             bail!(
                 "bench scale: --cron applies to --workload tenants-cron only (this run is {})",
                 workload.name()
+            );
+        }
+        if self.paced_floor && (store != StoreKind::Postgres || workload != Workload::EverySecond) {
+            bail!(
+                "bench scale: --paced-floor measures the won slot's floor of PostgreSQL's every1s \
+                 workload (this run is {} on {}): drop it, or run --store postgres --workload every1s",
+                workload.name(),
+                store.name()
             );
         }
         let cron = self.cron.unwrap_or_else(|| DEFAULT_CRON.to_owned());
@@ -309,6 +326,7 @@ impl Opts {
             slow,
             hold,
             floor: !self.no_floor,
+            paced_floor: self.paced_floor,
             json: self.json,
             keep: self.keep,
         })
@@ -381,6 +399,70 @@ pub(crate) fn parse_slot_floor(out: &str) -> Option<SlotFloor> {
     })
 }
 
+/// The floor's statements run at the run's own rate (`--paced-floor`): per minute, the slots
+/// due, those whose claim committed within their second and those skipped (not begun by the
+/// end of their second), and the server's CPU over it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PacedFloor {
+    pub(crate) minutes: Vec<PacedMinute>,
+    pub(crate) callers: u32,
+    /// The share of all CPUs busy while it ran (`None`: not read).
+    pub(crate) machine_busy: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PacedMinute {
+    pub(crate) slots: u64,
+    pub(crate) in_second: u64,
+    pub(crate) skipped: u64,
+}
+
+impl PacedMinute {
+    fn percent(self) -> f64 {
+        100.0 * self.in_second as f64 / (self.slots.max(1)) as f64
+    }
+}
+
+/// Reads the `PACED_FLOOR minute= slots= in_second= late=` lines and the callers of the
+/// `PACED_FLOOR_END` line (`None` without it).
+pub(crate) fn parse_paced_floor(out: &str) -> Option<PacedFloor> {
+    let end = out.lines().find(|l| l.starts_with("PACED_FLOOR_END "))?;
+    let callers = node::num_field(end, "callers")? as u32;
+    let minutes = out
+        .lines()
+        .filter(|l| l.starts_with("PACED_FLOOR minute="))
+        .map(|l| {
+            Some(PacedMinute {
+                slots: node::num_field(l, "slots")? as u64,
+                in_second: node::num_field(l, "in_second")? as u64,
+                skipped: node::num_field(l, "late")? as u64,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(PacedFloor {
+        minutes,
+        callers,
+        machine_busy: None,
+    })
+}
+
+/// The bench node's `slot-floor` arguments: the run's store, instances (as callers), jobs
+/// and history size, for `seconds`.
+fn slot_floor_args(args: &ScaleArgs, spec: &str, seconds: u64) -> Vec<String> {
+    vec![
+        "--store".into(),
+        spec.to_owned(),
+        "--callers".into(),
+        args.instances.to_string(),
+        "--jobs".into(),
+        args.jobs.to_string(),
+        "--history".into(),
+        args.history().to_string(),
+        "--seconds".into(),
+        seconds.to_string(),
+    ]
+}
+
 pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     let args = opts.check()?;
     let url = node::server_url(args.store)?;
@@ -420,10 +502,38 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         (None, None)
     };
     // The floor of `every1s` jobs (with full histories it is millions of rows for tenants).
-    let slot_floor = if args.floor
-        && args.store == StoreKind::Postgres
-        && args.workload == Workload::EverySecond
-    {
+    let floor_applies =
+        args.floor && args.store == StoreKind::Postgres && args.workload == Workload::EverySecond;
+    let paced_floor = if floor_applies && args.paced_floor {
+        eprintln!(
+            "bench scale: the won slot's floor at the run's rate ({} jobs once a second on {} \
+             callers, {} s) ...",
+            args.jobs, args.instances, args.seconds
+        );
+        let before = node::machine_ticks();
+        let mut floor_args = slot_floor_args(&args, &spec, args.seconds);
+        floor_args.extend(["--paced".into(), "1".into()]);
+        let out = node::run_node(
+            &bin,
+            "slot-floor",
+            &floor_args,
+            Duration::from_secs(args.seconds + 600),
+        )?;
+        let mut paced =
+            parse_paced_floor(&out).with_context(|| format!("no PACED_FLOOR lines in {out:?}"))?;
+        // The machine's, not the server processes': the floor's backends end with it, and
+        // their ticks with them. Nothing else runs meanwhile but the floor's own process.
+        paced.machine_busy = match (before, node::machine_ticks()) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+                Some((b1 - b0) as f64 / (t1 - t0) as f64)
+            }
+            _ => None,
+        };
+        Some(paced)
+    } else {
+        None
+    };
+    let slot_floor = if floor_applies && !args.paced_floor {
         eprintln!(
             "bench scale: measuring a won slot's floor on the store's tables ({} callers, {} s) ...",
             args.instances, args.ceiling_seconds
@@ -431,18 +541,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
         let out = node::run_node(
             &bin,
             "slot-floor",
-            &[
-                "--store".into(),
-                spec.clone(),
-                "--callers".into(),
-                args.instances.to_string(),
-                "--jobs".into(),
-                args.jobs.to_string(),
-                "--history".into(),
-                args.history().to_string(),
-                "--seconds".into(),
-                args.ceiling_seconds.to_string(),
-            ],
+            &slot_floor_args(&args, &spec, args.ceiling_seconds),
             Duration::from_secs(args.ceiling_seconds + 300),
         )?;
         Some(parse_slot_floor(&out).with_context(|| format!("no SLOT_FLOOR line in {out:?}"))?)
@@ -474,6 +573,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
     let mut report = Report::of(&args, &session, window, ceiling, server, load_before);
     report.slot_floor = slot_floor;
+    report.paced_floor = paced_floor;
     if args.json {
         println!("{}", report.json());
     } else {
@@ -664,6 +764,8 @@ struct Report<'a> {
     server: Option<String>,
     /// A won slot's floor on the store's tables, same run (PostgreSQL).
     slot_floor: Option<SlotFloor>,
+    /// The floor at the run's own rate (`--paced-floor`, PostgreSQL).
+    paced_floor: Option<PacedFloor>,
     load_before: String,
     /// The run judged by phase, when the store was slowed.
     slowed: Option<slow::Judged>,
@@ -753,6 +855,7 @@ impl<'a> Report<'a> {
             ceiling,
             server,
             slot_floor: None,
+            paced_floor: None,
             load_before,
         }
     }
@@ -880,6 +983,36 @@ impl<'a> Report<'a> {
                 grouped(started_per_s as u64),
                 100.0 * started_per_s / f.slots_per_s
             );
+        }
+        if let Some(p) = &self.paced_floor {
+            let _ = writeln!(
+                out,
+                "the floor at the run's rate (same run, before the nodes; {} callers; the floor's \
+                 statements for each job once a second as its slots fall due; a batch not begun \
+                 by the end of its second skipped; all CPUs {} busy meanwhile, the floor's own \
+                 process included):",
+                p.callers,
+                p.machine_busy
+                    .map_or("-".to_owned(), |c| format!("{:.0} %", 100.0 * c))
+            );
+            let _ = writeln!(
+                out,
+                "\n| minute | floor: slots | floor: claimed within their second | floor: skipped | the run: within their second |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|");
+            for (i, m) in p.minutes.iter().enumerate() {
+                let run = self.minutes.get(i).map_or("-".to_owned(), |r| {
+                    format!("{:.2} %", r.slots.within_percent())
+                });
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {:.2} % | {} | {run} |",
+                    i + 1,
+                    grouped(m.slots),
+                    m.percent(),
+                    grouped(m.skipped),
+                );
+            }
         }
         let _ = writeln!(
             out,
@@ -1246,6 +1379,16 @@ impl<'a> Report<'a> {
             "ceiling": ceiling,
             "server_settings": self.server,
             "slot_floor_per_s": self.slot_floor.map(|f| f.slots_per_s),
+            "paced_floor": self.paced_floor.as_ref().map(|p| json!({
+                "callers": p.callers,
+                "machine_busy": p.machine_busy,
+                "minutes": p.minutes.iter().map(|m| json!({
+                    "slots": m.slots,
+                    "in_second": m.in_second,
+                    "skipped": m.skipped,
+                    "in_second_percent": m.percent(),
+                })).collect::<Vec<_>>(),
+            })),
             "kib_per_registered_job": mean(session.nodes.iter().map(|n| {
                 (n.rss_registered as f64 - n.rss_base as f64) / f64::from(args.jobs)
             })),
@@ -1269,6 +1412,32 @@ mod tests {
     }
 
     #[test]
+    fn the_paced_floor_is_postgres_every1s_only_and_not_with_no_floor() {
+        let a = parse_args(&args(&["--store", "postgres", "--paced-floor"])).unwrap();
+        assert!(a.paced_floor && a.floor);
+        for other in [
+            &["--store", "redis", "--paced-floor"][..],
+            &[
+                "--store",
+                "postgres",
+                "--workload",
+                "tenants",
+                "--paced-floor",
+            ],
+        ] {
+            let e = parse_args(&args(other)).unwrap_err().to_string();
+            assert!(e.contains("--paced-floor measures"), "{other:?}: {e}");
+        }
+        let e = parse_args(&args(&[
+            "--store",
+            "postgres",
+            "--paced-floor",
+            "--no-floor",
+        ]));
+        assert!(e.is_err(), "--paced-floor with --no-floor");
+    }
+
+    #[test]
     fn scale_options_parse_with_defaults() {
         let a = parse_args(&args(&["--store", "redis"])).unwrap();
         assert_eq!(
@@ -1287,6 +1456,7 @@ mod tests {
                 slow: None,
                 hold: None,
                 floor: true,
+                paced_floor: false,
                 json: false,
                 keep: false
             }
@@ -1559,6 +1729,34 @@ mod tests {
             Some("autovacuum=off jit=on shared_buffers=128MB")
         );
         assert_eq!(parse_server("CEILING batches=5\nSERVERS x=1\n"), None);
+    }
+
+    #[test]
+    fn the_paced_floor_lines_read_as_minutes() {
+        let out = "PACED_FLOOR minute=1 slots=600000 in_second=599000 late=0\n\
+                   PACED_FLOOR minute=2 slots=600000 in_second=300000 late=256000\n\
+                   PACED_FLOOR_END seconds=120 callers=3\n";
+        let p = parse_paced_floor(out).unwrap();
+        assert_eq!(p.callers, 3);
+        assert_eq!(
+            p.minutes,
+            vec![
+                PacedMinute {
+                    slots: 600_000,
+                    in_second: 599_000,
+                    skipped: 0
+                },
+                PacedMinute {
+                    slots: 600_000,
+                    in_second: 300_000,
+                    skipped: 256_000
+                },
+            ]
+        );
+        assert_eq!(p.minutes[1].percent(), 50.0);
+        // Without the end line the floor did not finish.
+        assert!(parse_paced_floor("PACED_FLOOR minute=1 slots=1 in_second=1 late=0\n").is_none());
+        assert!(parse_paced_floor("PACED_FLOOR minute=1 slots=x in_second=1 late=0\nPACED_FLOOR_END seconds=1 callers=1\n").is_none());
     }
 
     #[test]
