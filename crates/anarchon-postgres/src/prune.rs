@@ -17,8 +17,8 @@
 //! their next results or due claims.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use anarchon_core::store::{Result, Retention};
 use tokio_postgres::types::Type;
@@ -40,6 +40,27 @@ pub(crate) struct Pending {
     jobs: HashMap<String, Retention>,
     /// True while the background task runs (it ends when no job waits).
     running: bool,
+}
+
+/// Clears [`Pending::running`] if the background task ends without clearing it itself (a
+/// panic in it, or the task dropped): the next [`Inner::prune_later`] then starts a new
+/// task, instead of leaving the jobs to wait for one that no longer runs (and
+/// `pruning_settled` waiting for ever). The task disarms it where it ends on its own, in
+/// the same critical section that finds no job waiting.
+struct RunningGuard<'a> {
+    pending: &'a Mutex<Pending>,
+    armed: bool,
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .running = false;
+        }
+    }
 }
 
 impl Inner {
@@ -97,6 +118,10 @@ impl Inner {
 
     /// The background task: prunes the waiting jobs until none waits or the store closes.
     async fn prune_pending(self: Arc<Self>) {
+        let mut guard = RunningGuard {
+            pending: &self.pending_prunes,
+            armed: true,
+        };
         loop {
             let batch: Vec<(String, Retention)> = {
                 let mut pending = self
@@ -105,6 +130,7 @@ impl Inner {
                     .unwrap_or_else(|e| e.into_inner());
                 if pending.jobs.is_empty() || self.closed.load(Ordering::SeqCst) {
                     pending.running = false;
+                    guard.armed = false;
                     return;
                 }
                 let jobs: Vec<String> = pending
@@ -179,5 +205,41 @@ impl Inner {
             Batch::Committed(_) | Batch::RolledBack(_) | Batch::PastDeadline { .. } => {}
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_background_prune_that_panics_leaves_the_next_one_free_to_start() {
+        let pending = Mutex::new(Pending {
+            jobs: HashMap::new(),
+            running: true,
+        });
+        let unwound = std::panic::catch_unwind(|| {
+            let _guard = RunningGuard {
+                pending: &pending,
+                armed: true,
+            };
+            panic!("a prune task panics");
+        });
+        assert!(unwound.is_err());
+        assert!(!pending.lock().unwrap().running, "still marked running");
+    }
+
+    #[test]
+    fn a_background_prune_that_ends_on_its_own_leaves_the_flag_to_the_task() {
+        // Disarmed where the task cleared the flag itself: a task started meanwhile keeps it.
+        let pending = Mutex::new(Pending {
+            jobs: HashMap::new(),
+            running: true,
+        });
+        drop(RunningGuard {
+            pending: &pending,
+            armed: false,
+        });
+        assert!(pending.lock().unwrap().running);
     }
 }
