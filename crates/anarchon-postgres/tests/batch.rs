@@ -454,6 +454,9 @@ async fn b37_claims_and_results_prune_after_their_batch_without_its_job_locks() 
         .await
         .expect("a result due to prune waited for the rows its prune deletes");
     assert_eq!(finished.unwrap(), OwnerWrite::Done);
+    // Both prunes (the claim's, the result's) run in the background: the next claim goes
+    // out once both have begun and wait for the rows, as the history checked below says.
+    rows.wait_for_waiters(2).await;
     let now = s.now().await.unwrap();
     let next = s.claim(&at(5, now + 2_000)).await.unwrap();
     assert!(

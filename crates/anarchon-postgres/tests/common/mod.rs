@@ -127,6 +127,50 @@ impl RowLocks {
         RowLocks { client, task }
     }
 
+    /// Waits (at most 10 s) until `n` other backends wait for these locks (directly, or
+    /// behind another backend that waits for them), so a test can
+    /// tell that a statement it started in the background began (and took its snapshot)
+    /// before what the test does next.
+    pub async fn wait_for_waiters(&self, n: i64) {
+        let pid: i32 = self
+            .client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let started = std::time::Instant::now();
+        loop {
+            // The activity view is read once per transaction unless cleared.
+            self.client
+                .execute("SELECT pg_stat_clear_snapshot()", &[])
+                .await
+                .unwrap();
+            let waiting: i64 = self
+                .client
+                .query_one(
+                    "WITH RECURSIVE w(pid) AS (
+                         SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))
+                         UNION
+                         SELECT a.pid FROM pg_stat_activity a JOIN w
+                             ON w.pid = ANY(pg_blocking_pids(a.pid))
+                     )
+                     SELECT count(*) FROM w",
+                    &[&pid],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting >= n {
+                return;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "{waiting} backends wait for the held rows after 10 s, not {n}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Rolls the transaction back: the rows are free again.
     pub async fn release(self) {
         self.client.batch_execute("ROLLBACK").await.unwrap();
