@@ -1070,7 +1070,9 @@ async fn slot_floor(args: &Args) -> Result<()> {
     let callers = args.num("callers")?.clamp(1, 64) as usize;
     let jobs = args.num("jobs")?.clamp(1, 1_000_000) as usize;
     let history = args.num("history")?.clamp(1, 10_000) as i64;
-    let seconds = args.num("seconds")?.max(1);
+    // A day at most, as `cargo xtask bench scale` allows: the paced floor keeps a row of
+    // counts per minute and slot numbers grow by the second.
+    let seconds = args.num("seconds")?.clamp(1, 86_400);
     let per_caller = jobs.div_ceil(callers);
     let store = anarchon::postgres::PostgresStore::connect_with(
         &spec.target,

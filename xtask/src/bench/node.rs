@@ -583,6 +583,17 @@ pub(crate) fn machine_ticks() -> Option<(u64, u64)> {
     parse_machine_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
+/// The share of all CPUs busy between two [`machine_ticks`] readings (`None`: either is
+/// missing, or no tick passed).
+pub(crate) fn busy_share(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    match (before, after) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+            Some(b1.saturating_sub(b0) as f64 / (t1 - t0) as f64)
+        }
+        _ => None,
+    }
+}
+
 /// The 1, 5 and 15 minute load averages, as `uptime` shows them.
 pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -667,6 +678,14 @@ mod tests {
         );
         let stat = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
         assert_eq!(parse_machine_ticks(stat), Some((150, 1000)));
+    }
+
+    #[test]
+    fn the_busy_share_needs_two_readings_a_tick_apart() {
+        assert_eq!(busy_share(Some((100, 1000)), Some((400, 2000))), Some(0.3));
+        assert_eq!(busy_share(Some((100, 1000)), Some((100, 1000))), None);
+        assert_eq!(busy_share(None, Some((400, 2000))), None);
+        assert_eq!(busy_share(Some((500, 1000)), Some((400, 2000))), Some(0.0));
     }
 
     #[test]

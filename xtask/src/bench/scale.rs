@@ -523,12 +523,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
             parse_paced_floor(&out).with_context(|| format!("no PACED_FLOOR lines in {out:?}"))?;
         // The machine's, not the server processes': the floor's backends end with it, and
         // their ticks with them. Nothing else runs meanwhile but the floor's own process.
-        paced.machine_busy = match (before, node::machine_ticks()) {
-            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
-                Some((b1 - b0) as f64 / (t1 - t0) as f64)
-            }
-            _ => None,
-        };
+        paced.machine_busy = node::busy_share(before, node::machine_ticks());
         Some(paced)
     } else {
         None

@@ -274,10 +274,7 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
         (Some(a), Some(b)) => Some(node::cores(b.saturating_sub(a), tps, wall)),
         _ => None,
     };
-    let machine_busy = match (machine0, machine1) {
-        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => Some((b1 - b0) as f64 / (t1 - t0) as f64),
-        _ => None,
-    };
+    let machine_busy = node::busy_share(machine0, machine1);
     Ok(Session {
         nodes: results,
         starts,
