@@ -10,7 +10,10 @@
 //! Bounds: on a store that gathers claims (PostgreSQL), while [`CLAIM_CALLS_IN_FLIGHT`]
 //! claim calls are out, a batch that is not full waits (claims falling due meanwhile gather
 //! into it; full batches always leave), and at most [`MAX_CLAIMS_IN_FLIGHT`] claims are
-//! sent and unanswered at once. Results gather the same way on such a store: while
+//! sent and unanswered at once; on such a store, once it has answered for a second, at most
+//! its pace times [`PACE_TARGET_MS`](super::pace::PACE_TARGET_MS) (see
+//! [`pace`](super::pace)).
+//! Results gather the same way on such a store: while
 //! [`RESULT_CALLS_IN_FLIGHT`] result calls are out, a result batch that is not full waits.
 //! Claims
 //! beyond it wait in a queue that holds at most one slot per job (a newer slot of the same
@@ -30,8 +33,8 @@ use std::sync::Arc;
 
 use super::Core;
 use super::types::{
-    Answer, CLAIM_CALLS_IN_FLIGHT, CallId, HeldKey, Pending, QueuedClaim, RESULT_CALLS_IN_FLIGHT,
-    Request, RunId,
+    Answer, CLAIM_CALLS_IN_FLIGHT, CallId, HeldKey, MIN_PACED_CLAIMS, PACED_FLOOR_BATCHES, Pending,
+    QueuedClaim, RESULT_CALLS_IN_FLIGHT, Request, RunId,
 };
 use crate::error::{Error, Result};
 use crate::event::{Event, SkipReason, StoreOperation};
@@ -107,6 +110,24 @@ impl Core {
         self.push(super::Effect::Call { id, request, run });
     }
 
+    /// The claims that may be in flight now: on a store that gathers batches, the store's
+    /// recent pace, within the paced floor and the configured maximum (see
+    /// [`pace`](super::pace)); on any other, the maximum.
+    pub(super) fn claims_bound(&mut self) -> usize {
+        if !self.cfg.limits.gather_batches {
+            return self.cfg.limits.claims_in_flight;
+        }
+        let floor = self
+            .cfg
+            .limits
+            .claims
+            .saturating_mul(PACED_FLOOR_BATCHES)
+            .max(MIN_PACED_CLAIMS);
+        self.queues
+            .pace
+            .bound(self.now.mono, floor, self.cfg.limits.claims_in_flight)
+    }
+
     /// Queues a claim for the end of the turn.
     pub(super) fn queue_claim(&mut self, queued: QueuedClaim) {
         self.queues.claims.push(queued);
@@ -133,7 +154,7 @@ impl Core {
     /// whose job has a newer slot queued. So the queue holds about one slot per job, and the
     /// pass costs O(queue) a few times a second, not per claim.
     pub(super) fn shed_queued_claims(&mut self) {
-        let bound = (self.queues.claims_in_flight >= self.cfg.limits.claims_in_flight
+        let bound = (self.queues.claims_in_flight >= self.claims_bound()
             || (self.cfg.limits.gather_batches
                 && self.cfg.limits.claims > 1
                 && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT))
@@ -198,9 +219,7 @@ impl Core {
             return;
         }
         let room = self
-            .cfg
-            .limits
-            .claims_in_flight
+            .claims_bound()
             .saturating_sub(self.queues.claims_in_flight);
         if room == 0 {
             return;
@@ -210,18 +229,26 @@ impl Core {
         if !self.queues.catch_ups.is_empty() || queue.iter().any(|q| q.reason == Reason::CatchUp) {
             queue = self.hold_catch_ups(queue);
         }
-        // In this instance's own order of jobs (`claim_rank`), so that the instances' batches
-        // of the same due slots differ; one job's catch-up ahead of its newer claim, and
-        // otherwise (a stable sort) one job's slots in the order queued. Stores that lock a
-        // batch's jobs lock them in name order themselves, so batches that share jobs wait
-        // for each other but never deadlock.
+        // In this instance's own order of jobs, drawn anew for every slot
+        // (`slot_claim_rank`), so that the instances' batches of the same due slots differ
+        // and, under overload, no job waits behind the others slot after slot; one job's
+        // catch-up ahead of its newer claim, and otherwise (a stable sort) one job's slots
+        // in the order queued. Stores that lock a batch's jobs lock them in name order
+        // themselves, so batches that share jobs wait for each other but never deadlock.
         queue.sort_by_cached_key(|q| {
             (
-                super::claim_rank(key, q.claim.run.job.as_str()),
+                super::slot_claim_rank(key, q.claim.run.job.as_str(), q.slot),
                 q.reason != Reason::CatchUp,
             )
         });
-        let send = queue.len().min(room);
+        let limit = self.cfg.limits.claims.max(1);
+        let mut send = queue.len().min(room);
+        if queue.len() > room && self.queues.claims_in_flight > 0 {
+            // Held back by the bound: full batches only (a store that takes a batch in one
+            // transaction does the most per transaction with full ones); the rest waits for
+            // the next answer, which frees room.
+            send = room / limit * limit;
+        }
         if queue.len() > send {
             let rest = queue.split_off(send);
             self.queues.claims.extend(rest);
@@ -238,7 +265,6 @@ impl Core {
         // A batch that is not full waits while CLAIM_CALLS_IN_FLIGHT calls are out (a store
         // taking one claim a call cannot gather them): the claims falling due meanwhile
         // join it. Full batches always leave, so a burst reaches the store at once.
-        let limit = self.cfg.limits.claims;
         if self.cfg.limits.gather_batches
             && limit > 1
             && self.queues.claim_calls >= CLAIM_CALLS_IN_FLIGHT
@@ -252,6 +278,9 @@ impl Core {
         }
         // Never commit after this instance stopped waiting for the call. [B-10]
         let deadline = self.call_deadline();
+        self.queues
+            .pace
+            .sent(self.now.mono, self.queues.claims_in_flight);
         self.queues.claims_in_flight += queue.len();
         self.queues.catch_ups_in_flight += catch_ups(queue.iter().map(|q| &q.reason));
         for batch in in_batches(queue, limit) {
@@ -393,6 +422,14 @@ impl Core {
                 self.queues.claim_calls = self.queues.claim_calls.saturating_sub(1);
                 self.queues.claims_in_flight =
                     self.queues.claims_in_flight.saturating_sub(items.len());
+                let answered = if result.as_ref().is_ok_and(|o| o.len() == items.len()) {
+                    items.len()
+                } else {
+                    0
+                };
+                self.queues
+                    .pace
+                    .answered(self.now.mono, answered, self.queues.claims_in_flight);
                 self.queues.catch_ups_in_flight = self
                     .queues
                     .catch_ups_in_flight

@@ -608,6 +608,10 @@ mod world {
         sim.detail = cfg.detail;
         sim.planted = cfg.planted;
         sim.timeline_cap = 200_000;
+        // Odd seeds' store gathers batches (PostgreSQL's way: partial batches wait, claims
+        // in flight paced by the store's answers); from the seed, not the world's random
+        // stream, so the other draws of a seed stay what they were.
+        sim.gather_batches = cfg.seed % 2 == 1;
         sim.world = Some(World {
             seed: cfg.seed,
             full_timeline: cfg.full_timeline,
@@ -1250,6 +1254,8 @@ pub(crate) struct Node {
     /// The slot of each handler started in this life.
     pub(crate) slots: HashMap<RunId, RunKey>,
     pub(crate) starts: Vec<RunInfo>,
+    /// When each of `starts` started (virtual µs).
+    pub(crate) start_times: Vec<i64>,
     pub(crate) events: Vec<Event>,
     pub(crate) replies: Vec<Result<RunRecord>>,
 }
@@ -1330,6 +1336,12 @@ pub(crate) struct Sim {
     pub(crate) notifications_lost: bool,
     /// Extra one-way latency of every call of an operation, µs (a store slow at one thing).
     pub(crate) slow_op: HashMap<&'static str, i64>,
+    /// The store's time per claim of a claim batch, µs (0: none): claim calls are served one
+    /// after the other, so a store that takes fewer claims a second than fall due queues
+    /// them (a saturated server).
+    pub(crate) claim_service_us: i64,
+    /// When the store is done with the claim calls that reached it.
+    claims_busy_until: i64,
     pub(crate) check: Checker,
     /// The random world: faults and their rates (`None` in the tests).
     pub(crate) world: Option<world::World>,
@@ -1451,6 +1463,8 @@ impl Sim {
             fail_next: HashMap::new(),
             notifications_lost: false,
             slow_op: HashMap::new(),
+            claim_service_us: 0,
+            claims_busy_until: 0,
             check: Checker::default(),
             world: None,
             planted: None,
@@ -1470,6 +1484,7 @@ impl Sim {
                 deadlines: HashMap::new(),
                 slots: HashMap::new(),
                 starts: Vec::new(),
+                start_times: Vec::new(),
                 events: Vec::new(),
                 replies: Vec::new(),
             });
@@ -1780,8 +1795,16 @@ impl Sim {
                     let slower = self.slow_op.get(request.operation()).copied().unwrap_or(0);
                     match self.call_fate() {
                         Some((latency, fate)) => {
+                            let mut at = sent + latency + slower;
+                            if let (Request::Claim { claims }, true) =
+                                (&request, self.claim_service_us > 0)
+                            {
+                                at = at.max(self.claims_busy_until)
+                                    + self.claim_service_us * claims.len() as i64;
+                                self.claims_busy_until = at;
+                            }
                             self.schedule(
-                                sent + latency + slower,
+                                at,
                                 Ev::Arrive {
                                     node,
                                     life,
@@ -1828,6 +1851,7 @@ impl Sim {
                     }
                     if self.keep {
                         self.nodes[node].starts.push(start.info.clone());
+                        self.nodes[node].start_times.push(self.now);
                     }
                     let at = self.now + b.takes.as_micros() as i64;
                     self.schedule(

@@ -207,8 +207,16 @@ pub(super) enum Timer {
     StopDeadline,
 }
 
-/// Claims sent and not answered yet, at most, by default (see the module docs).
+/// Claims sent and not answered yet, at most, by default (see the module docs); below it,
+/// the bound follows the store's recent pace (see [`pace`](super::pace)).
 pub(crate) const MAX_CLAIMS_IN_FLIGHT: usize = 16_384;
+
+/// The paced bound on claims in flight never falls below this many of the store's claim
+/// batches (nor below [`MIN_PACED_CLAIMS`]), so a store that speeds up is seen at once.
+pub(crate) const PACED_FLOOR_BATCHES: usize = 4;
+
+/// See [`PACED_FLOOR_BATCHES`].
+pub(crate) const MIN_PACED_CLAIMS: usize = 64;
 
 /// Claim calls out at once past which a batch that is not full waits for the next answer,
 /// on a store that asks for it ([`BatchLimits::gather_batches`](crate::store::BatchLimits)).
@@ -463,6 +471,9 @@ pub(super) struct Queues {
     pub(super) catch_ups_in_flight: usize,
     /// Claim calls sent and unanswered (see [`CLAIM_CALLS_IN_FLIGHT`]).
     pub(super) claim_calls: usize,
+    /// The store's recent pace of answering claims, which bounds the claims in flight
+    /// (see [`pace`](super::pace)).
+    pub(super) pace: super::pace::ClaimPace,
     /// Result calls sent and unanswered (see [`RESULT_CALLS_IN_FLIGHT`]).
     pub(super) result_calls: usize,
     /// When queued claims are next checked for being late (instance clock, ms).
