@@ -1046,9 +1046,12 @@ impl<'a> Report<'a> {
         );
         let _ = writeln!(
             out,
-            "| minute | slots | within their second | missed | duplicates | lag p50 / p99 | RSS MiB at the end | KiB per job | runs in flight (max) | KiB per run in flight | CPU | late | load |"
+            "| minute | slots | within their second | missed | jobs started | duplicates | lag p50 / p99 | RSS MiB at the end | KiB per job | runs in flight (max) | KiB per run in flight | CPU | late | load |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         for m in &self.minutes {
             let s = &m.slots;
             let per_node = |f: &dyn Fn(&NodeStretch) -> String| {
@@ -1068,7 +1071,7 @@ impl<'a> Report<'a> {
             };
             let _ = writeln!(
                 out,
-                "| {}{} | {} | {within} | {} | {} | {lag} | {} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {}{} | {} | {within} | {} | {} | {} | {lag} | {} | {:.2} | {} | {} | {} | {} | {} |",
                 s.minute + 1,
                 if s.to_ms - s.from_ms < 59_000 {
                     format!(" ({} s)", (s.to_ms - s.from_ms) / 1000 + 1)
@@ -1077,6 +1080,7 @@ impl<'a> Report<'a> {
                 },
                 grouped(s.slots),
                 grouped(s.missed),
+                grouped(s.jobs_started),
                 s.duplicates,
                 per_node(&|n| format!("{:.1}", n.rss_end_kb as f64 / 1024.0)),
                 m.kib_per_job(session, jobs),
@@ -1284,6 +1288,7 @@ impl<'a> Report<'a> {
                     "within_second": s.within_second,
                     "within_second_percent": s.within_percent(),
                     "missed": s.missed,
+                    "jobs_started": s.jobs_started,
                     "duplicates": s.duplicates,
                     "lag_ms": s.lag_ms.map(|l| json!({"p50": l.p50, "p99": l.p99, "max": l.max})),
                     "kib_per_job": m.kib_per_job(session, args.jobs),

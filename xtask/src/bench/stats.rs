@@ -264,6 +264,10 @@ pub(crate) struct MinuteStats {
     pub(crate) missed: u64,
     pub(crate) duplicates: u64,
     pub(crate) lag_ms: Option<Summary>,
+    /// Jobs with at least one slot of the minute started: below the jobs due in it when the
+    /// nodes leave some jobs out altogether (an overloaded store that serves some jobs every
+    /// second and others never shows a fair share otherwise).
+    pub(crate) jobs_started: u64,
 }
 
 impl MinuteStats {
@@ -383,11 +387,13 @@ pub(crate) fn stretch_stats(
 ) -> Vec<MinuteStats> {
     let c = collect(starts, window);
     let mut by_range: Vec<Vec<(i64, &Judged)>> = vec![Vec::new(); ranges.len()];
-    for ((_, slot_ms), slot) in &c.slots {
+    let mut jobs: Vec<std::collections::HashSet<u32>> = vec![Default::default(); ranges.len()];
+    for ((job, slot_ms), slot) in &c.slots {
         // The last range starting at or before the slot, if the slot is inside it.
         let i = ranges.partition_point(|(from, _)| *from <= *slot_ms);
         if i > 0 && *slot_ms <= ranges[i - 1].1 {
             by_range[i - 1].push((*slot_ms, slot));
+            jobs[i - 1].insert(*job);
         }
     }
     by_range
@@ -407,6 +413,7 @@ pub(crate) fn stretch_stats(
                 missed: total.saturating_sub(started),
                 duplicates,
                 lag_ms: Summary::of(&lags),
+                jobs_started: jobs[minute].len() as u64,
             }
         })
         .collect()
@@ -815,6 +822,29 @@ mod tests {
         assert_eq!(m.iter().map(|m| m.slots).sum::<u64>(), all.slots);
         assert_eq!(m.iter().map(|m| m.missed).sum::<u64>(), all.missed);
         assert_eq!(m.iter().map(|m| m.duplicates).sum::<u64>(), all.duplicates);
+    }
+
+    #[test]
+    fn each_minute_counts_the_jobs_it_started() {
+        // Three every-1s jobs, two minutes: job 0 starts every slot, job 1 only in minute 1,
+        // job 2 never.
+        let window = Window {
+            grid: Grid::every_second(3),
+            first_ms: 0,
+            last_ms: 119_000,
+        };
+        let mut log = String::new();
+        for s in 0..120 {
+            log += &line(0, s * 1000, 2_000, 1, "n1");
+            if s < 60 {
+                log += &line(1, s * 1000, 2_000, 1, "n2");
+            }
+        }
+        let (starts, _) = parse_log(&log);
+        let m = minute_stats(&starts, window);
+        let jobs: Vec<u64> = m.iter().map(|m| m.jobs_started).collect();
+        assert_eq!(jobs, vec![2, 1]);
+        assert_eq!(m[1].missed, 120);
     }
 
     #[test]
