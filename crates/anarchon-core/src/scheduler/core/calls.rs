@@ -278,9 +278,11 @@ impl Core {
         }
         // Never commit after this instance stopped waiting for the call. [B-10]
         let deadline = self.call_deadline();
-        self.queues
-            .pace
-            .sent(self.now.mono, self.queues.claims_in_flight);
+        if self.cfg.limits.gather_batches {
+            self.queues
+                .pace
+                .sent(self.now.mono, self.queues.claims_in_flight);
+        }
         self.queues.claims_in_flight += queue.len();
         self.queues.catch_ups_in_flight += catch_ups(queue.iter().map(|q| &q.reason));
         for batch in in_batches(queue, limit) {
@@ -422,14 +424,19 @@ impl Core {
                 self.queues.claim_calls = self.queues.claim_calls.saturating_sub(1);
                 self.queues.claims_in_flight =
                     self.queues.claims_in_flight.saturating_sub(items.len());
-                let answered = if result.as_ref().is_ok_and(|o| o.len() == items.len()) {
-                    items.len()
-                } else {
-                    0
-                };
-                self.queues
-                    .pace
-                    .answered(self.now.mono, answered, self.queues.claims_in_flight);
+                if self.cfg.limits.gather_batches {
+                    // Only a store that gathers batches is paced (see `claims_bound`).
+                    let answered = if result.as_ref().is_ok_and(|o| o.len() == items.len()) {
+                        items.len()
+                    } else {
+                        0
+                    };
+                    self.queues.pace.answered(
+                        self.now.mono,
+                        answered,
+                        self.queues.claims_in_flight,
+                    );
+                }
                 self.queues.catch_ups_in_flight = self
                     .queues
                     .catch_ups_in_flight

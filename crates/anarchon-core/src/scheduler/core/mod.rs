@@ -590,21 +590,17 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
 /// time it reaches jobs another instance already claimed, their runs exist and the store
 /// answers `Taken` cheaply.
 pub(crate) fn claim_rank(key: u64, job: &str) -> u64 {
-    claim_rank_of(key, job)
-}
-
-/// [`claim_rank`] for one slot: the instance's order of jobs drawn anew for every slot, so
-/// that under overload no job ranks last slot after slot on every instance.
-pub(crate) fn slot_claim_rank(key: u64, job: &str, slot: EpochMs) -> u64 {
-    claim_rank_of(key ^ mix64(slot as u64), job)
-}
-
-fn claim_rank_of(key: u64, job: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in job.as_bytes() {
         h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
     mix64(h ^ key)
+}
+
+/// [`claim_rank`] for one slot: the instance's order of jobs drawn anew for every slot, so
+/// that under overload no job ranks last slot after slot on every instance.
+pub(crate) fn slot_claim_rank(key: u64, job: &str, slot: EpochMs) -> u64 {
+    claim_rank(key ^ mix64(slot as u64), job)
 }
 
 /// The table of claim outcomes and what the core does with each, rendered by driving a core;

@@ -764,7 +764,8 @@ fn saturated(service_us: i64) -> Sim {
 }
 
 #[test]
-fn a_saturated_store_that_gathers_batches_holds_claims_a_quarter_second_the_rest_wait_at_home() {
+fn b10_a_saturated_store_that_gathers_batches_holds_claims_a_quarter_second_the_rest_wait_at_home()
+{
     // 3 instances x 1,000 `every 1s` jobs claim 3,000 slots a second of a store that takes
     // 2,000 claims a second. A fixed bound on claims in flight lets the store's queue grow
     // until every claim is answered at its call's deadline (2 s): no slot starts in its
@@ -808,7 +809,7 @@ fn a_saturated_store_that_gathers_batches_holds_claims_a_quarter_second_the_rest
 }
 
 #[test]
-fn a_saturated_store_still_starts_every_job_now_and_then() {
+fn b11_a_saturated_store_still_starts_every_job_now_and_then() {
     // A store that takes fewer claims a second than slots fall due starts some slots only;
     // the claims that wait at an instance leave in an order drawn anew for every slot, so
     // no job ranks last slot after slot on every instance and is never started. (In one
