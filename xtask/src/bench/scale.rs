@@ -14,7 +14,7 @@ use super::node::{self, RunDir, StoreKind};
 use super::session::{self, Cleanup, Plan, Session};
 use super::slow::{self, Slow};
 use super::stats::{
-    self as stats, CallRate, Grid, MinuteStats, NodeStretch, SlotStats, Window, WriteCounts,
+    self as stats, CallRate, Grid, MinuteStats, NodeStretch, SlotStats, Start, Window, WriteCounts,
     Writes, call_rate, minute_stats, node_stretch, slot_stats,
 };
 
@@ -710,20 +710,48 @@ fn detail_delta(a: &str, b: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Whether a reading interval `from..=to` (ms) lies in an idle stretch of `window`.
-fn idle(window: &Window, from: i64, to: i64) -> bool {
-    from >= window.first_ms && to <= window.last_ms && window.grid.idle_between(from - 5_000, to)
+/// The idle stretches of a run: no slot due and no run started.
+struct Quiet<'a> {
+    window: &'a Window,
+    /// Every first start of an attempt, in ms, sorted: slots of the window and the start's
+    /// catch-ups of a slot due before it (which the grid does not know of).
+    starts_ms: Vec<i64>,
+}
+
+impl<'a> Quiet<'a> {
+    fn of(window: &'a Window, starts: &[Start]) -> Quiet<'a> {
+        let mut starts_ms: Vec<i64> = starts.iter().map(|s| s.start_us.div_euclid(1000)).collect();
+        starts_ms.sort_unstable();
+        Quiet { window, starts_ms }
+    }
+
+    /// Whether a reading interval `from..=to` (ms) is idle: inside the window, no slot of
+    /// the grid due and no run started in it nor in the 5 s before it. The starts count
+    /// too because a burst of slots (a cron mark, the start's catch-up of the slot before
+    /// the window) may take seconds to claim: its calls are the due slots' work, not idle
+    /// traffic.
+    fn idle(&self, from: i64, to: i64) -> bool {
+        let since = from - 5_000;
+        let first_at_or_after = self.starts_ms.partition_point(|&t| t < since);
+        from >= self.window.first_ms
+            && to <= self.window.last_ms
+            && self.window.grid.idle_between(since, to)
+            && self
+                .starts_ms
+                .get(first_at_or_after)
+                .is_none_or(|&t| t > to)
+    }
 }
 
 impl Calls {
-    fn of(session: &Session, window: &Window) -> Option<Calls> {
+    fn of(session: &Session, quiet: &Quiet) -> Option<Calls> {
         let c = &session.counters;
         if c.len() < 2 {
             return None;
         }
         let mut by_command: Vec<(String, u64)> = Vec::new();
         for pair in c.windows(2) {
-            if idle(window, pair[0].t_ms, pair[1].t_ms) {
+            if quiet.idle(pair[0].t_ms, pair[1].t_ms) {
                 for (k, v) in detail_delta(&pair[0].detail, &pair[1].detail) {
                     match by_command.iter_mut().find(|(n, _)| *n == k) {
                         Some(e) => e.1 += v,
@@ -736,9 +764,9 @@ impl Calls {
         Some(Calls {
             baseline: call_rate(c, |_, to| to <= session.spawned_ms),
             running: call_rate(c, |from, to| {
-                from >= window.first_ms && to <= window.last_ms
+                from >= quiet.window.first_ms && to <= quiet.window.last_ms
             }),
-            idle: call_rate(c, |from, to| idle(window, from, to)),
+            idle: call_rate(c, |from, to| quiet.idle(from, to)),
             idle_by_command: by_command,
         })
     }
@@ -798,12 +826,13 @@ impl<'a> Report<'a> {
                 slots,
             })
             .collect();
+        let quiet = Quiet::of(&window, &session.starts);
         let idle_cores = {
             let (mut ticks, mut ms, mut nodes) = (0u64, 0i64, 0u32);
             for n in &session.nodes {
                 nodes += 1;
                 for pair in n.samples.windows(2) {
-                    if idle(&window, pair[0].t_ms, pair[1].t_ms) {
+                    if quiet.idle(pair[0].t_ms, pair[1].t_ms) {
                         ticks += pair[1].ticks.saturating_sub(pair[0].ticks);
                         ms += pair[1].t_ms - pair[0].t_ms;
                     }
@@ -845,7 +874,7 @@ impl<'a> Report<'a> {
             window,
             stats,
             minutes,
-            calls: Calls::of(session, &window),
+            calls: Calls::of(session, &quiet),
             idle_cores,
             ceiling,
             server,
@@ -1169,7 +1198,8 @@ impl<'a> Report<'a> {
                 let _ = writeln!(out, "    with the nodes: {}{per_slot}", rate(c.running));
                 let _ = writeln!(
                     out,
-                    "    idle seconds (no slot due in the reading's 5 s nor 5 s before): {}{}",
+                    "    idle seconds (no slot due and no run started in the reading's 5 s nor 5 s \
+                     before): {}{}",
                     if c.idle.is_some() {
                         rate(c.idle)
                     } else {
@@ -1207,7 +1237,8 @@ impl<'a> Report<'a> {
         }
         let _ = writeln!(
             out,
-            "node CPU in idle seconds (no slot due in the reading's second nor 5 s before): {}",
+            "node CPU in idle seconds (no slot due and no run started in the reading's second nor \
+             5 s before): {}",
             self.idle_cores.map_or(
                 "none in this workload (slots are due every second)".to_owned(),
                 |(c, s)| format!("{:.1} % of a core per node over {s:.0} s", c * 100.0)
@@ -1627,6 +1658,38 @@ mod tests {
         ] {
             assert!(cron_period_ms(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_reading_is_idle_only_with_no_slot_due_and_no_run_started() {
+        // Cron */5: marks at 300 s and 600 s; the window from 12 s to 898 s.
+        let grid = Grid {
+            jobs: 10,
+            period_ms: 300_000,
+            spread: false,
+        };
+        let window = Window::on_grid(grid, 10_300, 900_700);
+        let start = |slot_ms: i64, at_ms: i64| Start {
+            job: 1,
+            slot_ms,
+            start_us: at_ms * 1000,
+            attempt: 1,
+            instance: "n1".into(),
+        };
+        // The start's catch-up of the mark before the window ran until 19 s; the mark at
+        // 300 s took until 307 s.
+        let starts = vec![start(0, 15_000), start(0, 19_000), start(300_000, 307_000)];
+        let quiet = Quiet::of(&window, &starts);
+        // The grid alone calls 20-25 s idle; the catch-up's last start says it is not.
+        assert!(grid.idle_between(15_000, 25_000));
+        assert!(!quiet.idle(20_000, 25_000));
+        assert!(quiet.idle(25_000, 30_000));
+        // After a mark: not idle while its runs start, nor 5 s after the last of them.
+        assert!(!quiet.idle(305_000, 310_000));
+        assert!(!quiet.idle(310_000, 315_000));
+        assert!(quiet.idle(315_000, 320_000));
+        // Outside the window: never.
+        assert!(!quiet.idle(5_000, 11_000));
     }
 
     #[test]
