@@ -406,11 +406,21 @@ impl std::fmt::Display for Schedule {
 /// daylight-saving rules of the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
-    // Shared, so that a `Schedule` stays small and cheap to clone.
-    cron: Arc<Cron>,
+    // Shared by every job with the same expression, so that a `Schedule` stays small and
+    // cheap to clone.
+    cron: Arc<SharedCron>,
     timezone: Tz,
-    expression: String,
+    /// The expression as given, when it is not the trimmed text the pattern was parsed
+    /// from (which `cron` holds, once for every job with the expression).
+    given: Option<Box<str>>,
     elapsed_time: bool,
+}
+
+/// A parsed pattern and the trimmed expression it was parsed from.
+#[derive(Debug)]
+struct SharedCron {
+    cron: Cron,
+    text: Box<str>,
 }
 
 impl Schedule {
@@ -747,7 +757,8 @@ fn check_cron_parts(name: &str, field: &str) -> std::result::Result<(), String> 
 }
 
 /// croner's message, as a clause of ours.
-type CronCache = std::sync::Mutex<std::collections::HashMap<(String, bool), std::sync::Weak<Cron>>>;
+type CronCache =
+    std::sync::Mutex<std::collections::HashMap<(String, bool), std::sync::Weak<SharedCron>>>;
 
 fn cron_cache() -> &'static CronCache {
     static CACHE: std::sync::OnceLock<CronCache> = std::sync::OnceLock::new();
@@ -755,7 +766,7 @@ fn cron_cache() -> &'static CronCache {
 }
 
 /// The parsed pattern of `trimmed` if a live job holds it.
-fn cached_cron(trimmed: &str, days_and: bool) -> Option<Arc<Cron>> {
+fn cached_cron(trimmed: &str, days_and: bool) -> Option<Arc<SharedCron>> {
     cron_cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -773,8 +784,13 @@ enum SharedCronError {
 /// parsed pattern. A parse costs about 120 µs and several KiB (croner keeps a bit per year up
 /// to year 5000), which 100,000 tenants' jobs with a handful of distinct expressions would
 /// pay 100,000 times (measured: 10,000 `*/5 * * * *` jobs took 1.2 s to register and
-/// 6 KiB each). Entries are weak: a pattern no job holds any more is dropped.
-fn shared_cron(trimmed: &str, days_and: bool) -> std::result::Result<Arc<Cron>, SharedCronError> {
+/// 6 KiB each). The expression's text is shared too (a string of its own per job was about a
+/// tenth of a registered cron job's memory). Entries are weak: a pattern no job holds any
+/// more is dropped.
+fn shared_cron(
+    trimmed: &str,
+    days_and: bool,
+) -> std::result::Result<Arc<SharedCron>, SharedCronError> {
     if let Some(cron) = cached_cron(trimmed, days_and) {
         return Ok(cron);
     }
@@ -788,7 +804,10 @@ fn shared_cron(trimmed: &str, days_and: bool) -> std::result::Result<Arc<Cron>, 
     if cron.find_next_occurrence(&probe, true).is_err() {
         return Err(SharedCronError::NeverFires);
     }
-    let cron = Arc::new(cron);
+    let cron = Arc::new(SharedCron {
+        cron,
+        text: trimmed.into(),
+    });
     let mut map = cron_cache().lock().unwrap_or_else(|e| e.into_inner());
     if map.len() >= 4_096 {
         map.retain(|_, w| w.strong_count() > 0);
@@ -910,29 +929,26 @@ impl CronSchedule {
             Some(name) => parse_timezone(name)?,
         };
 
-        let elapsed_time = [
-            &cron.pattern.seconds,
-            &cron.pattern.minutes,
-            &cron.pattern.hours,
-        ]
-        .into_iter()
-        .any(|field| {
-            field.from_wildcard
-                || field.step > 1
-                || field.values().len() == usize::from(field.max - field.min) + 1
-        });
+        let pattern = &cron.cron.pattern;
+        let elapsed_time = [&pattern.seconds, &pattern.minutes, &pattern.hours]
+            .into_iter()
+            .any(|field| {
+                field.from_wildcard
+                    || field.step > 1
+                    || field.values().len() == usize::from(field.max - field.min) + 1
+            });
 
         Ok(CronSchedule {
+            given: (expression != trimmed).then(|| expression.into()),
             cron,
             timezone,
-            expression: expression.to_owned(),
             elapsed_time,
         })
     }
 
     /// The expression as it was given.
     pub fn expression(&self) -> &str {
-        &self.expression
+        self.given.as_deref().unwrap_or(&self.cron.text)
     }
 
     /// The timezone the expression is read in.
@@ -942,7 +958,7 @@ impl CronSchedule {
 
     /// The parsed croner expression.
     pub fn cron(&self) -> &Cron {
-        &self.cron
+        &self.cron.cron
     }
 
     /// True for an elapsed-time job (a `*` or a `/` step in its second, minute or hour field),
@@ -1040,14 +1056,14 @@ impl CronSchedule {
     fn match_at_or_after(&self, wall: i64) -> Option<i64> {
         let second = wall.div_euclid(SECOND_MS) + i64::from(wall.rem_euclid(SECOND_MS) != 0);
         let start = DateTime::<Utc>::from_timestamp(second, 0)?;
-        let found = self.cron.find_next_occurrence(&start, true).ok()?;
+        let found = self.cron.cron.find_next_occurrence(&start, true).ok()?;
         Some(found.timestamp_millis())
     }
 
     /// The last wall-clock time at or before `wall` that the expression matches.
     fn match_at_or_before(&self, wall: i64) -> Option<i64> {
         let start = DateTime::<Utc>::from_timestamp(wall.div_euclid(SECOND_MS), 0)?;
-        let found = self.cron.find_previous_occurrence(&start, true).ok()?;
+        let found = self.cron.cron.find_previous_occurrence(&start, true).ok()?;
         Some(found.timestamp_millis())
     }
 
@@ -1282,6 +1298,15 @@ mod shared_cron_tests {
         );
         let c = CronSchedule::parse("*/8 * * * *", None).unwrap();
         assert!(!Arc::ptr_eq(&a.cron, &c.cron));
+        // The text too: one copy for the jobs, the expression as given where it differs.
+        assert_eq!(
+            (a.expression(), b.expression()),
+            ("*/7 * * * *", "*/7 * * * *")
+        );
+        assert!(a.given.is_none() && b.given.is_none());
+        let spaced = CronSchedule::parse(" */7 * * * * ", None).unwrap();
+        assert!(Arc::ptr_eq(&a.cron, &spaced.cron));
+        assert_eq!(spaced.expression(), " */7 * * * * ");
         // A refused expression is refused every time, never cached as a pattern.
         for _ in 0..2 {
             assert!(CronSchedule::parse("0 0 30 2 *", None).is_err());
