@@ -680,7 +680,7 @@ impl Minute {
 }
 
 /// The store server's calls: before the nodes (baseline), while they ran, and in the idle
-/// stretches (no slot due in the reading's interval nor 5 s before it).
+/// stretches (see [`Quiet::idle`]).
 struct Calls {
     baseline: Option<CallRate>,
     running: Option<CallRate>,
@@ -711,15 +711,15 @@ fn detail_delta(a: &str, b: &str) -> Vec<(String, u64)> {
 }
 
 /// The idle stretches of a run: no slot due and no run started.
-struct Quiet<'a> {
-    window: &'a Window,
-    /// Every first start of an attempt, in ms, sorted: slots of the window and the start's
+struct Quiet {
+    window: Window,
+    /// When every logged start happened, in ms, sorted: the window's slots and the start's
     /// catch-ups of a slot due before it (which the grid does not know of).
     starts_ms: Vec<i64>,
 }
 
-impl<'a> Quiet<'a> {
-    fn of(window: &'a Window, starts: &[Start]) -> Quiet<'a> {
+impl Quiet {
+    fn of(window: Window, starts: &[Start]) -> Quiet {
         let mut starts_ms: Vec<i64> = starts.iter().map(|s| s.start_us.div_euclid(1000)).collect();
         starts_ms.sort_unstable();
         Quiet { window, starts_ms }
@@ -826,7 +826,7 @@ impl<'a> Report<'a> {
                 slots,
             })
             .collect();
-        let quiet = Quiet::of(&window, &session.starts);
+        let quiet = Quiet::of(window, &session.starts);
         let idle_cores = {
             let (mut ticks, mut ms, mut nodes) = (0u64, 0i64, 0u32);
             for n in &session.nodes {
@@ -1679,7 +1679,7 @@ mod tests {
         // The start's catch-up of the mark before the window ran until 19 s; the mark at
         // 300 s took until 307 s.
         let starts = vec![start(0, 15_000), start(0, 19_000), start(300_000, 307_000)];
-        let quiet = Quiet::of(&window, &starts);
+        let quiet = Quiet::of(window, &starts);
         // The grid alone calls 20-25 s idle; the catch-up's last start says it is not.
         assert!(grid.idle_between(15_000, 25_000));
         assert!(!quiet.idle(20_000, 25_000));
