@@ -172,7 +172,8 @@ impl Inner {
     }
 
     /// One prune statement for `jobs` (each once), in a transaction of its own that takes no
-    /// job lock, after `sql::Sql::prune_settings`.
+    /// job lock, after `sql::Sql::prune_settings` and the lock of the jobs' remembered cuts
+    /// (`sql::Sql::lock_cuts`: the prunes of a job take turns).
     async fn prune_statement(&self, jobs: &[(&str, Retention)]) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
@@ -188,6 +189,12 @@ impl Inner {
                 sql: &self.sql.prune_settings,
                 types: &[],
                 params: Vec::new(),
+                counted: false,
+            },
+            Step {
+                sql: &self.sql.lock_cuts,
+                types: &[Type::TEXT_ARRAY],
+                params: vec![&names],
                 counted: false,
             },
             Step {

@@ -585,6 +585,197 @@ async fn b37_finish_prunes_once_in_size_by_8_finishes() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// The rows `sql` answers for one text parameter, on a connection of its own.
+async fn rows_for(url: &str, sql: &str, param: &str) -> Vec<tokio_postgres::Row> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    let rows = client.query(sql, &[&param]).await.unwrap();
+    drop(client);
+    let _ = task.await;
+    rows
+}
+
+/// The job's history keys as (slot, manual), newest first, read from the table.
+async fn keys(url: &str, store: &PostgresStore, j: &JobName) -> Vec<(i64, bool)> {
+    let sql = format!(
+        "SELECT DISTINCT slot, manual FROM \"{}\".anarchon_runs_attempts WHERE job = $1
+         ORDER BY slot DESC, manual DESC",
+        store.schema()
+    );
+    let rows = rows_for(url, &sql, j.as_str()).await;
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// How many prunes found the job's cut upwards since it was last read from the top.
+async fn fast_prunes(url: &str, store: &PostgresStore, j: &JobName) -> Option<i32> {
+    let sql = format!(
+        "SELECT fast_prunes FROM \"{}\".anarchon_runs_cuts WHERE job = $1",
+        store.schema()
+    );
+    rows_for(url, &sql, j.as_str())
+        .await
+        .first()
+        .map(|r| r.get(0))
+}
+
+/// Claims `slot` of `j` with retention `keep`, finishes it and waits for the prunes.
+async fn run_once(store: &PostgresStore, j: &JobName, slot: i64, keep: Retention) -> Lease {
+    let now = store.now().await.unwrap();
+    let mut c = claim(j, slot, "a", now);
+    c.retention = keep;
+    let l = won(store.claim(&c).await.unwrap());
+    let f = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    assert_eq!(store.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+    store.pruning_settled().await;
+    l
+}
+
+/// [B-37] Pruning finds a job's cut upwards from the one it remembered (reading the keys it
+/// deletes, not the job's `size` newest), and every 8th prune reads it from the top: over
+/// 150 slots with manual runs among them, the `size` newest keys are always kept, and the
+/// job never holds more than `size` plus the keys a prune leaves for later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b37_prunes_find_the_cut_upwards_and_keep_the_newest_keys() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("upward");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let keep = Retention {
+        size: 10,
+        ttl_ms: None,
+    };
+    let now = store.now().await.unwrap();
+    let mut model: Vec<(i64, bool)> = Vec::new();
+    let mut fast_seen = 0;
+    for i in 0..150 {
+        let slot = now - 1_000_000 + i * 1000;
+        if i % 7 == 3 {
+            // A manual run between two slots: a key of its own, pruned like the others.
+            let started = store.now().await.unwrap();
+            let record = anarchon_core::history::RunRecord {
+                job: j.clone(),
+                slot: slot - 500,
+                scheduled_at: slot - 500,
+                instance_id: "a".into(),
+                manual: true,
+                attempt: 1,
+                reason: Reason::Manual,
+                status: RunStatus::Succeeded,
+                fence: 0,
+                started_at: started,
+                finished_at: Some(started),
+                error: None,
+            };
+            store.record_manual(&record, keep).await.unwrap();
+            model.push((slot - 500, true));
+        }
+        run_once(&store, &j, slot, keep).await;
+        model.push((slot, false));
+        let kept = keys(&url, &store, &j).await;
+        let newest: Vec<(i64, bool)> = model.iter().rev().take(10).copied().collect();
+        assert_eq!(
+            &kept[..10.min(kept.len())],
+            &newest[..],
+            "slot {i}: {kept:?}"
+        );
+        assert!(kept.len() <= 10 + 16, "slot {i}: {} keys kept", kept.len());
+        fast_seen = fast_seen.max(fast_prunes(&url, &store, &j).await.unwrap_or(0));
+    }
+    // The cut was found upwards (up to 7 times in a row), then read from the top again.
+    assert_eq!(fast_seen, 7);
+    common::drop_schema(&url, store.schema()).await;
+}
+
+/// [B-37] A prune of an older release neither reads nor moves the remembered cut; it can
+/// only delete keys above it by deleting the cut's own key. A prune that finds its
+/// remembered cut gone reads the cut from the top: here the remembered cut is set back to a
+/// key that such a prune deleted (with keys above it gone too), and the next prune still
+/// keeps the `size` newest keys (counting upwards from the stale cut would keep five).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b37_a_remembered_cut_that_is_gone_is_read_from_the_top() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("gone");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let keep = Retention {
+        size: 10,
+        ttl_ms: None,
+    };
+    let now = store.now().await.unwrap();
+    let slot = |i: i64| now - 1_000_000 + i * 1000;
+    let mut started = Vec::new();
+    for i in 0..25 {
+        let l = run_once(&store, &j, slot(i), keep).await;
+        started.push((l.started_at, l.fence));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let kept = keys(&url, &store, &j).await;
+    assert_eq!(
+        kept[..10],
+        (15..25).rev().map(|i| (slot(i), false)).collect::<Vec<_>>()[..]
+    );
+    // As if the cut had been remembered at key 10 once keys 0..=19 existed (10 keys at or
+    // above it), and a prune of an older release had then deleted keys 0..=14, key 10 among
+    // them, as its cut (key 15) allowed once keys 20..=24 came.
+    let schema = store.schema();
+    common::exec(
+        &url,
+        &format!(
+            "DELETE FROM \"{schema}\".anarchon_runs_attempts WHERE job = '{j}' AND slot < {s};
+             DELETE FROM \"{schema}\".anarchon_runs WHERE job = '{j}' AND slot < {s};
+             UPDATE \"{schema}\".anarchon_runs_cuts SET cut_slot = {cut}, cut_manual = false,
+                 cut_at = {at}, cut_fence = {fence}, fast_prunes = 0 WHERE job = '{j}'",
+            s = slot(15),
+            cut = slot(10),
+            at = started[19].0,
+            fence = started[19].1
+        ),
+    )
+    .await
+    .unwrap();
+    // Two more slots: the second's finish is due to prune (more than `size / 8` claims
+    // since the last prune).
+    for i in 25..27 {
+        run_once(&store, &j, slot(i), keep).await;
+    }
+    let kept = keys(&url, &store, &j).await;
+    assert_eq!(
+        kept,
+        (17..27).rev().map(|i| (slot(i), false)).collect::<Vec<_>>(),
+        "the 10 newest, read from the top"
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
+/// [B-37] A cut remembered for one retention size is not counted upwards from for another:
+/// after the job's `history_size` grew from 3 to 6, its prunes keep every key (5 of at most
+/// 6), where counting upwards from the cut of size 3 would keep 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b37_a_cut_remembered_for_another_size_is_read_from_the_top() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("resize");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let now = store.now().await.unwrap();
+    let slot = |i: i64| now - 1_000_000 + i * 1000;
+    for (range, size) in [(0..12, 3), (12..14, 6)] {
+        for i in range {
+            run_once(&store, &j, slot(i), Retention { size, ttl_ms: None }).await;
+        }
+    }
+    assert_eq!(
+        keys(&url, &store, &j).await,
+        (9..14).rev().map(|i| (slot(i), false)).collect::<Vec<_>>()
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
 /// A claim whose run exists is `Taken` without locking the job's row: the instances that
 /// lose a slot do not queue behind a transaction that holds the job (here one left open
 /// holding the row lock), and do not write a lock into its row.
@@ -1033,7 +1224,7 @@ async fn b42_newer_schema_is_refused_and_left_untouched() {
     match &err {
         Error::SchemaTooNew {
             found, supported, ..
-        } => assert_eq!((*found, *supported), (99, 2)),
+        } => assert_eq!((*found, *supported), (99, 3)),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
     assert!(err.to_string().contains("nothing was changed"), "{err}");
@@ -1051,11 +1242,12 @@ async fn b42_version_1_schema_is_migrated_in_place() {
     store.prepare(&prep(&[&j])).await.unwrap();
     let now = store.now().await.unwrap();
     let l = won(store.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
-    // What version 1 left behind: no `unpruned` column.
+    // What version 1 left behind: no `unpruned` column, no `_cuts` table.
     common::exec(
         &url,
         &format!(
             "ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN unpruned;
+             DROP TABLE \"{schema}\".anarchon_runs_cuts;
              UPDATE \"{schema}\".anarchon_runs_meta SET value = '1' WHERE key = 'schema_version'"
         ),
     )
@@ -1094,13 +1286,13 @@ async fn b42_version_1_schema_is_migrated_in_place() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
     drop(client);
     let _ = task.await;
     common::drop_schema(&url, &schema).await;
 }
 
-/// The fill factor of each of the store's four tables (`None`: the server's default).
+/// The fill factor of each of the store's five tables (`None`: the server's default).
 async fn fill_factors(url: &str, schema: &str) -> Vec<(String, Option<String>)> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -1137,6 +1329,7 @@ async fn history_and_jobs_tables_leave_room_for_updates_beside_their_rows() {
     let created = vec![
         ("anarchon_runs".to_owned(), None),
         ("anarchon_runs_attempts".to_owned(), half.clone()),
+        ("anarchon_runs_cuts".to_owned(), half.clone()),
         ("anarchon_runs_jobs".to_owned(), half.clone()),
         ("anarchon_runs_meta".to_owned(), None),
     ];
@@ -1173,7 +1366,7 @@ async fn history_and_jobs_tables_leave_room_for_updates_beside_their_rows() {
     let kept = fill_factors(&url, &schema).await;
     assert_eq!(kept[1], ("anarchon_runs_attempts".to_owned(), None));
     assert_eq!(
-        kept[2],
+        kept[3],
         (
             "anarchon_runs_jobs".to_owned(),
             Some("fillfactor=70".to_owned())
@@ -1188,7 +1381,7 @@ async fn history_and_jobs_tables_leave_room_for_updates_beside_their_rows() {
     newer.prepare(&prep(&[&j])).await.unwrap();
     let set = fill_factors(&url, &schema).await;
     assert_eq!(set[1], ("anarchon_runs_attempts".to_owned(), half));
-    assert_eq!(set[2].1.as_deref(), Some("fillfactor=70"));
+    assert_eq!(set[3].1.as_deref(), Some("fillfactor=70"));
     // Claims and results go on as before.
     let now = newer.now().await.unwrap();
     let l = won(newer.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
