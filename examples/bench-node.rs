@@ -10,6 +10,7 @@
 //!                    [--hold-ms M --hold-from-ms T]
 //! bench-node ceiling --store SPEC --callers K --seconds S
 //! bench-node slot-floor --store SPEC --callers K --jobs N --history H --seconds S [--paced 1]
+//!                    [--via store [--race 1]]
 //! bench-node floor   --store SPEC --log FILE
 //! bench-node clean   --store SPEC
 //! bench-node counters --store SPEC [--every-ms 5000]
@@ -60,7 +61,11 @@
 //!   run and the attempt ended, the run and attempt `--history` slots older pruned). Prints
 //!   `SLOT_FLOOR slots= seconds= callers=`. With `--paced 1` the same statements run at the
 //!   run's own rate instead, each job once a second for `--seconds`, and it prints
-//!   `PACED_FLOOR minute= slots= in_second= late=` per minute and `PACED_FLOOR_END`.
+//!   `PACED_FLOOR minute= slots= in_second= late=` per minute and `PACED_FLOOR_END`. With
+//!   `--via store` the same jobs and histories are claimed and finished through the store's
+//!   own `claim_many` / `finish_many` instead (job locks, the claim's checks, pruning), each
+//!   caller its own jobs, or with `--race 1` every caller every job; it prints
+//!   `STORE_FLOOR slots= taken= overlap= late= seconds= callers=`.
 //! - `floor`: until SIGTERM, the bare one-row operation (Redis `PING`; PostgreSQL and SQLite
 //!   a one-row `UPDATE`, committed) about 20 times a second, away from whole seconds so it
 //!   does not meet the scheduler's claims; FILE gets one duration in µs per line.
@@ -1221,6 +1226,11 @@ async fn slot_floor(args: &Args) -> Result<()> {
     if args.get("paced").is_ok() {
         return paced_floor(store, &names, &claim, &finish, history, seconds, &first).await;
     }
+    if args.get("via").is_ok_and(|v| v == "store") {
+        let race = args.get("race").is_ok_and(|v| v == "1");
+        let from = first.iter().copied().max().unwrap_or(history);
+        return store_floor(store, &names, history, seconds, from, race).await;
+    }
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let tasks: Vec<_> = (0..callers)
@@ -1232,6 +1242,118 @@ async fn slot_floor(args: &Args) -> Result<()> {
     }
     println!(
         "SLOT_FLOOR slots={slots} seconds={:.3} callers={callers}",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `slot-floor --via store [--race 1]`: the same jobs and full histories as the floor, each
+/// slot claimed and finished through the store's own batch calls (`claim_many`,
+/// `finish_many`: job locks, the claim's checks, pruning), 256 claims a call, as fast as they
+/// go. Without `--race` each caller claims its own jobs only (every claim wins, like the
+/// floor); with `--race 1` every caller claims every job, caller c starting at the c-th
+/// caller's jobs (so a slot is won by one and lost by the others, as the instances race).
+/// Prints `STORE_FLOOR slots= taken= overlap= late= seconds= callers=`.
+async fn store_floor(
+    store: Arc<anarchon::postgres::PostgresStore>,
+    names: &[Vec<String>],
+    history: i64,
+    seconds: u64,
+    first: i64,
+    race: bool,
+) -> Result<()> {
+    use anarchon::LeaseStore;
+    use anarchon::history::Retention;
+    use anarchon::ids::RunKey;
+    use anarchon::store::{ClaimOutcome, Finish, LeaseClaim, Store};
+    let callers = names.len();
+    let jobs: Vec<Vec<Vec<anarchon::JobName>>> = (0..callers)
+        .map(|c| {
+            let order: Vec<usize> = if race {
+                (0..callers).map(|k| (c + k) % callers).collect()
+            } else {
+                vec![c]
+            };
+            order
+                .iter()
+                .flat_map(|&p| names[p].iter())
+                .map(|n| anarchon::JobName::new(n.clone()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map(|all| all.chunks(BATCH).map(<[_]>::to_vec).collect())
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let retention = Retention {
+        size: history as u32,
+        ttl_ms: None,
+    };
+    // Every caller claims second k's slot of every job of its list, then moves on to k + 1
+    // (racing callers meet on each slot); no caller waits for another.
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let store = store.clone();
+            let mine = jobs[c].clone();
+            let id = format!("floor{c}");
+            tokio::spawn(async move {
+                let mut counts = [0u64; 4];
+                let mut slot = first;
+                'outer: while Instant::now() < until {
+                    for chunk in &mine {
+                        if Instant::now() >= until {
+                            break 'outer;
+                        }
+                        let now = store.now().await?;
+                        let claims: Vec<LeaseClaim> = chunk
+                            .iter()
+                            .map(|job| LeaseClaim {
+                                run: RunKey::new(job.clone(), slot * 1000),
+                                scheduled_at: slot * 1000,
+                                instance_id: id.clone(),
+                                lease_ms: 30_000,
+                                not_after: now + 60_000,
+                                overlap: anarchon::Overlap::Skip,
+                                reason: anarchon::Reason::Scheduled,
+                                retention,
+                            })
+                            .collect();
+                        let mut won = Vec::new();
+                        for outcome in store.claim_many(&claims).await? {
+                            match outcome {
+                                ClaimOutcome::Won(lease) => won.push((
+                                    lease,
+                                    Finish {
+                                        status: anarchon::RunStatus::Succeeded,
+                                        error: None,
+                                        retention,
+                                    },
+                                )),
+                                ClaimOutcome::Taken => counts[1] += 1,
+                                ClaimOutcome::Overlap { .. } => counts[2] += 1,
+                                ClaimOutcome::Late { .. } => counts[3] += 1,
+                            }
+                        }
+                        counts[0] += won.len() as u64;
+                        if !won.is_empty() {
+                            store.finish_many(&won).await?;
+                        }
+                    }
+                    slot += 1;
+                }
+                anyhow::Ok(counts)
+            })
+        })
+        .collect();
+    let mut total = [0u64; 4];
+    for task in tasks {
+        for (t, c) in total.iter_mut().zip(task.await??) {
+            *t += c;
+        }
+    }
+    let [slots, taken, overlap, late] = total;
+    println!(
+        "STORE_FLOOR slots={slots} taken={taken} overlap={overlap} late={late} seconds={:.3} \
+         callers={callers}",
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -399,6 +399,27 @@ pub(crate) fn parse_slot_floor(out: &str) -> Option<SlotFloor> {
     })
 }
 
+/// The store's own claim path without the scheduler (PostgreSQL): the floor's jobs and full
+/// histories claimed and finished through `claim_many` / `finish_many`, 256 a call, as fast
+/// as they go; `racing`: every caller claims every job (each slot won by one, lost by the
+/// others), else each caller its own jobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct StorePath {
+    pub(crate) won_per_s: f64,
+    pub(crate) taken_per_s: f64,
+    pub(crate) seconds: f64,
+}
+
+/// Reads the `STORE_FLOOR slots= taken= overlap= late= seconds= callers=` line.
+pub(crate) fn parse_store_path(out: &str) -> Option<StorePath> {
+    let (line, seconds, _) = measured_line(out, "STORE_FLOOR")?;
+    Some(StorePath {
+        won_per_s: node::num_field(line, "slots")? / seconds,
+        taken_per_s: node::num_field(line, "taken")? / seconds,
+        seconds,
+    })
+}
+
 /// The floor's statements run at the run's own rate (`--paced-floor`): per minute, the slots
 /// due, those whose claim committed within their second and those skipped (not begun by the
 /// end of their second), and the server's CPU over it.
@@ -543,6 +564,34 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     } else {
         None
     };
+    // Beside the floor, the store's own batch calls on the same tables and histories: what
+    // the claim path costs apart from the scheduler, alone and with the instances racing.
+    let store_path = if slot_floor.is_some() {
+        let mut paths = Vec::new();
+        for race in ["0", "1"] {
+            eprintln!(
+                "bench scale: the store's claim path on the floor's tables ({} callers, {} s{}) ...",
+                args.instances,
+                args.ceiling_seconds,
+                if race == "1" { ", racing" } else { "" }
+            );
+            let mut path_args = slot_floor_args(&args, &spec, args.ceiling_seconds);
+            path_args.extend(["--via".into(), "store".into(), "--race".into(), race.into()]);
+            let out = node::run_node(
+                &bin,
+                "slot-floor",
+                &path_args,
+                Duration::from_secs(args.ceiling_seconds + 300),
+            )?;
+            paths.push(
+                parse_store_path(&out)
+                    .with_context(|| format!("no STORE_FLOOR line in {out:?}"))?,
+            );
+        }
+        Some((paths[0], paths[1]))
+    } else {
+        None
+    };
     eprintln!(
         "bench scale: {} instances x {} {} jobs on {} for {} s ...",
         args.instances,
@@ -568,6 +617,7 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     let window = Window::on_grid(args.grid(), session.from_ms, session.to_ms);
     let mut report = Report::of(&args, &session, window, ceiling, server, load_before);
     report.slot_floor = slot_floor;
+    report.store_path = store_path;
     report.paced_floor = paced_floor;
     if args.json {
         println!("{}", report.json());
@@ -787,6 +837,9 @@ struct Report<'a> {
     server: Option<String>,
     /// A won slot's floor on the store's tables, same run (PostgreSQL).
     slot_floor: Option<SlotFloor>,
+    /// The store's own claim path on the floor's tables, each caller its own jobs and all
+    /// racing, same run (PostgreSQL).
+    store_path: Option<(StorePath, StorePath)>,
     /// The floor at the run's own rate (`--paced-floor`, PostgreSQL).
     paced_floor: Option<PacedFloor>,
     load_before: String,
@@ -879,6 +932,7 @@ impl<'a> Report<'a> {
             ceiling,
             server,
             slot_floor: None,
+            store_path: None,
             paced_floor: None,
             load_before,
         }
@@ -1007,6 +1061,23 @@ impl<'a> Report<'a> {
                 grouped(started_per_s as u64),
                 100.0 * started_per_s / f.slots_per_s
             );
+            if let Some((alone, racing)) = self.store_path {
+                let _ = writeln!(
+                    out,
+                    "the store's claim path on the same tables (same run, {:.1} s each; \
+                     claim_many and finish_many of 256 with their job locks and pruning, no \
+                     scheduler): each caller its own jobs {} slots/s = {:.1} % of the floor; \
+                     every caller claiming every job {} won slots/s = {:.1} % of the floor \
+                     ({} lost claims/s); the run needs {:.1} % of the racing figure",
+                    alone.seconds,
+                    grouped(alone.won_per_s as u64),
+                    100.0 * alone.won_per_s / f.slots_per_s,
+                    grouped(racing.won_per_s as u64),
+                    100.0 * racing.won_per_s / f.slots_per_s,
+                    grouped(racing.taken_per_s as u64),
+                    100.0 * needed_slots / racing.won_per_s.max(1.0)
+                );
+            }
         }
         if let Some(p) = &self.paced_floor {
             let _ = writeln!(
@@ -1410,6 +1481,12 @@ impl<'a> Report<'a> {
             "ceiling": ceiling,
             "server_settings": self.server,
             "slot_floor_per_s": self.slot_floor.map(|f| f.slots_per_s),
+            "store_path": self.store_path.map(|(alone, racing)| json!({
+                "own_jobs_won_per_s": alone.won_per_s,
+                "racing_won_per_s": racing.won_per_s,
+                "racing_taken_per_s": racing.taken_per_s,
+                "seconds": alone.seconds,
+            })),
             "paced_floor": self.paced_floor.as_ref().map(|p| json!({
                 "callers": p.callers,
                 "machine_busy": p.machine_busy,
@@ -1830,6 +1907,22 @@ mod tests {
         assert!(parse_slot_floor("SLOT_FLOOR slots=10 seconds=0 callers=3").is_none());
         assert!(parse_slot_floor("SLOT_FLOORS slots=10 seconds=1 callers=3").is_none());
         assert!(parse_ceiling("SLOT_FLOOR slots=10 seconds=1 callers=3").is_none());
+    }
+
+    #[test]
+    fn the_store_path_line_reads_as_won_and_lost_per_second() {
+        let p = parse_store_path(
+            "fill ...\nSTORE_FLOOR slots=300000 taken=600000 overlap=0 late=0 seconds=30.000 \
+             callers=3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.won_per_s, p.taken_per_s, p.seconds),
+            (10_000.0, 20_000.0, 30.0)
+        );
+        assert!(parse_store_path("STORE_FLOOR slots=1 taken=0 seconds=0 callers=3").is_none());
+        assert!(parse_store_path("STORE_FLOOR slots=1 seconds=1 callers=3").is_none());
+        assert!(parse_store_path("SLOT_FLOOR slots=1 taken=0 seconds=1 callers=3").is_none());
     }
 
     #[test]
