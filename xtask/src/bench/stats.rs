@@ -153,6 +153,12 @@ impl Grid {
     }
 }
 
+/// How long before the stop a burst of a grid's marks must fall to be judged (see
+/// [`Window::on_grid`]): a mark of 100,000 cron jobs on five instances took up to 15 s to
+/// start every slot on 2 CPUs, and a mark 8 s before the stop was once counted as 51,240
+/// slots missed. A 660 s run of `*/5` marks still judges two of them.
+pub(crate) const BURST_SETTLE_MS: i64 = 30_000;
+
 /// The slots a run is judged on: every slot of the grid from `first_ms` to `last_ms`
 /// (inclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,10 +178,17 @@ impl Window {
     /// The slots of `grid` fully inside a measurement from `from_ms` (all nodes ready) to
     /// `to_ms` (the stop signal): from the first whole second at least 1 s after the start
     /// to the last one at least 2 s before the stop, so every slot had its whole second and
-    /// more.
+    /// more. On a grid of bursts (every job due at one instant, a minute or more apart: the
+    /// cron marks) the window ends [`BURST_SETTLE_MS`] before the stop instead, so a mark
+    /// whose claims the nodes were still answering when they stopped is not judged as missed.
     pub(crate) fn on_grid(grid: Grid, from_ms: i64, to_ms: i64) -> Window {
         let first_ms = (from_ms + 1000).div_euclid(1000) * 1000 + 1000;
-        let last_ms = (to_ms - 2000).div_euclid(1000) * 1000;
+        let settle = if !grid.spread && grid.period_ms >= 60_000 {
+            BURST_SETTLE_MS
+        } else {
+            2000
+        };
+        let last_ms = (to_ms - settle).div_euclid(1000) * 1000;
         Window {
             grid,
             first_ms,
@@ -765,6 +778,11 @@ mod tests {
             spread: false,
         };
         assert!(c.idle_between(300_001, 599_999) && !c.idle_between(299_000, 300_000));
+        // A burst grid's window ends 30 s before the stop: a mark at 600 s is judged when
+        // the nodes stop at 630.7 s, not when they stop at 629.7 s (2 s would have let it in).
+        assert_eq!(Window::on_grid(c, 10_300, 630_700).last_ms, 600_000);
+        assert_eq!(Window::on_grid(c, 10_300, 629_700).last_ms, 599_000);
+        assert_eq!(Window::on_grid(c, 10_300, 629_700).slots(), 10);
         // A window on a grid counts only its slots; starts off the grid are outside.
         let w = Window::on_grid(g, 10_300, 130_700);
         assert_eq!((w.first_ms, w.last_ms, w.minutes()), (12_000, 128_000, 2));
