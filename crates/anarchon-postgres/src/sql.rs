@@ -354,7 +354,7 @@ pq AS (
     LEFT JOIN {cuts} c ON c.job = q.job
 ),
 fast AS (
-    SELECT p.job, p.cut_slot, p.cut_manual, (
+    SELECT p.job, p.size, p.cut_slot, p.cut_manual, (
         SELECT count(*) FROM {attempts} a
         WHERE a.job = p.job AND a.started_at >= p.cut_at - {in_flight_ms} AND a.attempt = 1
           AND NOT a.manual AND a.fence > p.cut_fence
@@ -367,13 +367,13 @@ fast AS (
                   WHERE a.job = p.job AND a.slot = p.cut_slot AND a.manual = p.cut_manual)
 ),
 pcut AS (
-    SELECT f.job, c.slot, c.manual FROM fast f CROSS JOIN LATERAL (
+    SELECT f.job, f.size, true AS upwards, c.slot, c.manual FROM fast f CROSS JOIN LATERAL (
         SELECT DISTINCT a.slot, a.manual FROM {attempts} a
         WHERE a.job = f.job AND (a.slot, a.manual) >= (f.cut_slot, f.cut_manual)
         ORDER BY a.slot, a.manual OFFSET f.added LIMIT 1
     ) c
     UNION ALL
-    SELECT q.job, c.slot, c.manual FROM pq q CROSS JOIN LATERAL (
+    SELECT q.job, q.size, false, c.slot, c.manual FROM pq q CROSS JOIN LATERAL (
         SELECT DISTINCT a.slot, a.manual FROM {attempts} a
         WHERE a.job = q.job
         ORDER BY a.slot DESC, a.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
@@ -395,7 +395,7 @@ del_r AS (
     WHERE r.job = p.job AND r.slot = p.slot AND r.status <> 'running'
 ),
 cut AS (
-    SELECT c.job, c.slot, c.manual FROM pcut c
+    SELECT c.job, c.size, c.upwards, c.slot, c.manual FROM pcut c
     WHERE NOT (c.job NOT IN (SELECT q.job FROM pq q WHERE q.ttl IS NULL))
       AND (c.manual OR NOT EXISTS (SELECT 1 FROM {runs} r
                                    WHERE r.job = c.job AND r.slot = c.slot
@@ -404,15 +404,20 @@ cut AS (
 remember AS (
     UPDATE {cuts} k
     SET cut_slot = c.slot, cut_manual = c.manual,
-        cut_at = CASE WHEN c.job IS NULL THEN NULL ELSE greatest(n.ms, (
+        cut_at = greatest(n.ms, (
             SELECT a.started_at FROM {attempts} a WHERE a.job = k.job
-            ORDER BY a.started_at DESC, a.attempt DESC LIMIT 1)) END,
+            ORDER BY a.started_at DESC, a.attempt DESC LIMIT 1)),
         cut_fence = (SELECT j.fence FROM {jobs} j WHERE j.job = k.job),
-        cut_size = q.size,
-        fast_prunes = CASE WHEN c.job IS NOT NULL AND NOT (q.job NOT IN (SELECT f.job FROM fast f))
-                           THEN k.fast_prunes + 1 ELSE 0 END
-    FROM pq q CROSS JOIN n LEFT JOIN cut c ON c.job = q.job
-    WHERE k.job = q.job
+        cut_size = c.size,
+        fast_prunes = CASE WHEN c.upwards THEN k.fast_prunes + 1 ELSE 0 END
+    FROM cut c, n
+    WHERE k.job = c.job
+),
+forget AS (
+    UPDATE {cuts} k
+    SET cut_slot = NULL, cut_manual = NULL, cut_at = NULL, cut_fence = NULL, cut_size = NULL,
+        fast_prunes = 0
+    WHERE k.job = ANY($1::text[]) AND k.job NOT IN (SELECT c.job FROM cut c)
 )
 SELECT count(*) FROM pdrop",
         prune = prune_drop_ctes(names, &kept),
