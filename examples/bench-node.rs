@@ -1299,11 +1299,12 @@ async fn store_floor(
                 let mut counts = [0u64; 4];
                 let mut slot = first;
                 'outer: while Instant::now() < until {
+                    // One clock read per slot: its claims' deadlines lie a minute past it.
+                    let now = store.now().await?;
                     for chunk in &mine {
                         if Instant::now() >= until {
                             break 'outer;
                         }
-                        let now = store.now().await?;
                         let claims: Vec<LeaseClaim> = chunk
                             .iter()
                             .map(|job| LeaseClaim {

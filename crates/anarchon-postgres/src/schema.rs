@@ -14,7 +14,7 @@ use deadpool_postgres::Object;
 
 use crate::Inner;
 use crate::error::KIND;
-use crate::sql::{ADDED_COLUMNS, HOT_FILLFACTOR, SCHEMA_VERSION, SHAPES};
+use crate::sql::{ADDED_IN_2, HOT_FILLFACTOR, SCHEMA_VERSION, SHAPES};
 
 impl Inner {
     pub(crate) async fn prepare_schema(&self, jobs: &[JobName]) -> Result<()> {
@@ -124,22 +124,19 @@ impl Inner {
                 version = Some(v);
             }
         }
-        // A table of an older version (or of unknown version: 1) lacks the columns added
-        // since; they are added below instead of being reported as a foreign shape.
-        let found = version.unwrap_or(1);
+        // A version-1 table (or one of unknown version) lacks the columns added since; they
+        // are added below instead of being reported as a foreign shape. (The meta table,
+        // fourth, was checked above.)
+        let older = version.is_none_or(|v| v < 2);
         for (index, (name, (suffix, shape))) in table_names.iter().zip(SHAPES.iter()).enumerate() {
             if index != 3 && kinds.contains_key(name) {
                 let shape: Vec<(&str, &str)> = shape
                     .iter()
                     .copied()
                     .filter(|(column, ty)| {
-                        // Keep a column in the shape unless the table lacks it and it was
-                        // added after the table's version.
-                        let present = columns.get(name).is_some_and(|c| c.contains_key(*column));
-                        let added_later = ADDED_COLUMNS.iter().any(|(v, s, c, t, _)| {
-                            found < *v && s == suffix && c == column && t == ty
-                        });
-                        present || !added_later
+                        !(older
+                            && !columns.get(name).is_some_and(|c| c.contains_key(*column))
+                            && ADDED_IN_2.contains(&(suffix, column, ty)))
                     })
                     .collect();
                 self.check_shape(name, &kinds, &columns, &shape)?;
@@ -166,16 +163,19 @@ impl Inner {
                     .map_err(pg)?;
             }
             tx.batch_execute(&self.sql.create).await.map_err(pg)?;
-            // Migrations from older versions, one step per version; the tables above exist.
-            // 1 → 2: the jobs table's count of claims since the job was last pruned; 2 → 3:
-            // the job's remembered cut (NULL: the next prune reads it from the top).
-            for (_, suffix, column, _, definition) in ADDED_COLUMNS {
+            // Migrations from older versions, one step per version; the tables above exist
+            // (2 → 3 is the table of remembered cuts, created with them).
+            // 1 → 2: the jobs table's count of claims since the job was last pruned. A
+            // constant default adds the column without rewriting the table (PostgreSQL 11+);
+            // older servers rewrite it, and the jobs table is small.
+            for (suffix, column, ty) in ADDED_IN_2 {
                 let table = format!("{}{suffix}", names.table);
                 let existed = kinds.contains_key(&table);
                 if existed && !columns.get(&table).is_some_and(|c| c.contains_key(column)) {
                     let schema = &names.schema;
                     tx.batch_execute(&format!(
-                        "ALTER TABLE \"{schema}\".\"{table}\" ADD COLUMN {column} {definition}"
+                        "ALTER TABLE \"{schema}\".\"{table}\" \
+                         ADD COLUMN {column} {ty} NOT NULL DEFAULT 0"
                     ))
                     .await
                     .map_err(pg)?;

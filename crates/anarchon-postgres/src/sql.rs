@@ -65,17 +65,10 @@ pub(crate) const PRUNE_EVERY: i32 = 16;
 /// changes, so those updates are never HOT.
 pub(crate) const HOT_FILLFACTOR: u32 = 50;
 
-/// Columns added after version 1, as (version, table suffix, column, information_schema
-/// type, the SQL that adds it): a table of an older version lacks them until `prepare`
-/// migrates it. A constant default (or none) adds a column without rewriting the table
-/// (PostgreSQL 11+); older servers rewrite it, and the jobs table is small.
-pub(crate) const ADDED_COLUMNS: [(i64, &str, &str, &str, &str); 1] = [(
-    2,
-    "_jobs",
-    "unpruned",
-    "integer",
-    "integer NOT NULL DEFAULT 0",
-)];
+/// Columns added after version 1, as (table suffix, column, information_schema type): a
+/// version-1 table lacks them until `prepare` migrates it. (Version 3 added a table, which
+/// `prepare` creates as it creates missing tables.)
+pub(crate) const ADDED_IN_2: [(&str, &str, &str); 1] = [("_jobs", "unpruned", "integer")];
 
 /// Quoted, schema-qualified names of the store's objects.
 #[derive(Debug, Clone)]
@@ -298,9 +291,8 @@ pub(crate) struct Sql {
 ///
 /// **Finding the cut in O(rows pruned).** The cut of a job (its `size`-th newest key) is
 /// remembered in `_cuts` (`cut_slot`, `cut_manual`) with the job's fence the prune saw
-/// (`cut_fence`) and the moment it read (`cut_at`: the database clock, and no earlier than
-/// any `started_at` it saw): at least `size` keys were at or above the cut on that
-/// snapshot. Keys are only added above a cut (or below it, where they are pruned anyway),
+/// (`cut_fence`) and the database clock then (`cut_at`, which only bounds where the next
+/// prune looks, see below): at least `size` keys were at or above the cut on that snapshot. Keys are only added above a cut (or below it, where they are pruned anyway),
 /// and only a prune deletes them, below its own cut, which never lies below a remembered one
 /// (without a TTL a job's cut only moves up). So the keys at or above the remembered cut now
 /// number at least `size` plus the keys added above it since, and those include every first
@@ -316,7 +308,8 @@ pub(crate) struct Sql {
 /// page reads per job and 62 % of the prune's time at 3 x 10,000 `every 1s` jobs.) The
 /// first attempts are found through the `started_at` index, from [`CLAIM_IN_FLIGHT_MS`]
 /// before `cut_at` on: a claim that read the clock earlier still and committed after the
-/// remembered snapshot is not counted, and its key stays until the next read from the top.
+/// remembered snapshot (or one started before a step back of the server's clock) is not
+/// counted, and its key stays until the next read from the top.
 ///
 /// Every [`FAST_PRUNES`]-th prune of a job reads the cut from the top again, which finds it
 /// exactly (`_cuts.fast_prunes` counts the prunes since), so keys left so never add up.
@@ -404,9 +397,7 @@ cut AS (
 remember AS (
     UPDATE {cuts} k
     SET cut_slot = c.slot, cut_manual = c.manual,
-        cut_at = greatest(n.ms, (
-            SELECT a.started_at FROM {attempts} a WHERE a.job = k.job
-            ORDER BY a.started_at DESC, a.attempt DESC LIMIT 1)),
+        cut_at = n.ms,
         cut_fence = (SELECT j.fence FROM {jobs} j WHERE j.job = k.job),
         cut_size = c.size,
         fast_prunes = CASE WHEN c.upwards THEN k.fast_prunes + 1 ELSE 0 END
