@@ -125,6 +125,8 @@ pub(crate) struct ScaleArgs {
     pub(crate) floor: bool,
     /// Run that floor at the run's own rate for the run's length (`--paced-floor`).
     pub(crate) paced_floor: bool,
+    /// Measure the store's own claim path beside the floor (`--store-path`).
+    pub(crate) store_path: bool,
     pub(crate) json: bool,
     pub(crate) keep: bool,
 }
@@ -258,6 +260,12 @@ pub(crate) struct Opts {
     /// point on this server (the run takes twice as long).
     #[arg(long, conflicts_with = "no_floor")]
     paced_floor: bool,
+    /// Beside the won slot's floor (PostgreSQL, every1s), the store's own claim path on the
+    /// same tables and histories without the scheduler: `claim_many` / `finish_many`, each
+    /// caller its own jobs, then every caller every job, 90 s each (long enough for every
+    /// job's prunes to find their cut upwards), after filling the histories again for each.
+    #[arg(long, conflicts_with_all = ["no_floor", "paced_floor"])]
+    store_path: bool,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -283,6 +291,14 @@ impl Opts {
             bail!(
                 "bench scale: --paced-floor measures the won slot's floor of PostgreSQL's every1s \
                  workload (this run is {} on {}): drop it, or run --store postgres --workload every1s",
+                workload.name(),
+                store.name()
+            );
+        }
+        if self.store_path && (store != StoreKind::Postgres || workload != Workload::EverySecond) {
+            bail!(
+                "bench scale: --store-path measures PostgreSQL's claim path beside the every1s \
+                 floor (this run is {} on {}): drop it, or run --store postgres --workload every1s",
                 workload.name(),
                 store.name()
             );
@@ -327,6 +343,7 @@ impl Opts {
             hold,
             floor: !self.no_floor,
             paced_floor: self.paced_floor,
+            store_path: self.store_path,
             json: self.json,
             keep: self.keep,
         })
@@ -398,6 +415,11 @@ pub(crate) fn parse_slot_floor(out: &str) -> Option<SlotFloor> {
         seconds,
     })
 }
+
+/// How long each measurement of `--store-path` runs: in a run of 30 s a fifth of the prunes
+/// were each job's first (which reads its cut from the top); 90 s of `every 1s` slots give
+/// every job five to six prunes.
+const STORE_PATH_SECONDS: u64 = 90;
 
 /// The store's own claim path without the scheduler (PostgreSQL): the floor's jobs and full
 /// histories claimed and finished through `claim_many` / `finish_many`, 256 a call, as fast
@@ -566,22 +588,22 @@ pub(crate) fn run(opts: Opts) -> Result<ExitCode> {
     };
     // Beside the floor, the store's own batch calls on the same tables and histories: what
     // the claim path costs apart from the scheduler, alone and with the instances racing.
-    let store_path = if slot_floor.is_some() {
+    let store_path = if slot_floor.is_some() && args.store_path {
         let mut paths = Vec::new();
         for race in ["0", "1"] {
             eprintln!(
                 "bench scale: the store's claim path on the floor's tables ({} callers, {} s{}) ...",
                 args.instances,
-                args.ceiling_seconds,
+                STORE_PATH_SECONDS,
                 if race == "1" { ", racing" } else { "" }
             );
-            let mut path_args = slot_floor_args(&args, &spec, args.ceiling_seconds);
+            let mut path_args = slot_floor_args(&args, &spec, STORE_PATH_SECONDS);
             path_args.extend(["--via".into(), "store".into(), "--race".into(), race.into()]);
             let out = node::run_node(
                 &bin,
                 "slot-floor",
                 &path_args,
-                Duration::from_secs(args.ceiling_seconds + 300),
+                Duration::from_secs(STORE_PATH_SECONDS + 300),
             )?;
             paths.push(
                 parse_store_path(&out)
@@ -1064,7 +1086,8 @@ impl<'a> Report<'a> {
             if let Some((alone, racing)) = self.store_path {
                 let _ = writeln!(
                     out,
-                    "the store's claim path on the same tables (same run, {:.1} s each; \
+                    "the store's claim path on the same tables (same run, {:.1} s each, \
+                     `--store-path`; \
                      claim_many and finish_many of 256 with their job locks and pruning, no \
                      scheduler): each caller its own jobs {} slots/s = {:.1} % of the floor; \
                      every caller claiming every job {} won slots/s = {:.1} % of the floor \
@@ -1546,6 +1569,26 @@ mod tests {
     }
 
     #[test]
+    fn the_store_path_is_postgres_every1s_only_beside_the_plain_floor() {
+        let a = parse_args(&args(&["--store", "postgres", "--store-path"])).unwrap();
+        assert!(a.store_path && a.floor && !a.paced_floor);
+        assert!(
+            !parse_args(&args(&["--store", "postgres"]))
+                .unwrap()
+                .store_path
+        );
+        let e = parse_args(&args(&["--store", "sqlite", "--store-path"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--store-path measures"), "{e}");
+        for other in [&["--no-floor"][..], &["--paced-floor"][..]] {
+            let mut a = vec!["--store", "postgres", "--store-path"];
+            a.extend_from_slice(other);
+            assert!(parse_args(&args(&a)).is_err(), "{other:?}");
+        }
+    }
+
+    #[test]
     fn scale_options_parse_with_defaults() {
         let a = parse_args(&args(&["--store", "redis"])).unwrap();
         assert_eq!(
@@ -1565,6 +1608,7 @@ mod tests {
                 hold: None,
                 floor: true,
                 paced_floor: false,
+                store_path: false,
                 json: false,
                 keep: false
             }
