@@ -427,7 +427,9 @@ fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Res
 ///   `not_after` → `Late`, nothing written.
 ///   Else, every earlier run of the job that is `running` with an ended lease is marked
 ///   `interrupted` (its running history row too) [B-15]. Then if a run row for the slot
-///   exists → `Taken`. Else if `overlap` is `Skip` and an earlier run of the job is `running`
+///   exists → `Taken` (a store may skip the marking for a claim whose run exists: the claim
+///   that created the run marked the job's runs, and a lease that ended since is marked by
+///   the next slot's claim or taken over by a backup). Else if `overlap` is `Skip` and an earlier run of the job is `running`
 ///   with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
 ///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
 ///   (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning

@@ -442,7 +442,8 @@ ON CONFLICT (job) DO UPDATE SET cut_at = c.cut_at WHERE false"
 
 /// The `claim` statement: `reset` selects the variant of a claim due to prune (see
 /// [`PRUNE_EVERY`]), which sets the job's count of claims since pruning to 0 rather than
-/// adding 1; the store prunes the job after the batch committed (see [`prune_sql`]).
+/// adding 1; the store prunes the job after the batch committed (see [`prune_sql`]). A
+/// claim whose run exists is taken and looks up no earlier run (see [`claim_set_sql`]).
 fn claim_sql(names: &Names, reset: bool) -> String {
     let Names {
         runs,
@@ -457,16 +458,18 @@ fn claim_sql(names: &Names, reset: bool) -> String {
     format!(
         "WITH n AS (SELECT {now} AS ms),
 ok AS (SELECT ms FROM n WHERE ms <= $6),
+existing AS MATERIALIZED (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
 to_mark AS (
     SELECT r.slot FROM {runs} r, ok
     WHERE r.job = $1 AND r.slot < $2 AND r.status = 'running'
       AND (r.owner IS NULL OR r.expires_at <= ok.ms)
+      AND NOT EXISTS (SELECT 1 FROM existing)
 ),
-existing AS (SELECT 1 AS x FROM {runs} r, ok WHERE r.job = $1 AND r.slot = $2),
 live AS (
     SELECT r.slot FROM {runs} r, ok
     WHERE $7 AND r.job = $1 AND r.slot < $2 AND r.status = 'running'
       AND r.owner IS NOT NULL AND r.expires_at > ok.ms
+      AND NOT EXISTS (SELECT 1 FROM existing)
     ORDER BY r.slot LIMIT 1
 ),
 snap AS (SELECT j.fence, j.unpruned FROM {jobs} j WHERE j.job = $1),
@@ -747,12 +750,22 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
 /// (the store splits a batch that holds several slots of a job into such rounds), run after
 /// [`lock_jobs_sql`] in the same transaction. Each claim is judged by the single claim's
 /// rules (see `LeaseStore::claim`): late on the database clock against its `not_after`;
-/// earlier runs of its job that are running with an ended lease become `interrupted` (and
-/// their running history rows); taken when its run exists; overlap when `skip` and an earlier
-/// run of the job holds a live lease; else its run, the job's next fence and its first
-/// history row are written. A won claim whose `prune` flag is set sets its job's count of
-/// claims since pruning to 0 (else adds 1); the store prunes its job after the batch
+/// taken when its run exists; else earlier runs of its job that are running with an ended
+/// lease become `interrupted` (and their running history rows); overlap when `skip` and an
+/// earlier run of the job holds a live lease; else its run, the job's next fence and its
+/// first history row are written. A won claim whose `prune` flag is set sets its job's count
+/// of claims since pruning to 0 (else adds 1); the store prunes its job after the batch
 /// committed (see [`PRUNE_EVERY`], [`prune_sql`]). One answer row per claim, by `ord`.
+///
+/// **A taken claim reads one index entry and writes nothing.** The claim that created the
+/// run marked its job's earlier ended leases under the job's lock; a lease that ended since
+/// is marked by the next slot's winner or taken over by a backup (`superseded`), as it
+/// would be had no instance lost this slot. So the lookups of live and ended leases and the
+/// job's count of claims since pruning are only read for claims whose run does not exist
+/// (`e` is materialised, so that `existed` is read once per claim, not once per use). With
+/// three instances two claims of every slot are taken: 3 callers racing on 10,000 jobs
+/// with full histories (`bench-node slot-floor --via store --race 1`), 12.6 buffer reads
+/// per claim instead of 17.2, and 7 % more won slots a second.
 ///
 /// `to_mark` looks each claim's earlier running runs up in a `LATERAL` subquery that
 /// `OFFSET 0` keeps from being flattened into a join, so it runs once per claim on the
@@ -794,17 +807,21 @@ b AS (
         WITH ORDINALITY AS b(job, slot, scheduled_at, owner, lease_ms, not_after, skip,
                              reason, prune, ord)
 ),
-d AS (
+e AS MATERIALIZED (
     SELECT b.*, n.ms,
-           EXISTS (SELECT 1 FROM {runs} r WHERE r.job = b.job AND r.slot = b.slot) AS existed,
-           CASE WHEN b.skip THEN (
-               SELECT r.slot FROM {runs} r
-               WHERE r.job = b.job AND r.slot < b.slot AND r.status = 'running'
-                 AND r.owner IS NOT NULL AND r.expires_at > n.ms
-               ORDER BY r.slot LIMIT 1)
-           END AS live_slot
+           EXISTS (SELECT 1 FROM {runs} r WHERE r.job = b.job AND r.slot = b.slot) AS existed
     FROM b, n
     WHERE n.ms <= b.not_after
+),
+d AS (
+    SELECT e.*,
+           CASE WHEN e.skip AND NOT e.existed THEN (
+               SELECT r.slot FROM {runs} r
+               WHERE r.job = e.job AND r.slot < e.slot AND r.status = 'running'
+                 AND r.owner IS NOT NULL AND r.expires_at > e.ms
+               ORDER BY r.slot LIMIT 1)
+           END AS live_slot
+    FROM e
 ),
 to_mark AS (
     SELECT t.job, t.slot, t.running FROM d CROSS JOIN LATERAL (
@@ -813,6 +830,7 @@ to_mark AS (
           AND (r.owner IS NULL OR r.expires_at <= d.ms)
         OFFSET 0
     ) t
+    WHERE NOT d.existed
 ),
 ins AS (
     INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
@@ -865,7 +883,9 @@ chk AS (
 )
 SELECT b.ord, n.ms, n.ms > b.not_after AS late, coalesce(d.existed, false) AS existed,
        d.live_slot, i.expires_at, f.fence,
-       coalesce(f.unpruned, (SELECT j.unpruned FROM {jobs} j WHERE j.job = b.job)) AS unpruned,
+       CASE WHEN d.existed THEN NULL
+            ELSE coalesce(f.unpruned, (SELECT j.unpruned FROM {jobs} j WHERE j.job = b.job))
+       END AS unpruned,
        chk.retry
 FROM b CROSS JOIN n CROSS JOIN chk
 LEFT JOIN d ON d.ord = b.ord

@@ -639,3 +639,66 @@ async fn b11_three_concurrent_batches_over_500_slots_win_each_slot_exactly_once(
     }
     common::drop_schema(&url, &schema).await;
 }
+
+/// [B-11, B-15] A claim whose run exists is `Taken` and writes nothing, in a batch and
+/// alone: an earlier run whose lease ended after the slot's winner claimed is left to the
+/// next slot's claim (or a backup's takeover), which marks it `interrupted` as usual.
+#[tokio::test]
+async fn a_taken_claim_leaves_an_ended_lease_to_the_next_slots_claim() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let (j1, j2) = (unique_job("tk"), unique_job("tk"));
+    let s = store(&url, &schema, 2, &[j1.clone(), j2.clone()]).await;
+    let t = s.now().await.unwrap();
+    // Each job: slot t - 1000 held by x with a lease of 300 ms, slot t won by a meanwhile.
+    let mut olds = Vec::new();
+    for j in [&j1, &j2] {
+        let mut short = claim(j, t - 1_000, "x", t + 60_000);
+        short.lease_ms = 300;
+        short.overlap = Overlap::Allow;
+        match s.claim(&short).await.unwrap() {
+            ClaimOutcome::Won(l) => olds.push(l),
+            other => panic!("expected to win: {other:?}"),
+        }
+        let mut next = claim(j, t, "a", t + 60_000);
+        next.overlap = Overlap::Allow;
+        assert!(
+            matches!(s.claim(&next).await.unwrap(), ClaimOutcome::Won(_)),
+            "slot t won while x's lease is live"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // x's leases have ended: b's claims of slot t (j1 in a batch, j2 alone) are taken and
+    // interrupt nothing.
+    let batch = [
+        claim(&j1, t, "b", t + 60_000),
+        claim(&j2, t + 2_000, "b", t + 60_000),
+    ];
+    let out = s.claim_many(&batch[..1]).await.unwrap();
+    assert_eq!(out, vec![ClaimOutcome::Taken]);
+    let out = s.claim(&claim(&j2, t, "b", t + 60_000)).await.unwrap();
+    assert_eq!(out, ClaimOutcome::Taken);
+    let mixed = [
+        claim(&j1, t, "b", t + 60_000),
+        claim(&unique_job("tk"), t, "b", t + 60_000),
+    ];
+    let out = s.claim_many(&mixed).await.unwrap();
+    assert_eq!(out[0], ClaimOutcome::Taken, "{out:?}");
+    let runs = s
+        .runs(&[olds[0].run.clone(), olds[1].run.clone()])
+        .await
+        .unwrap();
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Running),
+        "a taken claim wrote nothing: {runs:?}"
+    );
+    // The next slot's claim marks the ended lease, as without the lost claims.
+    let mut next = batch[1].clone();
+    next.overlap = Overlap::Allow;
+    let out = s.claim(&next).await.unwrap();
+    assert!(matches!(out, ClaimOutcome::Won(_)), "{out:?}");
+    let runs = s.runs(std::slice::from_ref(&olds[1].run)).await.unwrap();
+    assert_eq!(runs[0].status, RunStatus::Interrupted);
+    s.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
