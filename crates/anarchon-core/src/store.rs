@@ -429,8 +429,8 @@ fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Res
 ///   `interrupted` (its running history row too) [B-15]. Then if a run row for the slot
 ///   exists → `Taken` (a store may skip the marking for a claim whose run exists: the claim
 ///   that created the run marked the job's runs, and a lease that ended since is marked by
-///   the next slot's claim or taken over by a backup). Else if `overlap` is `Skip` and an earlier run of the job is `running`
-///   with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
+///   the next slot's claim or taken over by a backup). Else if `overlap` is `Skip` and an
+///   earlier run of the job is `running` with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
 ///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
 ///   (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning
 ///   (to `finish`, to every n-th claim, or to after the call returned) as long as a job's

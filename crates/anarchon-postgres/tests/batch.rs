@@ -668,22 +668,16 @@ async fn a_taken_claim_leaves_an_ended_lease_to_the_next_slots_claim() {
         );
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    // x's leases have ended: b's claims of slot t (j1 in a batch, j2 alone) are taken and
-    // interrupt nothing.
-    let batch = [
-        claim(&j1, t, "b", t + 60_000),
-        claim(&j2, t + 2_000, "b", t + 60_000),
-    ];
-    let out = s.claim_many(&batch[..1]).await.unwrap();
-    assert_eq!(out, vec![ClaimOutcome::Taken]);
-    let out = s.claim(&claim(&j2, t, "b", t + 60_000)).await.unwrap();
-    assert_eq!(out, ClaimOutcome::Taken);
+    // x's leases have ended: b's claims of slot t are taken and interrupt nothing, j1's in a
+    // batch (the set-based statement), j2's alone (the single claim's statement).
     let mixed = [
         claim(&j1, t, "b", t + 60_000),
         claim(&unique_job("tk"), t, "b", t + 60_000),
     ];
     let out = s.claim_many(&mixed).await.unwrap();
     assert_eq!(out[0], ClaimOutcome::Taken, "{out:?}");
+    let out = s.claim(&claim(&j2, t, "b", t + 60_000)).await.unwrap();
+    assert_eq!(out, ClaimOutcome::Taken);
     let runs = s
         .runs(&[olds[0].run.clone(), olds[1].run.clone()])
         .await
@@ -693,7 +687,7 @@ async fn a_taken_claim_leaves_an_ended_lease_to_the_next_slots_claim() {
         "a taken claim wrote nothing: {runs:?}"
     );
     // The next slot's claim marks the ended lease, as without the lost claims.
-    let mut next = batch[1].clone();
+    let mut next = claim(&j2, t + 2_000, "b", t + 60_000);
     next.overlap = Overlap::Allow;
     let out = s.claim(&next).await.unwrap();
     assert!(matches!(out, ClaimOutcome::Won(_)), "{out:?}");
