@@ -125,11 +125,11 @@ impl Inner {
             }
         }
         // A version-1 table (or one of unknown version) lacks the columns added since; they
-        // are added below instead of being reported as a foreign shape. (The meta table,
-        // fourth, was checked above.)
+        // are added below instead of being reported as a foreign shape. (The meta table was
+        // checked above.)
         let older = version.is_none_or(|v| v < 2);
-        for (index, (name, (suffix, shape))) in table_names.iter().zip(SHAPES.iter()).enumerate() {
-            if index != 3 && kinds.contains_key(name) {
+        for (name, (suffix, shape)) in table_names.iter().zip(SHAPES.iter()) {
+            if *suffix != "_meta" && kinds.contains_key(name) {
                 let shape: Vec<(&str, &str)> = shape
                     .iter()
                     .copied()

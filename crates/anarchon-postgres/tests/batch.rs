@@ -644,7 +644,7 @@ async fn b11_three_concurrent_batches_over_500_slots_win_each_slot_exactly_once(
 /// alone: an earlier run whose lease ended after the slot's winner claimed is left to the
 /// next slot's claim (or a backup's takeover), which marks it `interrupted` as usual.
 #[tokio::test]
-async fn a_taken_claim_leaves_an_ended_lease_to_the_next_slots_claim() {
+async fn b15_a_taken_claim_leaves_an_ended_lease_to_the_next_slots_claim() {
     let Some(url) = common::url() else { return };
     let schema = common::fresh_schema();
     let (j1, j2) = (unique_job("tk"), unique_job("tk"));

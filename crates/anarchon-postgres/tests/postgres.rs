@@ -1233,8 +1233,9 @@ async fn b42_newer_schema_is_refused_and_left_untouched() {
     common::drop_schema(&url, &schema).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn b42_version_1_schema_is_migrated_in_place() {
+/// [B-42] What version `from` left behind is migrated in place: 1 lacks the jobs' count of
+/// claims since pruning and the table of remembered cuts, 2 lacks the table.
+async fn schema_is_migrated_in_place(from: u32) {
     let Some(url) = common::url() else { return };
     let store = common::fresh_store(&url).await;
     let schema = store.schema().to_owned();
@@ -1242,13 +1243,19 @@ async fn b42_version_1_schema_is_migrated_in_place() {
     store.prepare(&prep(&[&j])).await.unwrap();
     let now = store.now().await.unwrap();
     let l = won(store.claim(&claim(&j, now - 1000, "a", now)).await.unwrap());
-    // What version 1 left behind: no `unpruned` column, no `_cuts` table.
+    store.pruning_settled().await;
+    let unpruned_column = if from < 2 {
+        format!("ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN unpruned;")
+    } else {
+        String::new()
+    };
     common::exec(
         &url,
         &format!(
-            "ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN unpruned;
+            "{unpruned_column}
              DROP TABLE \"{schema}\".anarchon_runs_cuts;
-             UPDATE \"{schema}\".anarchon_runs_meta SET value = '1' WHERE key = 'schema_version'"
+             UPDATE \"{schema}\".anarchon_runs_meta SET value = '{from}'
+                 WHERE key = 'schema_version'"
         ),
     )
     .await
@@ -1257,7 +1264,7 @@ async fn b42_version_1_schema_is_migrated_in_place() {
     newer
         .prepare(&prep(&[&j]))
         .await
-        .expect("version 1 is migrated");
+        .unwrap_or_else(|e| panic!("version {from} is migrated: {e}"));
     assert_eq!(unpruned(&url, &newer, &j).await, 0);
     // The run and the fence survived; claims go on.
     let f = Finish {
@@ -1269,27 +1276,34 @@ async fn b42_version_1_schema_is_migrated_in_place() {
     let l2 = won(newer.claim(&claim(&j, now, "a", now)).await.unwrap());
     assert!(l2.fence > l.fence);
     assert_eq!(unpruned(&url, &newer, &j).await, 0, "a first claim prunes");
+    // The prune after it remembered the job's cut in the table the migration created (a
+    // prune that fails is only logged).
+    newer.pruning_settled().await;
+    assert!(
+        fast_prunes(&url, &newer, &j).await.is_some(),
+        "the prune ran on the migrated tables"
+    );
     assert_eq!(newer.finish(&l2, &f).await.unwrap(), OwnerWrite::Done);
     won(newer.claim(&claim(&j, now + 1, "a", now)).await.unwrap());
     assert_eq!(unpruned(&url, &newer, &j).await, 1);
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
-    let version: String = client
-        .query_one(
-            &format!(
-                "SELECT value FROM \"{schema}\".anarchon_runs_meta WHERE key = 'schema_version'"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, "3");
-    drop(client);
-    let _ = task.await;
+    let version = rows_for(
+        &url,
+        &format!("SELECT value FROM \"{schema}\".anarchon_runs_meta WHERE key = $1"),
+        "schema_version",
+    )
+    .await;
+    assert_eq!(version[0].get::<_, String>(0), "3");
     common::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_version_1_schema_is_migrated_in_place() {
+    schema_is_migrated_in_place(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_version_2_schema_is_migrated_in_place() {
+    schema_is_migrated_in_place(2).await;
 }
 
 /// The fill factor of each of the store's five tables (`None`: the server's default).
