@@ -46,7 +46,10 @@
 //!   `health().runs_watched`), and after the stop
 //!   `GRID jobs= off_grid=` (jobs whose next slot is not on the grid the judge assumes),
 //!   `COUNTS ...` (events by kind, skips by reason, store errors by operation, lagged events,
-//!   `health().slots_late`) and `EXIT`.
+//!   `health().slots_late`), `STORE_ANSWERS won= taken= overlap= late= failed=` (the
+//!   store's answers to the claims the node sent: `late` counts those the store judged past
+//!   their last moment, not those the scheduler shed before asking; `failed` the claims of
+//!   calls that failed) and `EXIT`.
 //! - `ceiling`: the store's own ceiling for batched claims without the scheduler: K callers,
 //!   each repeating one round trip that writes 256 new keys/rows (Redis: a pipeline of 256
 //!   `SET NX`; PostgreSQL: one `INSERT .. SELECT unnest(..) ON CONFLICT DO NOTHING`,
@@ -571,6 +574,7 @@ async fn run(args: &Args) -> Result<()> {
     // once a second would mostly see none.
     let sampler = tokio::spawn({
         let scheduler = scheduler.clone();
+        let calls = calls.clone();
         async move {
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -620,6 +624,11 @@ async fn run(args: &Args) -> Result<()> {
         .finish()
         .with_context(|| format!("writing {log_path}"))?;
     counts.print(late);
+    let [won, taken, overlap, store_late, failed] = calls.answers();
+    println!(
+        "STORE_ANSWERS won={won} taken={taken} overlap={overlap} late={store_late} \
+         failed={failed}"
+    );
     if let Err(e) = stopped {
         println!("STOP_ERROR {}", e.to_string().replace('\n', " "));
     }

@@ -62,6 +62,8 @@ fn now_ms() -> i64 {
 pub(crate) struct CallsInFlight {
     now: AtomicU64,
     peak: AtomicU64,
+    /// The store's answers to the node's claims: won, taken, overlap, late, failed calls.
+    answers: [AtomicU64; 5],
 }
 
 impl CallsInFlight {
@@ -70,6 +72,34 @@ impl CallsInFlight {
     pub(crate) fn take_peak(&self) -> u64 {
         let now = self.now.load(Ordering::Relaxed);
         self.peak.swap(now, Ordering::Relaxed).max(now)
+    }
+
+    /// The store's answers to the node's claims so far: won, taken, overlap, late (judged
+    /// by the store, not shed by the scheduler before it asked), and claims whose call failed.
+    pub(crate) fn answers(&self) -> [u64; 5] {
+        std::array::from_fn(|i| self.answers[i].load(Ordering::Relaxed))
+    }
+
+    fn tally(&self, answers: Option<&[ClaimOutcome]>, claims: usize) {
+        let add = |i: usize, n: usize| {
+            self.answers[i].fetch_add(n as u64, Ordering::Relaxed);
+        };
+        match answers {
+            Some(outcomes) => {
+                for o in outcomes {
+                    add(
+                        match o {
+                            ClaimOutcome::Won(_) => 0,
+                            ClaimOutcome::Taken => 1,
+                            ClaimOutcome::Overlap { .. } => 2,
+                            ClaimOutcome::Late { .. } => 3,
+                        },
+                        1,
+                    );
+                }
+            }
+            None => add(4, claims),
+        }
     }
 
     fn enter(&self) -> InFlight<'_> {
@@ -212,7 +242,12 @@ impl LeaseStore for SlowStore {
         'c: 'a,
         Self: 'a,
     {
-        self.slowed(self.inner.claim_many(claims))
+        Box::pin(async move {
+            let answers = self.slowed(self.inner.claim_many(claims)).await;
+            self.calls
+                .tally(answers.as_ref().ok().map(Vec::as_slice), claims.len());
+            answers
+        })
     }
     fn heartbeat<'s, 'l, 'a>(
         &'s self,
@@ -265,7 +300,12 @@ impl LeaseStore for SlowStore {
         'c: 'a,
         Self: 'a,
     {
-        self.slowed(self.inner.claim(claim))
+        Box::pin(async move {
+            let answer = self.slowed(self.inner.claim(claim)).await;
+            self.calls
+                .tally(answer.as_ref().ok().map(std::slice::from_ref), 1);
+            answer
+        })
     }
     fn finish<'s, 'l, 'f, 'a>(
         &'s self,

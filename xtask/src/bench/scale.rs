@@ -1381,6 +1381,7 @@ impl<'a> Report<'a> {
                 }
             );
             let _ = writeln!(out, "    {}", n.counts);
+            let _ = writeln!(out, "    {}", n.answers);
             for e in &n.errors {
                 let _ = writeln!(out, "    {e}");
             }
@@ -1471,6 +1472,7 @@ impl<'a> Report<'a> {
                     "rss_per_job_end_kb": per_job(n.rss_end(), n.rss_base, args.jobs),
                     "off_grid": n.off_grid,
                     "counts": n.counts,
+                    "answers": n.answers,
                     "errors": n.errors,
                 })
             })

@@ -26,6 +26,8 @@ pub(crate) struct NodeResult {
     pub(crate) rss_series: Vec<u64>,
     /// The node's `COUNTS` line.
     pub(crate) counts: String,
+    /// Its `STORE_ANSWERS` line: the store's answers to the claims it sent.
+    pub(crate) answers: String,
     /// Its `FIRST_ERROR` and `STOP_ERROR` lines.
     pub(crate) errors: Vec<String>,
     /// Log lines that were not starts.
@@ -229,6 +231,10 @@ pub(crate) fn run(plan: &Plan<'_>) -> Result<Session> {
             rss_ready: rss("READY"),
             rss_series: series[i].clone(),
             counts: n.line("COUNTS").unwrap_or("COUNTS (none)").to_owned(),
+            answers: n
+                .line("STORE_ANSWERS")
+                .unwrap_or("STORE_ANSWERS (none)")
+                .to_owned(),
             errors: n
                 .seen
                 .iter()
