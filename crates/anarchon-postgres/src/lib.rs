@@ -722,6 +722,15 @@ impl PostgresStore {
         &self.inner.sql.newest_unfinished
     }
 
+    /// The prune's statements, for tests that read its plan as the store has it made: the
+    /// one that opens its transaction (the planner's settings) and the prune itself
+    /// (parameters: the jobs, their retention sizes and TTLs in ms, one element per job).
+    #[doc(hidden)]
+    pub fn prune_statements(&self) -> [&str; 2] {
+        let sql = &self.inner.sql;
+        [&sql.prune_settings, &sql.prune]
+    }
+
     /// How many times a statement or a batch was run again after a serialization failure
     /// or a deadlock, for tests.
     #[doc(hidden)]

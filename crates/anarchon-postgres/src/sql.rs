@@ -228,12 +228,19 @@ pub(crate) struct Sql {
     pub(crate) prune: String,
     /// Locks the `_cuts` rows of a prune's jobs in job order (see [`lock_cuts_sql`]).
     pub(crate) lock_cuts: String,
-    /// Opens the prune's transaction: no JIT compilation and the generic plan for its
-    /// statement. With the jobs' list known (a custom plan, PostgreSQL's choice for a
-    /// prepared statement's first five runs on a connection) the planner costs the prune of
-    /// 128 jobs above `jit_above_cost` and `jit_optimize_above_cost`, and compiled it for
-    /// about half a second, ten times its work (EXPLAIN ANALYZE, 10,000 jobs x 113 runs);
-    /// the generic plan reads each job through its indexes whatever the list holds.
+    /// Opens the prune's transaction: no JIT compilation, and a plan made for each run of
+    /// its statement (`plan_cache_mode = force_custom_plan`). With the jobs' list known the
+    /// planner costs the prune of 128 jobs above `jit_above_cost` and
+    /// `jit_optimize_above_cost`, and compiled it for about half a second, ten times its
+    /// work (EXPLAIN ANALYZE, 10,000 jobs x 113 runs). A generic plan is made once per
+    /// connection and kept, on the tables as they were at the connection's first prune: a
+    /// store's first prunes come at its first claims, on tables of a few thousand runs,
+    /// where a sequential scan of the runs table is the cheaper delete, and a connection
+    /// that kept such a plan read all the runs at every prune once the tables had grown
+    /// (3 x 10,000 `every 1s` past the pruning point: 10 of 24 sampled prunes carried such
+    /// a plan, and the two of them that had rows to delete read 1.03 and 1.05 million runs,
+    /// 0.3-0.5 s of 0.6-0.7 s prunes; autovacuum off, so no `ANALYZE` ever replaced the
+    /// plan). Planning the statement each time costs about 1.1 ms (`pg_stat_statements`).
     pub(crate) prune_settings: String,
     /// Locks the `_jobs` rows of a batch's jobs in job order (see [`lock_jobs_sql`]).
     pub(crate) lock_jobs: String,
@@ -1270,7 +1277,7 @@ ORDER BY t.job, t.slot"
             prune: prune_sql(names),
             lock_cuts: lock_cuts_sql(names),
             prune_settings: "SELECT set_config('jit', 'off', true), \
-                             set_config('plan_cache_mode', 'force_generic_plan', true)"
+                             set_config('plan_cache_mode', 'force_custom_plan', true)"
                 .to_owned(),
             lock_jobs: lock_jobs_sql(names),
             lock_claims: lock_claims_sql(names),

@@ -1182,6 +1182,86 @@ async fn b14_the_sweep_reads_each_jobs_newest_runs_and_those_handed_over() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-37] A prune is planned for the tables as they are when it runs, never by a plan
+/// cached at the connection's first prune: a store's first prunes come at its first claims,
+/// on tables of a few thousand runs, where reading the whole runs table is the cheaper
+/// delete, and a connection that kept such a generic plan read every run at every prune
+/// once the tables had grown (1.0 million runs per prune, 3 x 10,000 `every 1s`). Run
+/// three times under the store's own settings, the prune's prepared statement has been
+/// planned three times and has no generic plan.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_a_prune_is_planned_for_the_tables_as_they_are_now() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let pruned: Vec<JobName> = (0..2).map(|i| job(&format!("grown{i}"))).collect();
+    let refs: Vec<&JobName> = pruned.iter().collect();
+    store.prepare(&prep(&refs)).await.unwrap();
+    let now = store.now().await.unwrap();
+    for j in &pruned {
+        for i in 0..10 {
+            let c = claim(j, now - (60 - i) * 1_000, "a", now);
+            let lease = won(store.claim(&c).await.unwrap());
+            let f = Finish {
+                status: RunStatus::Succeeded,
+                error: None,
+                retention: Retention::default(),
+            };
+            assert_eq!(store.finish(&lease, &f).await.unwrap(), OwnerWrite::Done);
+        }
+    }
+    store.pruning_settled().await;
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(connection);
+    // `pg_prepared_statements` counts plans from PostgreSQL 14 on.
+    let counted = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int >= 140000",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0);
+    if !counted {
+        eprintln!("skipped: the server counts no plans per prepared statement (before 14)");
+        return;
+    }
+    let [settings, prune] = store.prune_statements();
+    let list: Vec<String> = pruned.iter().map(|j| format!("'{j}'")).collect();
+    let jobs = format!("ARRAY[{}]::text[]", list.join(","));
+    client
+        .batch_execute(&format!("PREPARE p(text[], int8[], int8[]) AS {prune}"))
+        .await
+        .unwrap();
+    for size in [8, 5, 3] {
+        client
+            .batch_execute(&format!(
+                "BEGIN; {settings};
+                 EXECUTE p({jobs}, ARRAY[{size}, {size}]::int8[], ARRAY[NULL, NULL]::int8[]);
+                 COMMIT;"
+            ))
+            .await
+            .unwrap();
+    }
+    let row = client
+        .query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'p'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (generic, custom): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((generic, custom), (0, 3));
+    drop(client);
+    let _ = task.await;
+    for j in &pruned {
+        assert_eq!(store.history(j, 100).await.unwrap().len(), 3);
+    }
+    common::drop_schema(&url, store.schema()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b33_ten_concurrent_prepares_on_a_fresh_schema() {
     let Some(url) = common::url() else { return };
