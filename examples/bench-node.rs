@@ -49,7 +49,8 @@
 //!   `health().slots_late`), `STORE_ANSWERS won= taken= overlap= late= failed=` (the
 //!   store's answers to the claims the node sent: `late` counts those the store judged past
 //!   their last moment, not those the scheduler shed before asking; `failed` the claims of
-//!   calls that failed) and `EXIT`.
+//!   calls that failed; a call the scheduler gave up on and dropped counts in none) and
+//!   `EXIT`.
 //! - `ceiling`: the store's own ceiling for batched claims without the scheduler: K callers,
 //!   each repeating one round trip that writes 256 new keys/rows (Redis: a pipeline of 256
 //!   `SET NX`; PostgreSQL: one `INSERT .. SELECT unnest(..) ON CONFLICT DO NOTHING`,

@@ -75,7 +75,8 @@ impl CallsInFlight {
     }
 
     /// The store's answers to the node's claims so far: won, taken, overlap, late (judged
-    /// by the store, not shed by the scheduler before it asked), and claims whose call failed.
+    /// by the store, not shed by the scheduler before it asked), and claims whose call failed
+    /// (a call the scheduler dropped at its timeout counts in none).
     pub(crate) fn answers(&self) -> [u64; 5] {
         std::array::from_fn(|i| self.answers[i].load(Ordering::Relaxed))
     }

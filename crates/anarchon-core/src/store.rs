@@ -430,9 +430,9 @@ fn only<T>(store: &'static str, operation: &'static str, mut out: Vec<T>) -> Res
 ///   exists → `Taken` (a store may skip the marking for a claim whose run exists: the claim
 ///   that created the run marked the job's runs, and a lease that ended since is marked by
 ///   the next slot's claim or taken over by a backup). Else if `overlap` is `Skip` and an
-///   earlier run of the job is `running` with a live lease → `Overlap`. Else insert the run (`running`, attempt 1, counted
-///   starts 1, owner, lease `now + lease_ms`, the next fence of the job) and its history row
-///   (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning
+///   earlier run of the job is `running` with a live lease → `Overlap`. Else insert the run
+///   (`running`, attempt 1, counted starts 1, owner, lease `now + lease_ms`, the next fence
+///   of the job) and its history row (`running`) → `Won`. Then prune the job to `retention`; a store may defer that pruning
 ///   (to `finish`, to every n-th claim, or to after the call returned) as long as a job's
 ///   runs stay bounded. One round trip per batch where the store allows.
 /// - [`LeaseStore::heartbeat`]: for each lease, if the run is `running` and its (attempt,
