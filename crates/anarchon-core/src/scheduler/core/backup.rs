@@ -211,7 +211,11 @@ impl Core {
             // instance never heard of: a slot that only one instance claimed (its clock was
             // behind, or it alone caught the slot up) and whose owner then crashed would
             // otherwise be continued by nobody. Back them up like any lost run. [B-14]
-            for (key, view) in by_key {
+            // In key order: the releases of orphans found here go out in it (a `HashMap`'s
+            // order differs between runs, and so did the simulator's timelines).
+            let mut unheard: Vec<(RunKey, RunView)> = by_key.into_iter().collect();
+            unheard.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (key, view) in unheard {
                 if !self.watches.contains_key(&key)
                     && !self.is_here(&key)
                     && self.jobs.contains_key(&key.job)
