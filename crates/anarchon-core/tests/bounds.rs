@@ -745,6 +745,34 @@ fn s11_a_stall_after_shorter_than_four_watchdog_ticks_is_refused() {
 }
 
 #[test]
+fn b10_a_standby_delay_from_zero_to_a_year_is_taken_and_a_longer_one_refused() {
+    for delay in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_secs(365 * 86_400),
+    ] {
+        assert!(
+            Scheduler::leased(MemoryStore::new())
+                .standby_delay(delay)
+                .build()
+                .is_ok(),
+            "{delay:?}"
+        );
+    }
+    for delay in [Duration::from_secs(365 * 86_400 + 1), Duration::MAX] {
+        let err = Scheduler::leased(MemoryStore::new())
+            .standby_delay(delay)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::OutOfRange { option: "standby_delay", allowed, .. }
+                if allowed.contains("365 days")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn b32_an_instance_id_with_a_control_character_is_refused() {
     for id in ["a\0b", "line\nbreak", "esc\u{1b}[31m"] {
         let err = Scheduler::leased(MemoryStore::new())

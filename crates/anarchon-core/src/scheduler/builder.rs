@@ -68,6 +68,8 @@ pub struct SchedulerBuilder<M> {
     skew_threshold: Duration,
     clock: Clock,
     abort_grace: Duration,
+    /// `None`: the store's default (see [`standby_delay_for`](crate::options::standby_delay_for)).
+    standby_delay: Option<Duration>,
     stop_timeout: Duration,
     event_capacity: usize,
     parent: Option<CancellationToken>,
@@ -88,6 +90,7 @@ impl<M: Mode> SchedulerBuilder<M> {
             skew_threshold: Duration::from_secs(1),
             clock: Clock::System,
             abort_grace: Duration::from_secs(5),
+            standby_delay: None,
             stop_timeout: Duration::from_secs(30),
             event_capacity: 1024,
             parent: None,
@@ -241,6 +244,12 @@ impl<M: Mode> SchedulerBuilder<M> {
                 "the driver turns at least every stall_after / 4 (at least every 50 ms), so a \
                  shorter one reports a healthy loop as stalled",
             ),
+            (
+                "standby_delay",
+                self.standby_delay.unwrap_or_default(),
+                Duration::ZERO,
+                "zero claims every slot at once",
+            ),
         ] {
             if value < least {
                 return Err(Error::OutOfRange {
@@ -282,6 +291,7 @@ impl<M: Mode> SchedulerBuilder<M> {
                 skew_threshold_ms: ms(self.skew_threshold.min(crate::options::MAX_DURATION)),
                 clock: self.clock,
                 abort_grace: self.abort_grace,
+                standby_delay: self.standby_delay,
                 default_stop_timeout: self.stop_timeout,
             },
             jobs: Mutex::default(),
@@ -302,6 +312,35 @@ impl SchedulerBuilder<Leased> {
     /// Heartbeat interval (default 5 s); `heartbeat * 2 < lease`. [B-13]
     pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
         self.timing.heartbeat = heartbeat;
+        self
+    }
+    /// How long after a slot this instance waits before it claims the slot when it lost the
+    /// job's previous claim to another instance (default 100 ms, zero on stores that gather
+    /// claim batches, PostgreSQL; zero: every instance claims every slot at once, as jitter
+    /// allows). [B-10]
+    ///
+    /// Every instance claims every slot and the store lets one win. Claiming in the same
+    /// instant, the others queue behind the winner at the store (its lock, its thread) and
+    /// the winner's start waits for them. With a delay, the instance that won a job's last
+    /// slot claims the next one alone first; the others claim it this much later, are
+    /// answered `taken` and back the run up as before. If the last winner is gone, one of
+    /// them wins the slot this much late and claims first from then on. The delay is held to
+    /// half the time to the job's next slot and half its `max_late`, so it never makes a
+    /// claim late or meet the next slot. Under overload the standbys' claims wait behind the
+    /// claims that may win; a standby whose claim could not be sent in time claims the next
+    /// slot at once again, so the jobs of an instance that is gone still start.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use anarchon_core::{memory::MemoryStore, Scheduler};
+    ///
+    /// let scheduler = Scheduler::leased(MemoryStore::new())
+    ///     .standby_delay(Duration::from_millis(50))
+    ///     .build()?;
+    /// # Ok::<_, anarchon_core::Error>(())
+    /// ```
+    pub fn standby_delay(mut self, delay: Duration) -> Self {
+        self.standby_delay = Some(delay);
         self
     }
     /// Default overlap policy. [B-12]

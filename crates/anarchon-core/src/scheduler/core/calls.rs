@@ -136,6 +136,12 @@ impl Core {
     /// A queued claim that cannot go out in time: reported late, backed up.
     fn shed(&mut self, q: QueuedClaim) {
         self.flight_end(&q.claim.run);
+        if q.standby {
+            // Standbys' claims wait behind the others: under overload they may be shed
+            // slot after slot. The job's next slot is claimed at once and in turn with the
+            // claims that may win, so a job whose last winner is gone is still started.
+            self.standby.remove(&q.job.name);
+        }
         self.note_late(&q.job.name, 1);
         self.emit(Event::Skip {
             job: q.job.name.clone(),
@@ -235,8 +241,11 @@ impl Core {
         // catch-up ahead of its newer claim, and otherwise (a stable sort) one job's slots
         // in the order queued. Stores that lock a batch's jobs lock them in name order
         // themselves, so batches that share jobs wait for each other but never deadlock.
+        // Standbys' claims (most likely `taken`) after the others, so that under overload
+        // the store's time goes to the claims that may win.
         queue.sort_by_cached_key(|q| {
             (
+                q.standby,
                 super::slot_claim_rank(key, q.claim.run.job.as_str(), q.slot),
                 q.reason != Reason::CatchUp,
             )

@@ -112,6 +112,10 @@ pub(crate) struct Core {
     claim_key: u64,
     /// Slot timers of removed or replaced jobs still armed, at most (see `left_slot_timer`).
     stale_slot_timers: usize,
+    /// Jobs whose last claim this instance lost (`Taken`): their next slots are claimed here
+    /// `standby_delay` after the slot, so that the instance that won the last one claims
+    /// alone first (see `slot_due`).
+    standby: HashSet<JobName>,
 }
 
 impl Core {
@@ -163,6 +167,7 @@ impl Core {
             rng,
             claim_key,
             stale_slot_timers: 0,
+            standby: HashSet::new(),
         };
         core.begin(jobs);
         core
@@ -292,6 +297,7 @@ impl Core {
                 }
                 self.catch_up.remove(&name);
                 self.missed.remove(&name);
+                self.standby.remove(&name);
                 self.watches.retain(|k, w| {
                     k.job != name || w.state == super::watch::WatchState::TakingOver
                 });
@@ -650,6 +656,7 @@ pub(crate) mod table {
             store_kind: "memory",
             limits: Limits::of(Some(crate::store::BatchLimits::all(8))),
             seed: 1,
+            standby_delay: Duration::ZERO,
         };
         let mut core = Core::new(cfg, now, ClockSample::default(), vec![job]);
         // Answer the start's listing with no run: catch-up (when on) claims slot T0.

@@ -612,6 +612,11 @@ mod world {
         // in flight paced by the store's answers); from the seed, not the world's random
         // stream, so the other draws of a seed stay what they were.
         sim.gather_batches = cfg.seed % 2 == 1;
+        // Half the seeds' nodes claim as standbys a little after the slot (the default),
+        // half at the slot, as all did before standbys; also from the seed alone.
+        if (cfg.seed / 2).is_multiple_of(2) {
+            sim.standby_delay = crate::options::DEFAULT_STANDBY_DELAY;
+        }
         sim.world = Some(World {
             seed: cfg.seed,
             full_timeline: cfg.full_timeline,
@@ -1310,6 +1315,8 @@ pub(crate) struct Sim {
     pub(crate) claims_in_flight: usize,
     /// The store's `BatchLimits::gather_batches`.
     pub(crate) gather_batches: bool,
+    /// Every node's `standby_delay` (zero unless a test or world sets it).
+    pub(crate) standby_delay: Duration,
     pub(crate) timeline: Vec<String>,
     /// Lines kept in `timeline` (older ones are dropped; the hash covers all).
     pub(crate) timeline_cap: usize,
@@ -1450,6 +1457,7 @@ impl Sim {
             behaviour: Arc::new(|_| Behaviour::ok(Duration::from_millis(100))),
             claims_in_flight: super::types::MAX_CLAIMS_IN_FLIGHT,
             gather_batches: false,
+            standby_delay: Duration::ZERO,
             timeline: Vec::new(),
             timeline_cap: usize::MAX,
             hash: 0xcbf2_9ce4_8422_2325,
@@ -1554,6 +1562,7 @@ impl Sim {
                 gather_batches: self.gather_batches,
             },
             seed: (node as u64 + 1) ^ self.world.as_ref().map_or(0, |w| w.seed << 8),
+            standby_delay: self.standby_delay,
         }
     }
 

@@ -94,6 +94,15 @@ impl Core {
             self.arm(at, Timer::Due { job, slot });
             return;
         }
+        // A standby of the job (it lost the job's last claim) claims a little after the slot,
+        // so the instance that won the last one claims alone first. [B-10]
+        if let Some(from) = self.standby_from(&job, slot)
+            && self.now.epoch_us < from.saturating_mul(1_000)
+            && let Some(at) = self.mono_at(from)
+        {
+            self.arm(at, Timer::Due { job, slot });
+            return;
+        }
         // Only the newest due slot is ever claimed. [B-10]
         let now = self.now_ms();
         let newest = job.schedule.newest_due(now).map_or(slot, |n| n.max(slot));
@@ -117,6 +126,34 @@ impl Core {
         let not_after = slot.saturating_add(signed(job.opts.max_late_ms()));
         self.claim(job.clone(), slot, Reason::Scheduled, not_after);
         self.schedule_next(&job, slot.max(now));
+    }
+
+    /// When this instance claims `slot` of `job` if it is the job's standby (it lost the
+    /// job's last claim): `standby_delay` after the slot, at most half the way to the next
+    /// slot and half the job's `max_late`, so a standby's claim is never late by its own
+    /// doing and never meets the next slot. `None`: at the slot (the instance won the last
+    /// claim, has not claimed the job yet, or the delay is zero).
+    ///
+    /// Why: every instance claims every slot, and all but one lose. Claiming at the same
+    /// instant, they queue behind each other at the store (PostgreSQL's job rows, SQLite's
+    /// write lock, Redis's one thread) and the winner's start waits for the herd. An
+    /// instance that lost the last slot of a job most likely loses the next one too, so it
+    /// lets the last winner claim alone first and claims after it: by then the run exists and
+    /// its claim is answered `Taken` from a read, and it backs the run up as before. If the
+    /// last winner is gone or slow, a standby wins the slot `standby_delay` late and is the
+    /// one that claims first from then on. Nothing is decided by the delay: the store's
+    /// claim still decides who runs the slot.
+    pub(super) fn standby_from(&self, job: &JobDef, slot: EpochMs) -> Option<EpochMs> {
+        let delay = self.cfg.standby_delay.as_millis().min(u64::MAX as u128) as u64;
+        if delay == 0 || !self.standby.contains(&job.name) {
+            return None;
+        }
+        let gap = job
+            .schedule
+            .next_after(slot)
+            .map_or(u64::MAX, |next| next.saturating_sub(slot).max(0) as u64);
+        let delay = delay.min(gap / 2).min(job.opts.max_late_ms() / 2);
+        (delay > 0).then(|| slot.saturating_add(signed(delay)))
     }
 
     /// The last moment (instance clock) any instance may still claim `slot`: a scheduled
@@ -178,11 +215,15 @@ impl Core {
             retention: job.opts.retention(),
         };
         self.flight_start(&run);
+        let standby = reason == Reason::Scheduled
+            && !self.cfg.standby_delay.is_zero()
+            && self.standby.contains(&job.name);
         self.queue_claim(QueuedClaim {
             job,
             slot,
             reason,
             claim,
+            standby,
         });
     }
 
@@ -257,6 +298,17 @@ impl Core {
             slot: to_datetime(slot),
             reason,
         };
+        match &result {
+            // A claim the store judged late: the next slot is claimed at once, as by an
+            // instance that never lost the job (see `shed`).
+            Ok(ClaimOutcome::Won(_) | ClaimOutcome::Late { .. }) => {
+                self.standby.remove(&job.name);
+            }
+            Ok(ClaimOutcome::Taken) if !self.standby.contains(&job.name) => {
+                self.standby.insert(job.name.clone());
+            }
+            _ => {}
+        }
         match result {
             Ok(ClaimOutcome::Won(lease)) => {
                 self.clock = super::ClockSample::measure(lease.started_at, sent, self.now);

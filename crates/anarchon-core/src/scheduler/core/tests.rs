@@ -123,6 +123,182 @@ fn b11_three_instances_start_each_slot_once_and_the_others_skip_it_as_taken() {
     assert_eq!(taken, 2 * starts.len(), "every loser skips as taken");
 }
 
+/// Every claim call sent, from the timeline: (node, the first claim's slot, ms after it).
+fn claim_sends(sim: &Sim) -> Vec<(usize, EpochMs, i64)> {
+    sim.timeline
+        .iter()
+        .filter(|l| l.contains("request: Claim {"))
+        .map(|l| {
+            let t = l.split_whitespace().next().unwrap().trim_end_matches('s');
+            let at_us = (t.parse::<f64>().unwrap() * 1e6).round() as i64;
+            let node: usize = l
+                .split(" n")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let slot: EpochMs = l
+                .split("slot: ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (node, slot, T0_MS + at_us / 1_000 - slot)
+        })
+        .collect()
+}
+
+/// 3 instances x one `every 1s` job with the given standby delay, run for `secs`.
+fn standbys(delay: Duration, interval: Duration, secs: u64) -> Sim {
+    let mut sim = Sim::new(3, vec![every("j", interval, opts())]);
+    sim.standby_delay = delay;
+    for n in 0..3 {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(secs));
+    sim
+}
+
+#[test]
+fn b10_the_last_winner_claims_alone_and_the_others_a_standby_delay_later() {
+    let sim = standbys(Duration::from_millis(100), Duration::from_secs(1), 30);
+    let starts = sim.all_starts();
+    let slots: HashSet<i64> = starts.iter().map(|(_, s)| s.slot_ms()).collect();
+    assert_eq!(slots.len(), starts.len(), "a slot started twice");
+    assert!(starts.len() >= 29, "{}", starts.len());
+    // The first slot is raced; its winner claims first from then on and wins every slot.
+    let winner = starts[0].0;
+    assert!(starts.iter().all(|(n, _)| *n == winner), "{starts:?}");
+    let first = starts[0].1.slot_ms();
+    for (node, slot, after) in claim_sends(&sim) {
+        if slot == first {
+            assert!(
+                after < 5,
+                "the first slot is claimed at once by all: {after} ms"
+            );
+        } else if node == winner {
+            assert!(after < 5, "the last winner claims at the slot: {after} ms");
+        } else {
+            assert!(
+                (100..105).contains(&after),
+                "node {node} claimed {after} ms after"
+            );
+        }
+    }
+    assert!(*start_lags_ms(&sim, 0).last().unwrap() < 5);
+    // The standbys still learn of every run, and back it up.
+    let taken: usize = (0..3)
+        .map(|n| skips(sim.events(n), SkipReason::Taken))
+        .sum();
+    assert_eq!(taken, 2 * starts.len(), "every standby skips as taken");
+}
+
+#[test]
+fn b10_a_standby_wins_the_slot_of_a_winner_that_is_gone_a_standby_delay_late_then_claims_first() {
+    let mut sim = standbys(Duration::from_millis(100), Duration::from_secs(1), 10);
+    // Between two runs (each takes 100 ms): a crash during one leaves its lease to expire
+    // first, and the slots meanwhile are skipped as overlap (B-12), standby or not.
+    sim.run_for(Duration::from_millis(500));
+    let winner = sim.all_starts()[0].0;
+    sim.crash(winner);
+    let crashed = T0_MS + (sim.secs() * 1e3) as i64;
+    sim.run_for(Duration::from_secs(10));
+    let after: Vec<(usize, RunInfo, i64)> = sim
+        .nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            n.starts
+                .iter()
+                .zip(&n.start_times)
+                .map(move |(s, at)| (i, s.clone(), *at))
+        })
+        .filter(|(_, s, _)| s.slot_ms() > crashed)
+        .collect();
+    let mut after = after;
+    after.sort_by_key(|(_, s, _)| s.slot_ms());
+    assert!(after.len() >= 9, "{after:?}");
+    let (heir, first, at) = &after[0];
+    assert_ne!(*heir, winner);
+    let lag = at / 1_000 - first.slot_ms();
+    assert!(
+        (100..105).contains(&lag),
+        "the first slot after the crash started {lag} ms late"
+    );
+    for (node, s, at) in &after[1..] {
+        assert_eq!(node, heir, "the new winner claims first from then on");
+        assert!(at / 1_000 - s.slot_ms() < 5, "{s:?}");
+    }
+    // No slot was missed or started twice.
+    let slots: Vec<i64> = after.iter().map(|(_, s, _)| s.slot_ms()).collect();
+    assert!(slots.windows(2).all(|w| w[1] - w[0] == 1_000), "{slots:?}");
+}
+
+#[test]
+fn b10_without_a_standby_delay_every_instance_claims_at_the_slot() {
+    let sim = standbys(Duration::ZERO, Duration::from_secs(1), 10);
+    let sends = claim_sends(&sim);
+    assert!(sends.len() >= 27, "{sends:?}");
+    assert!(sends.iter().all(|(_, _, after)| *after < 5), "{sends:?}");
+}
+
+#[test]
+fn b10_a_standby_delay_is_held_to_half_the_way_to_the_next_slot_and_half_of_max_late() {
+    // A job every 200 ms, a standby delay of an hour: the standbys claim 100 ms after the
+    // slot, so the slot after a crash still starts, and before the next one.
+    let mut sim = standbys(Duration::from_secs(3_600), Duration::from_millis(200), 5);
+    sim.run_for(Duration::from_millis(150));
+    let (winner, first) = sim.all_starts()[0].clone();
+    for (node, slot, after) in claim_sends(&sim) {
+        assert!(
+            node == winner || slot == first.slot_ms() || (100..105).contains(&after),
+            "node {node} claimed {after} ms after"
+        );
+    }
+    sim.crash(winner);
+    let crashed = T0_MS + (sim.secs() * 1e3) as i64;
+    sim.run_for(Duration::from_secs(5));
+    let lags: Vec<i64> = sim
+        .nodes
+        .iter()
+        .flat_map(|n| n.starts.iter().zip(&n.start_times))
+        .filter(|(s, _)| s.slot_ms() > crashed)
+        .map(|(s, at)| at / 1_000 - s.slot_ms())
+        .collect();
+    assert!(lags.len() >= 24, "{lags:?}");
+    assert!(lags.iter().all(|l| *l <= 105), "{lags:?}");
+    for n in 0..3 {
+        assert_eq!(skips(sim.events(n), SkipReason::Late), 0);
+    }
+    // Half of max_late when that is shorter: 40 ms of a 1 s job's 80 ms.
+    let o = JobOptions {
+        max_late: Duration::from_millis(80),
+        ..opts()
+    };
+    let mut sim = Sim::new(3, vec![every("j", Duration::from_secs(1), o)]);
+    sim.standby_delay = Duration::from_secs(3_600);
+    for n in 0..3 {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(5));
+    let (winner, first) = sim.all_starts()[0].clone();
+    for (node, slot, after) in claim_sends(&sim) {
+        assert!(
+            node == winner || slot == first.slot_ms() || (40..45).contains(&after),
+            "node {node} claimed {after} ms after"
+        );
+    }
+    for n in 0..3 {
+        assert_eq!(skips(sim.events(n), SkipReason::Late), 0, "node {n}");
+    }
+}
+
 #[test]
 fn b12_a_slot_is_skipped_as_overlap_while_the_previous_run_holds_its_lease() {
     let mut sim = Sim::new(2, vec![every("j", Duration::from_secs(1), opts())])
@@ -829,6 +1005,48 @@ fn b11_a_saturated_store_still_starts_every_job_now_and_then() {
     let late: u64 = (0..3).map(|n| sim.core(n).health().slots_late).sum();
     assert!(late > 1_000, "the store is saturated: {late} late");
     assert_eq!(started.len(), 1_000, "jobs started in 20 s");
+}
+
+#[test]
+fn b11_on_a_saturated_store_standbys_wait_behind_yet_the_jobs_of_a_crashed_instance_start() {
+    // Standbys' claims leave after the claims that may win, so under overload they may be
+    // shed slot after slot; a standby whose claim was shed claims the job's next slot at
+    // once, so the jobs whose last winner crashed are still started.
+    let jobs: Vec<Arc<JobDef>> = (0..1_000)
+        .map(|i| every(&format!("j{i:04}"), Duration::from_secs(1), opts()))
+        .collect();
+    let mut sim = Sim::new(3, jobs);
+    sim.detail = false;
+    sim.gather_batches = true;
+    sim.claim_service_us = 1_500;
+    sim.standby_delay = Duration::from_millis(100);
+    for n in 0..3 {
+        sim.start(n);
+    }
+    sim.run_for(Duration::from_secs(10));
+    sim.crash(0);
+    let from = sim.now;
+    sim.run_for(Duration::from_secs(20));
+    let started: HashSet<JobName> = sim
+        .nodes
+        .iter()
+        .flat_map(|n| n.starts.iter().zip(&n.start_times))
+        .filter(|(_, at)| **at >= from)
+        .map(|(s, _)| s.job.clone())
+        .collect();
+    let late: u64 = (1..3).map(|n| sim.core(n).health().slots_late).sum();
+    assert!(late > 1_000, "the store is saturated: {late} late");
+    assert_eq!(
+        started.len(),
+        1_000,
+        "jobs started in the 20 s after the crash"
+    );
+    let slots: HashSet<(JobName, i64)> = sim
+        .all_starts()
+        .iter()
+        .map(|(_, s)| (s.job.clone(), s.slot_ms()))
+        .collect();
+    assert_eq!(slots.len(), sim.all_starts().len(), "a slot started twice");
 }
 
 #[test]

@@ -104,6 +104,9 @@ pub(crate) struct CoreConfig {
     pub(crate) limits: Limits,
     /// Seeds the jitter's random numbers.
     pub(crate) seed: u64,
+    /// How long after a slot an instance that lost its job's last claim waits before it
+    /// claims the slot too (see `Core::standby`); zero: never.
+    pub(crate) standby_delay: Duration,
 }
 
 /// What the shell must do.
@@ -451,6 +454,9 @@ pub(super) struct QueuedClaim {
     pub(super) slot: EpochMs,
     pub(super) reason: Reason,
     pub(super) claim: LeaseClaim,
+    /// Queued by the job's standby (it lost the job's last claim, see `Core::standby_from`):
+    /// it waits behind the claims that may win.
+    pub(super) standby: bool,
 }
 
 /// Where a catch-up claim waits its turn: the instance's own rank of the job
