@@ -20,6 +20,10 @@
 //! SPEC is `sqlite:<path>`, `redis:<url>#<key prefix>`, `postgres:<url>#<schema>` or
 //! `libsql:<url>#<table prefix>`.
 //!
+//! The environment variable `ANARCHON_BENCH_STANDBY_MS`, when set, is every scheduler's
+//! `standby_delay` in ms (`0`: every instance claims at the slot), so that one build is
+//! measured both ways; xtask passes its environment on to the nodes. Unset: the default.
+//!
 //! - `run`: one leased scheduler (jitter 0) with N distinct jobs of the workload:
 //!   `every1s` (default) N `every 1s` jobs `j00000..`; `tenants` N `every 1m` jobs `t000000..`
 //!   with offsets `j * 60 s / N` spread over the minute; `tenants-cron` N cron jobs
@@ -177,9 +181,12 @@ impl Spec {
             _ => self.target.clone(),
         };
         let store = any::open_with(&url, options).await?.into_lease()?;
-        Ok(Scheduler::leased_shared(Arc::new(SlowStore::new(
-            store, slowdown, calls,
-        ))))
+        let mut builder =
+            Scheduler::leased_shared(Arc::new(SlowStore::new(store, slowdown, calls)));
+        if let Ok(ms) = std::env::var("ANARCHON_BENCH_STANDBY_MS") {
+            builder = builder.standby_delay(Duration::from_millis(ms.parse()?));
+        }
+        Ok(builder)
     }
 }
 
