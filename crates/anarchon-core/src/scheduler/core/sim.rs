@@ -612,9 +612,12 @@ mod world {
         // in flight paced by the store's answers); from the seed, not the world's random
         // stream, so the other draws of a seed stay what they were.
         sim.gather_batches = cfg.seed % 2 == 1;
-        // Half the seeds' nodes claim as standbys a little after the slot (the default),
-        // half at the slot, as all did before standbys; also from the seed alone.
-        if (cfg.seed / 2).is_multiple_of(2) {
+        // A quarter of the seeds' nodes claim as standbys a little after the slot (the
+        // default on a store that does not gather batches), the rest at the slot, as all did
+        // before standbys; from the seed alone, in runs of four seeds (12-15, 28-31, ...) so
+        // both kinds of store get them and the seeds the shrinker's tests pin (1-11) keep
+        // the worlds they had.
+        if (cfg.seed / 4) % 4 == 3 {
             sim.standby_delay = crate::options::DEFAULT_STANDBY_DELAY;
         }
         sim.world = Some(World {
@@ -1124,10 +1127,12 @@ mod world {
         /// With every fault on (stops and failed store calls included): the core walked
         /// HashMaps on stop and on store recovery, so seeds 106, 115 and 116 of
         /// `--seeds 20 --first 100 --nodes 9 --hours 0.5` hashed differently from one run
-        /// to the next; it sorts them now.
+        /// to the next; it sorts them now. Seeds 60 and 124 run with standbys. (Seed 116 with
+        /// standbys also released the orphans a sweep found in a HashMap's order; sorted now
+        /// too, but no seed here runs that way since standbys went to a quarter of the seeds.)
         #[test]
         fn the_same_seed_gives_the_same_timeline_with_every_fault() {
-            for seed in [106, 115, 116] {
+            for seed in [106, 115, 116, 60, 124] {
                 let cfg = SimConfig::new(seed, 9, 0.5);
                 assert_eq!(run(&cfg).hash, run(&cfg).hash, "seed {seed}");
             }

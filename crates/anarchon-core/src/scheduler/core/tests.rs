@@ -925,6 +925,11 @@ fn start_lags_ms(sim: &Sim, from: i64) -> Vec<i64> {
 /// 3 instances x 1,000 `every 1s` jobs on a store that gathers batches and takes a claim in
 /// `service_us` (one claim after the other), 10 s after their start.
 fn saturated(service_us: i64) -> Sim {
+    saturated_with(service_us, Duration::ZERO)
+}
+
+/// [`saturated`] with the instances' standby delay.
+fn saturated_with(service_us: i64, standby_delay: Duration) -> Sim {
     let jobs: Vec<Arc<JobDef>> = (0..1_000)
         .map(|i| every(&format!("j{i:04}"), Duration::from_secs(1), opts()))
         .collect();
@@ -932,6 +937,7 @@ fn saturated(service_us: i64) -> Sim {
     sim.detail = false;
     sim.gather_batches = true;
     sim.claim_service_us = service_us;
+    sim.standby_delay = standby_delay;
     for n in 0..3 {
         sim.start(n);
     }
@@ -984,6 +990,16 @@ fn b10_a_saturated_store_that_gathers_batches_holds_claims_a_quarter_second_the_
     assert!(lags.iter().all(|l| *l < 1_000), "{:?}", lags.last());
 }
 
+/// The jobs some instance started at or after `from` (µs).
+fn jobs_started_since(sim: &Sim, from: i64) -> HashSet<JobName> {
+    sim.nodes
+        .iter()
+        .flat_map(|n| n.starts.iter().zip(&n.start_times))
+        .filter(|(_, at)| **at >= from)
+        .map(|(s, _)| s.job.clone())
+        .collect()
+}
+
 #[test]
 fn b11_a_saturated_store_still_starts_every_job_now_and_then() {
     // A store that takes fewer claims a second than slots fall due starts some slots only;
@@ -995,13 +1011,7 @@ fn b11_a_saturated_store_still_starts_every_job_now_and_then() {
     let mut sim = saturated(1_500);
     let from = sim.now;
     sim.run_for(Duration::from_secs(20));
-    let started: HashSet<JobName> = sim
-        .nodes
-        .iter()
-        .flat_map(|n| n.starts.iter().zip(&n.start_times))
-        .filter(|(_, at)| **at >= from)
-        .map(|(s, _)| s.job.clone())
-        .collect();
+    let started = jobs_started_since(&sim, from);
     let late: u64 = (0..3).map(|n| sim.core(n).health().slots_late).sum();
     assert!(late > 1_000, "the store is saturated: {late} late");
     assert_eq!(started.len(), 1_000, "jobs started in 20 s");
@@ -1012,28 +1022,11 @@ fn b11_on_a_saturated_store_standbys_wait_behind_yet_the_jobs_of_a_crashed_insta
     // Standbys' claims leave after the claims that may win, so under overload they may be
     // shed slot after slot; a standby whose claim was shed claims the job's next slot at
     // once, so the jobs whose last winner crashed are still started.
-    let jobs: Vec<Arc<JobDef>> = (0..1_000)
-        .map(|i| every(&format!("j{i:04}"), Duration::from_secs(1), opts()))
-        .collect();
-    let mut sim = Sim::new(3, jobs);
-    sim.detail = false;
-    sim.gather_batches = true;
-    sim.claim_service_us = 1_500;
-    sim.standby_delay = Duration::from_millis(100);
-    for n in 0..3 {
-        sim.start(n);
-    }
-    sim.run_for(Duration::from_secs(10));
+    let mut sim = saturated_with(1_500, Duration::from_millis(100));
     sim.crash(0);
     let from = sim.now;
     sim.run_for(Duration::from_secs(20));
-    let started: HashSet<JobName> = sim
-        .nodes
-        .iter()
-        .flat_map(|n| n.starts.iter().zip(&n.start_times))
-        .filter(|(_, at)| **at >= from)
-        .map(|(s, _)| s.job.clone())
-        .collect();
+    let started = jobs_started_since(&sim, from);
     let late: u64 = (1..3).map(|n| sim.core(n).health().slots_late).sum();
     assert!(late > 1_000, "the store is saturated: {late} late");
     assert_eq!(
