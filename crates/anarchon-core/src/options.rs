@@ -19,35 +19,6 @@ use crate::store::{EpochMs, Overlap};
 /// scheduler and would come close to overflowing the slot arithmetic.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
-/// The default [`standby_delay`](crate::SchedulerBuilder::standby_delay) on stores that do not
-/// gather claim batches (SQLite, libSQL, Redis): 100 ms.
-pub const DEFAULT_STANDBY_DELAY: Duration = Duration::from_millis(100);
-
-/// The standby delay a scheduler uses: the one chosen, else [`DEFAULT_STANDBY_DELAY`], or zero
-/// on a store that gathers claim batches
-/// ([`BatchLimits::gather_batches`](crate::store::BatchLimits), PostgreSQL). There the delay
-/// was measured no better: 3 x 10,000 `every 1s` jobs on a saturated server started fewer
-/// slots in their second past the pruning point with it (minute 3: 5.66-7.74 % in three runs
-/// against 12.66-15.77 % in two without, docs/performance.md "Standbys"), where one job on
-/// three instances started sooner with it on SQLite and Redis.
-///
-/// ```
-/// use std::time::Duration;
-/// use anarchon_core::options::{standby_delay_for, DEFAULT_STANDBY_DELAY};
-///
-/// assert_eq!(standby_delay_for(None, false), DEFAULT_STANDBY_DELAY);
-/// assert_eq!(standby_delay_for(None, true), Duration::ZERO);
-/// let chosen = Duration::from_millis(30);
-/// assert_eq!(standby_delay_for(Some(chosen), true), chosen);
-/// ```
-pub fn standby_delay_for(chosen: Option<Duration>, gathers_batches: bool) -> Duration {
-    match chosen {
-        Some(delay) => delay,
-        None if gathers_batches => Duration::ZERO,
-        None => DEFAULT_STANDBY_DELAY,
-    }
-}
-
 /// The longest `history_ttl` and the largest `offset`: ten years, the
 /// same as [`MAX_INTERVAL`].
 pub const MAX_LONG_DURATION: Duration = MAX_INTERVAL;

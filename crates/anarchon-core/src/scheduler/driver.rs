@@ -85,7 +85,6 @@ fn core_config(shared: &Shared) -> CoreConfig {
         .fold(cfg.clock.now_micros() as u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-    let standby_delay = crate::options::standby_delay_for(cfg.standby_delay, limits.gather_batches);
     CoreConfig {
         instance_id: cfg.instance_id.clone(),
         timing: cfg.timing,
@@ -96,7 +95,7 @@ fn core_config(shared: &Shared) -> CoreConfig {
         store_kind: shared.backend.history().kind(),
         limits,
         seed,
-        standby_delay,
+        standby_delay: cfg.standby_delay,
     }
 }
 

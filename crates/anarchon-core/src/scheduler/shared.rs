@@ -56,9 +56,8 @@ pub(crate) struct Config {
     pub(crate) clock: Clock,
     /// How long a handler may outlive its timeout before its task is aborted.
     pub(crate) abort_grace: Duration,
-    /// How long after a slot a standby of the job claims it (see `Core::standby_from`), as
-    /// chosen; `None`: the store's default.
-    pub(crate) standby_delay: Option<Duration>,
+    /// How long after a slot a standby of the job claims it (see `Core::standby_from`).
+    pub(crate) standby_delay: Duration,
     /// The stop timeout when the scheduler stops by itself (last handle dropped, parent
     /// token cancelled).
     pub(crate) default_stop_timeout: Duration,
