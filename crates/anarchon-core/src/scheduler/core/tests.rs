@@ -123,6 +123,16 @@ fn b11_three_instances_start_each_slot_once_and_the_others_skip_it_as_taken() {
     assert_eq!(taken, 2 * starts.len(), "every loser skips as taken");
 }
 
+/// The word of a timeline line that follows the first `marker`.
+fn word_after<'a>(line: &'a str, marker: &str) -> &'a str {
+    line.split(marker)
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+}
+
 /// Every claim call sent, from the timeline: (node, the first claim's slot, ms after it).
 fn claim_sends(sim: &Sim) -> Vec<(usize, EpochMs, i64)> {
     sim.timeline
@@ -131,30 +141,14 @@ fn claim_sends(sim: &Sim) -> Vec<(usize, EpochMs, i64)> {
         .map(|l| {
             let t = l.split_whitespace().next().unwrap().trim_end_matches('s');
             let at_us = (t.parse::<f64>().unwrap() * 1e6).round() as i64;
-            let node: usize = l
-                .split(" n")
-                .nth(1)
-                .unwrap()
-                .split(' ')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            let slot: EpochMs = l
-                .split("slot: ")
-                .nth(1)
-                .unwrap()
-                .split(' ')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let node: usize = word_after(l, " n").parse().unwrap();
+            let slot: EpochMs = word_after(l, "slot: ").parse().unwrap();
             (node, slot, T0_MS + at_us / 1_000 - slot)
         })
         .collect()
 }
 
-/// 3 instances x one `every 1s` job with the given standby delay, run for `secs`.
+/// 3 instances x one job every `interval` with the given standby delay, run for `secs`.
 fn standbys(delay: Duration, interval: Duration, secs: u64) -> Sim {
     let mut sim = Sim::new(3, vec![every("j", interval, opts())]);
     sim.standby_delay = delay;
