@@ -228,29 +228,32 @@ impl<M: Mode> SchedulerBuilder<M> {
         if M::LEASE {
             self.timing.validate()?;
         }
-        for (option, value, least, why) in [
+        // (option, value, lower bound and why); every one of them is at most a year.
+        for (option, value, least) in [
             (
                 "store_timeout",
                 self.store_timeout,
-                MIN_STORE_TIMEOUT,
-                "a claim must commit before the call's timeout less the round trip and 10 ms \
-                 of margin, so a shorter timeout makes every claim late",
+                Some((
+                    MIN_STORE_TIMEOUT,
+                    "a claim must commit before the call's timeout less the round trip and 10 \
+                     ms of margin, so a shorter timeout makes every claim late",
+                )),
             ),
             (
                 "stall_after",
                 self.stall_after,
-                MIN_STALL_AFTER,
-                "the driver turns at least every stall_after / 4 (at least every 50 ms), so a \
-                 shorter one reports a healthy loop as stalled",
+                Some((
+                    MIN_STALL_AFTER,
+                    "the driver turns at least every stall_after / 4 (at least every 50 ms), \
+                     so a shorter one reports a healthy loop as stalled",
+                )),
             ),
-            (
-                "standby_delay",
-                self.standby_delay,
-                Duration::ZERO,
-                "zero claims every slot at once",
-            ),
+            // Zero (the default) claims every slot at once: no lower bound.
+            ("standby_delay", self.standby_delay, None),
         ] {
-            if value < least {
+            if let Some((least, why)) = least
+                && value < least
+            {
                 return Err(Error::OutOfRange {
                     option,
                     value: format!("{value:?}"),
