@@ -218,12 +218,18 @@ impl Core {
         let standby = reason == Reason::Scheduled
             && !self.cfg.standby_delay.is_zero()
             && self.standby.contains(&job.name);
+        let order = (
+            standby,
+            super::slot_claim_rank(self.claim_key, job.name.as_str(), slot),
+            reason != Reason::CatchUp,
+        );
         self.queue_claim(QueuedClaim {
             job,
             slot,
             reason,
             claim,
             standby,
+            order,
         });
     }
 

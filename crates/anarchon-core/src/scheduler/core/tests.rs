@@ -3404,6 +3404,80 @@ fn b16_results_ending_while_result_calls_are_out_gather_into_the_next_batch() {
     }
 }
 
+/// The jobs of every claim sent for `slot`, in the order sent, from the timeline.
+fn jobs_claimed(sim: &Sim, slot: EpochMs) -> Vec<String> {
+    let marker = "run: RunKey { job: ";
+    let mut jobs = Vec::new();
+    for line in sim
+        .timeline
+        .iter()
+        .filter(|l| l.contains("request: Claim {"))
+    {
+        for part in line.split(marker).skip(1) {
+            let (job, rest) = part.split_once(", slot: ").unwrap();
+            let claimed: EpochMs = rest.split(' ').next().unwrap().parse().unwrap();
+            if claimed == slot {
+                jobs.push(job.trim_matches('"').to_owned());
+            }
+        }
+    }
+    jobs
+}
+
+#[test]
+fn b11_claims_held_back_by_the_bound_leave_in_the_instances_order_for_their_slot() {
+    // 1,000 jobs due in the same millisecond, 128 claims in flight at most. The due slots
+    // are queued in turns of a bounded size, and the first turn sends its 128 lowest-ranked
+    // claims at once; the rest wait through many turns, each turn that sends picking its
+    // batch from the queue: from then on the claims leave in exactly the instance's order
+    // of jobs for the slot (each the lowest-ranked claim still waiting).
+    let jobs: Vec<Arc<JobDef>> = (0..1_000)
+        .map(|i| {
+            every(
+                &format!("q{i:04}"),
+                Duration::from_secs(10),
+                JobOptions {
+                    catch_up: CatchUp::None,
+                    ..opts()
+                },
+            )
+        })
+        .collect();
+    let mut sim = Sim::new(1, jobs);
+    sim.claims_in_flight = 128;
+    sim.latency = 5_000;
+    sim.start(0);
+    sim.run_for(Duration::from_secs(11));
+    let slot = T0_MS + 10_000;
+    let sent = jobs_claimed(&sim, slot);
+    assert_eq!(
+        sent.len(),
+        1_000,
+        "every job's claim of the slot was sent once"
+    );
+    let key = sim.core(0).claim_key;
+    let ranks: Vec<u64> = sent
+        .iter()
+        .map(|job| slot_claim_rank(key, job, slot))
+        .collect();
+    let ascending = |r: &[u64]| r.windows(2).all(|w| w[0] < w[1]);
+    assert!(ascending(&ranks[..128]), "the first turn's claims in order");
+    assert!(
+        ascending(&ranks[128..]),
+        "the claims held back left in the instance's order: {:?}",
+        &sent[128..]
+    );
+    let calls = sim
+        .timeline
+        .iter()
+        .filter(|l| l.contains("request: Claim {") && l.contains(&format!("slot: {slot}")))
+        .count();
+    assert!(
+        calls >= 1_000 / 64,
+        "the bound held claims back: {calls} calls"
+    );
+}
+
 #[test]
 fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
     // 1,000 jobs due in the same millisecond: the full batches (64 claims for the in-memory

@@ -457,7 +457,15 @@ pub(super) struct QueuedClaim {
     /// Queued by the job's standby (it lost the job's last claim, see `Core::standby_from`):
     /// it waits behind the claims that may win.
     pub(super) standby: bool,
+    /// The claim's place in the order claims leave in (see `Core::flush_claims`), lowest
+    /// first, drawn once when it is queued: a claim may wait through many turns, and each
+    /// turn that sends picks its batch by this key.
+    pub(super) order: ClaimOrder,
 }
+
+/// See [`QueuedClaim::order`]: (standby, the instance's rank of the job for the slot, not a
+/// catch-up).
+pub(super) type ClaimOrder = (bool, u64, bool);
 
 /// Where a catch-up claim waits its turn: the instance's own rank of the job
 /// ([`claim_rank`](super::claim_rank)), the job, the slot.
