@@ -3424,17 +3424,13 @@ fn jobs_claimed(sim: &Sim, slot: EpochMs) -> Vec<String> {
     jobs
 }
 
-#[test]
-fn b11_claims_held_back_by_the_bound_leave_in_the_instances_order_for_their_slot() {
-    // 1,000 jobs due in the same millisecond, 128 claims in flight at most. The due slots
-    // are queued in turns of a bounded size, and the first turn sends its 128 lowest-ranked
-    // claims at once; the rest wait through many turns, each turn that sends picking its
-    // batch from the queue: from then on the claims leave in exactly the instance's order
-    // of jobs for the slot (each the lowest-ranked claim still waiting).
-    let jobs: Vec<Arc<JobDef>> = (0..1_000)
+/// 1,000 jobs `every 10s` named `<prefix>0000..`, all due in the same millisecond, with no
+/// catch-up of the slot their start falls in.
+fn burst_of_jobs(prefix: &str) -> Vec<Arc<JobDef>> {
+    (0..1_000)
         .map(|i| {
             every(
-                &format!("q{i:04}"),
+                &format!("{prefix}{i:04}"),
                 Duration::from_secs(10),
                 JobOptions {
                     catch_up: CatchUp::None,
@@ -3442,7 +3438,17 @@ fn b11_claims_held_back_by_the_bound_leave_in_the_instances_order_for_their_slot
                 },
             )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn b11_claims_held_back_by_the_bound_leave_in_the_instances_order_for_their_slot() {
+    // 1,000 jobs due in the same millisecond, 128 claims in flight at most. The due slots
+    // are queued in turns of a bounded size, and the first turn sends its 128 lowest-ranked
+    // claims at once; the rest wait through many turns, each turn that sends picking its
+    // batch from the queue: from then on the claims leave in exactly the instance's order
+    // of jobs for the slot (each the lowest-ranked claim still waiting).
+    let jobs = burst_of_jobs("q");
     let mut sim = Sim::new(1, jobs);
     sim.claims_in_flight = 128;
     sim.latency = 5_000;
@@ -3483,18 +3489,7 @@ fn b11_a_burst_of_claims_leaves_in_full_batches_at_once() {
     // 1,000 jobs due in the same millisecond: the full batches (64 claims for the in-memory
     // store) all leave together, whatever the bound on claim calls out, so the store has
     // the whole burst at once; only the last, partial batch may wait for an answer.
-    let jobs: Vec<Arc<JobDef>> = (0..1_000)
-        .map(|i| {
-            every(
-                &format!("b{i:04}"),
-                Duration::from_secs(10),
-                JobOptions {
-                    catch_up: CatchUp::None,
-                    ..opts()
-                },
-            )
-        })
-        .collect();
+    let jobs = burst_of_jobs("b");
     let mut sim = Sim::new(1, jobs);
     sim.latency = 50_000;
     sim.gather_batches = true;
