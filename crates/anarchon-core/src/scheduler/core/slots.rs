@@ -310,7 +310,11 @@ impl Core {
             Ok(ClaimOutcome::Won(_) | ClaimOutcome::Late { .. }) => {
                 self.standby.remove(&job.name);
             }
-            Ok(ClaimOutcome::Taken) if !self.standby.contains(&job.name) => {
+            // Standbys are only kept when they wait (`standby_delay` above zero): with the
+            // default a set of every job another instance won would be held for nothing.
+            Ok(ClaimOutcome::Taken)
+                if !self.cfg.standby_delay.is_zero() && !self.standby.contains(&job.name) =>
+            {
                 self.standby.insert(job.name.clone());
             }
             _ => {}

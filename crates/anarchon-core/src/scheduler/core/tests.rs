@@ -150,7 +150,12 @@ fn claim_sends(sim: &Sim) -> Vec<(usize, EpochMs, i64)> {
 
 /// 3 instances x one job every `interval` with the given standby delay, run for `secs`.
 fn standbys(delay: Duration, interval: Duration, secs: u64) -> Sim {
-    let mut sim = Sim::new(3, vec![every("j", interval, opts())]);
+    standbys_with(opts(), delay, interval, secs)
+}
+
+/// [`standbys`] with the job's options `o`.
+fn standbys_with(o: JobOptions, delay: Duration, interval: Duration, secs: u64) -> Sim {
+    let mut sim = Sim::new(3, vec![every("j", interval, o)]);
     sim.standby_delay = delay;
     for n in 0..3 {
         sim.start(n);
@@ -234,6 +239,19 @@ fn b10_a_standby_wins_the_slot_of_a_winner_that_is_gone_a_standby_delay_late_the
     assert!(slots.windows(2).all(|w| w[1] - w[0] == 1_000), "{slots:?}");
 }
 
+/// Every claim of an instance other than the first slot's winner, after the first slot,
+/// was sent `within` ms after its slot. Returns the winner.
+fn standbys_claim_after(sim: &Sim, within: std::ops::Range<i64>) -> usize {
+    let (winner, first) = sim.all_starts()[0].clone();
+    for (node, slot, after) in claim_sends(sim) {
+        assert!(
+            node == winner || slot == first.slot_ms() || within.contains(&after),
+            "node {node} claimed {after} ms after"
+        );
+    }
+    winner
+}
+
 #[test]
 fn b10_without_a_standby_delay_every_instance_claims_at_the_slot() {
     let sim = standbys(Duration::ZERO, Duration::from_secs(1), 10);
@@ -248,13 +266,7 @@ fn b10_a_standby_delay_is_held_to_half_the_way_to_the_next_slot_and_half_of_max_
     // slot, so the slot after a crash still starts, and before the next one.
     let mut sim = standbys(Duration::from_secs(3_600), Duration::from_millis(200), 5);
     sim.run_for(Duration::from_millis(150));
-    let (winner, first) = sim.all_starts()[0].clone();
-    for (node, slot, after) in claim_sends(&sim) {
-        assert!(
-            node == winner || slot == first.slot_ms() || (100..105).contains(&after),
-            "node {node} claimed {after} ms after"
-        );
-    }
+    let winner = standbys_claim_after(&sim, 100..105);
     sim.crash(winner);
     let crashed = T0_MS + (sim.secs() * 1e3) as i64;
     sim.run_for(Duration::from_secs(5));
@@ -275,19 +287,8 @@ fn b10_a_standby_delay_is_held_to_half_the_way_to_the_next_slot_and_half_of_max_
         max_late: Duration::from_millis(80),
         ..opts()
     };
-    let mut sim = Sim::new(3, vec![every("j", Duration::from_secs(1), o)]);
-    sim.standby_delay = Duration::from_secs(3_600);
-    for n in 0..3 {
-        sim.start(n);
-    }
-    sim.run_for(Duration::from_secs(5));
-    let (winner, first) = sim.all_starts()[0].clone();
-    for (node, slot, after) in claim_sends(&sim) {
-        assert!(
-            node == winner || slot == first.slot_ms() || (40..45).contains(&after),
-            "node {node} claimed {after} ms after"
-        );
-    }
+    let sim = standbys_with(o, Duration::from_secs(3_600), Duration::from_secs(1), 5);
+    standbys_claim_after(&sim, 40..45);
     for n in 0..3 {
         assert_eq!(skips(sim.events(n), SkipReason::Late), 0, "node {n}");
     }
