@@ -114,7 +114,7 @@ pub(crate) struct Core {
     stale_slot_timers: usize,
     /// Jobs whose last claim this instance lost (`Taken`): their next slots are claimed here
     /// `standby_delay` after the slot, so that the instance that won the last one claims
-    /// alone first (see `slot_due`).
+    /// alone first (see `slot_due`). Empty while `standby_delay` is zero.
     standby: HashSet<JobName>,
 }
 
