@@ -274,10 +274,17 @@ impl RunView {
 ///
 /// assert_eq!(
 ///     BatchLimits::default(),
-///     BatchLimits { claims: 1, finishes: 1, takeovers: 1, gather_batches: false }
+///     BatchLimits {
+///         claims: 1,
+///         finishes: 1,
+///         takeovers: 1,
+///         gather_batches: false,
+///         gather_results: false,
+///     }
 /// );
 /// assert_eq!(BatchLimits::all(256).takeovers, 256);
 /// assert!(BatchLimits::all(256).gathering_batches().gather_batches);
+/// assert!(BatchLimits::all(256).gathering_results().gather_results);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchLimits {
@@ -296,8 +303,15 @@ pub struct BatchLimits {
     /// overload claims wait at the instance (and are shed as late there) rather than for
     /// seconds at the store. Off by default: on SQLite's single connection thread waiting
     /// claim batches cost more than they saved, and the paced bound cost it a tenth of the
-    /// slots it started.
+    /// slots it started. Implies [`gather_results`](Self::gather_results).
     pub gather_batches: bool,
+    /// Whether a result batch that is not full waits while two result calls are out, so
+    /// that the results ending meanwhile join it; claims leave as they fall due. For a store
+    /// whose claims are cheap to send at once but whose every call costs a transaction and
+    /// a commit (SQLite: one connection thread serving calls one after the other; a result
+    /// call per turn's results was a transaction per one or two results, and three
+    /// processes' commits held the file's write lock most of the time).
+    pub gather_results: bool,
 }
 
 impl BatchLimits {
@@ -309,6 +323,7 @@ impl BatchLimits {
             finishes: n,
             takeovers: n,
             gather_batches: false,
+            gather_results: false,
         }
     }
 
@@ -316,6 +331,14 @@ impl BatchLimits {
     pub const fn gathering_batches(self) -> Self {
         BatchLimits {
             gather_batches: true,
+            ..self
+        }
+    }
+
+    /// The same limits with [`gather_results`](Self::gather_results) on.
+    pub const fn gathering_results(self) -> Self {
+        BatchLimits {
+            gather_results: true,
             ..self
         }
     }

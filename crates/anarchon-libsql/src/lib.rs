@@ -971,6 +971,7 @@ impl LeaseStore for LibsqlStore {
             finishes: BATCH_FINISHES,
             takeovers: BATCH_CLAIMS,
             gather_batches: false,
+            gather_results: false,
         }
     }
 

@@ -1346,6 +1346,7 @@ impl LeaseStore for PostgresStore {
             finishes: BATCH_FINISHES,
             takeovers: BATCH_TAKEOVERS,
             gather_batches: true,
+            gather_results: true,
         }
     }
 

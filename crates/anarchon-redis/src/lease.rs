@@ -414,6 +414,7 @@ impl LeaseStore for RedisStore {
             finishes: BATCH_FINISHES,
             takeovers: 1,
             gather_batches: false,
+            gather_results: false,
         }
     }
 

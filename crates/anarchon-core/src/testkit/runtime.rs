@@ -149,6 +149,7 @@ impl Instance {
             finishes: self.faults.largest_finishes.load(Ordering::SeqCst),
             takeovers: self.faults.largest_takeovers.load(Ordering::SeqCst),
             gather_batches: false,
+            gather_results: false,
         }
     }
     /// Takeovers sent through this handle so far.
@@ -268,6 +269,7 @@ impl LeaseStore for Instance {
                 finishes: store.finishes.min(cap.finishes).max(1),
                 takeovers: store.takeovers.min(cap.takeovers).max(1),
                 gather_batches: store.gather_batches,
+                gather_results: store.gather_results,
             },
             None => store,
         }

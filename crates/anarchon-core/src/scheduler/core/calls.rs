@@ -421,7 +421,7 @@ impl Core {
         let mut queue = std::mem::take(&mut self.queues.finishes);
         // As claims: a batch that is not full waits while RESULT_CALLS_IN_FLIGHT result
         // calls are out, and the results ending meanwhile join it.
-        if self.cfg.limits.gather_batches
+        if self.cfg.limits.gather_results
             && limit > 1
             && self.queues.result_calls >= RESULT_CALLS_IN_FLIGHT
         {

@@ -612,6 +612,10 @@ mod world {
         // in flight paced by the store's answers); from the seed, not the world's random
         // stream, so the other draws of a seed stay what they were.
         sim.gather_batches = cfg.seed % 2 == 1;
+        // Half of the other seeds' store gathers results only (SQLite's way), in runs of 16
+        // seeds from 16 on (16, 18 ... 30, 48 ...), so the seeds the shrinker's tests pin keep
+        // their worlds.
+        sim.gather_results = cfg.seed.is_multiple_of(2) && (cfg.seed / 16) % 2 == 1;
         // A quarter of the seeds' nodes claim as standbys 100 ms after the slot, the rest at
         // the slot (the default); from the seed alone, in runs of four seeds (12-15, 28-31, ...) so
         // both kinds of store get them and the seeds the shrinker's tests pin (1-11) keep
@@ -1319,6 +1323,8 @@ pub(crate) struct Sim {
     pub(crate) claims_in_flight: usize,
     /// The store's `BatchLimits::gather_batches`.
     pub(crate) gather_batches: bool,
+    /// The store's `BatchLimits::gather_results` (implied by `gather_batches`).
+    pub(crate) gather_results: bool,
     /// Every node's `standby_delay` (zero unless a test or world sets it).
     pub(crate) standby_delay: Duration,
     pub(crate) timeline: Vec<String>,
@@ -1461,6 +1467,7 @@ impl Sim {
             behaviour: Arc::new(|_| Behaviour::ok(Duration::from_millis(100))),
             claims_in_flight: super::types::MAX_CLAIMS_IN_FLIGHT,
             gather_batches: false,
+            gather_results: false,
             standby_delay: Duration::ZERO,
             timeline: Vec::new(),
             timeline_cap: usize::MAX,
@@ -1564,6 +1571,7 @@ impl Sim {
                 finishes: limit,
                 claims_in_flight: self.claims_in_flight,
                 gather_batches: self.gather_batches,
+                gather_results: self.gather_batches || self.gather_results,
             },
             seed: (node as u64 + 1) ^ self.world.as_ref().map_or(0, |w| w.seed << 8),
             standby_delay: self.standby_delay,

@@ -3309,8 +3309,9 @@ fn b19_a_slot_due_now_overtakes_queued_catch_ups_and_supersedes_its_own_jobs() {
 }
 
 /// 600 `every 1s` jobs due one a millisecond (offsets 0..600 ms, no catch-up) on one node
-/// of a store 10 ms away that gathers batches, 2 s past the start.
-fn spread_second_on_a_gathering_store(prefix: &str) -> Sim {
+/// of a store 10 ms away that gathers batches (`claims_too`: PostgreSQL's way) or results
+/// only (SQLite's), 2 s past the start.
+fn spread_second_on_a_gathering_store(prefix: &str, claims_too: bool) -> Sim {
     let jobs: Vec<Arc<JobDef>> = (0..600i64)
         .map(|i| {
             let schedule = Schedule::every(Duration::from_secs(1), i).unwrap();
@@ -3326,7 +3327,11 @@ fn spread_second_on_a_gathering_store(prefix: &str) -> Sim {
         .collect();
     let mut sim = Sim::new(1, jobs);
     sim.latency = 5_000;
-    sim.gather_batches = true;
+    if claims_too {
+        sim.gather_batches = true;
+    } else {
+        sim.gather_results = true;
+    }
     sim.start(0);
     sim.run_for(Duration::from_secs(2));
     sim
@@ -3350,7 +3355,7 @@ fn b11_claims_falling_due_while_claim_calls_are_out_gather_into_the_next_batch()
     // store would see 600 transactions a second; with at most two claim calls out, the
     // claims that fall due meanwhile leave together in the next one (about ten a call), and
     // every slot still starts within its second. An idle instance's claim leaves at once.
-    let mut sim = spread_second_on_a_gathering_store("g");
+    let mut sim = spread_second_on_a_gathering_store("g", true);
     let starts_before = sim.nodes[0].starts.len();
     let (calls, most) = five_seconds_of_calls(&mut sim, "claim", |c| c.queues.claim_calls);
     let started = sim.nodes[0].starts.len() - starts_before;
@@ -3378,29 +3383,41 @@ fn b16_results_ending_while_result_calls_are_out_gather_into_the_next_batch() {
     // 600 jobs due one a millisecond, a store 10 ms away: with a call per turn's results
     // the store would see about one result transaction per run; with at most two result
     // calls out, the results that end meanwhile leave together in the next one, and every
-    // result is still written (the history says so), promptly.
-    let mut sim = spread_second_on_a_gathering_store("r");
-    let starts_before = sim.nodes[0].starts.len();
-    let (calls, most) = five_seconds_of_calls(&mut sim, "finish", |c| c.queues.result_calls);
-    sim.run_for(Duration::from_millis(100));
-    let started = sim.nodes[0].starts.len() - starts_before;
-    assert!(started >= 5 * 600 - 600, "{started} started");
-    assert!(most <= RESULT_CALLS_IN_FLIGHT, "{most} result calls out");
-    assert!(
-        calls * 4 < started as u64,
-        "{calls} result calls for {started} runs"
-    );
-    // Every run started before the last 200 ms has its result in the history, written
-    // within 50 ms of its handler's end (the sim's handlers take 100 ms).
-    for s in &sim.nodes[0].starts[starts_before..] {
-        let record = sim
-            .history(s.job.as_str())
-            .into_iter()
-            .find(|r| r.slot == s.slot_ms())
-            .expect("a history row");
-        if record.started_at < sim.now / 1000 - 200 {
-            let finished = record.finished_at.expect("a result written");
-            assert!(finished - record.started_at < 150, "{record:?}");
+    // result is still written (the history says so), promptly. The same on a store that
+    // gathers results only (SQLite), whose claims still leave as they fall due.
+    for claims_too in [true, false] {
+        let mut sim = spread_second_on_a_gathering_store("r", claims_too);
+        let starts_before = sim.nodes[0].starts.len();
+        let claims_before = sim.calls_sent.get("claim").copied().unwrap_or(0);
+        let (calls, most) = five_seconds_of_calls(&mut sim, "finish", |c| c.queues.result_calls);
+        sim.run_for(Duration::from_millis(100));
+        let started = sim.nodes[0].starts.len() - starts_before;
+        assert!(started >= 5 * 600 - 600, "{started} started");
+        assert!(most <= RESULT_CALLS_IN_FLIGHT, "{most} result calls out");
+        assert!(
+            calls * 4 < started as u64,
+            "{calls} result calls for {started} runs (claims gather too: {claims_too})"
+        );
+        let claim_calls = sim.calls_sent["claim"] - claims_before;
+        if !claims_too {
+            // Not gathered: a claim call for (about) every claim due one a millisecond.
+            assert!(
+                claim_calls * 10 >= started as u64 * 9,
+                "{claim_calls} claim calls for {started} runs"
+            );
+        }
+        // Every run started before the last 200 ms has its result in the history, written
+        // within 50 ms of its handler's end (the sim's handlers take 100 ms).
+        for s in &sim.nodes[0].starts[starts_before..] {
+            let record = sim
+                .history(s.job.as_str())
+                .into_iter()
+                .find(|r| r.slot == s.slot_ms())
+                .expect("a history row");
+            if record.started_at < sim.now / 1000 - 200 {
+                let finished = record.finished_at.expect("a result written");
+                assert!(finished - record.started_at < 150, "{record:?}");
+            }
         }
     }
 }

@@ -233,8 +233,8 @@ pub(crate) const MIN_PACED_CLAIMS: usize = 64;
 pub(crate) const CLAIM_CALLS_IN_FLIGHT: usize = 2;
 
 /// Result calls out at once past which a result batch that is not full waits for the next
-/// answer, on a store that gathers batches
-/// ([`BatchLimits::gather_batches`](crate::store::BatchLimits)), as claims do
+/// answer, on a store that gathers batches or results
+/// ([`BatchLimits::gather_batches`](crate::store::BatchLimits), `gather_results`), as claims do
 /// ([`CLAIM_CALLS_IN_FLIGHT`]). A result waits at most until a call of its kind is answered
 /// or times out, then takes its own call: two store timeouts at worst (10 s with the
 /// defaults). Its run's lease is renewed meanwhile once it nears its end (a lease shorter
@@ -258,6 +258,10 @@ pub(crate) struct Limits {
     /// A claim batch that is not full waits while [`CLAIM_CALLS_IN_FLIGHT`] calls are out
     /// (the store's [`BatchLimits::gather_batches`](crate::store::BatchLimits)).
     pub(crate) gather_batches: bool,
+    /// A result batch that is not full waits while [`RESULT_CALLS_IN_FLIGHT`] calls are out
+    /// (the store's [`BatchLimits::gather_results`](crate::store::BatchLimits), or
+    /// `gather_batches`).
+    pub(crate) gather_results: bool,
 }
 
 impl Limits {
@@ -271,6 +275,7 @@ impl Limits {
             finishes: batch.finishes,
             claims_in_flight: MAX_CLAIMS_IN_FLIGHT,
             gather_batches: batch.gather_batches,
+            gather_results: batch.gather_batches || batch.gather_results,
         }
     }
 }
