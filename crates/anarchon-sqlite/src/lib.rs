@@ -67,6 +67,8 @@ pub mod sql;
 mod sql;
 
 #[cfg(feature = "rusqlite")]
+mod checkpoint;
+#[cfg(feature = "rusqlite")]
 mod error;
 #[cfg(feature = "rusqlite")]
 mod fenced;

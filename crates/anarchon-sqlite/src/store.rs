@@ -30,6 +30,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{broadcast, oneshot};
 
+use crate::checkpoint::Checkpointer;
 use crate::error::SqliteError;
 use crate::releases;
 use crate::sql::{self, Exec, Row, Sql, Tables, Value, ops, schema};
@@ -472,8 +473,8 @@ pub(crate) fn busy_wait(tries: i32) -> bool {
 }
 
 /// The bytes of WAL kept on disk once a checkpoint restarts it (`journal_size_limit`): 64 MiB,
-/// far above the ~4 MiB that the automatic checkpoint leaves in steady use.
-const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+/// far above the few MiB that a checkpoint every 50 ms leaves in steady use.
+pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// How long a caller polls for the answer (yielding between polls) before it parks.
 const CALLER_SPIN: Duration = Duration::from_micros(50);
@@ -569,6 +570,10 @@ struct Worker {
     path: PathBuf,
     busy_timeout: Duration,
     call_timeout: Duration,
+    /// Checkpoints the WAL off this thread (see [`crate::checkpoint`]); `None`: the
+    /// connection checkpoints in its commits, as SQLite does by default. Declared after
+    /// `conn`, so it is dropped (and its thread joined) after the connection closed.
+    checkpointer: Option<Checkpointer>,
 }
 
 impl Worker {
@@ -644,12 +649,13 @@ impl Worker {
             return Err(SqliteError::ReadOnly { path }.into());
         }
         let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-        let worker = Worker {
+        let mut worker = Worker {
             conn,
             sql,
             path: canonical,
             busy_timeout,
             call_timeout,
+            checkpointer: None,
         };
         {
             let mut e = worker.exec("open", deadline_after(call_timeout));
@@ -709,6 +715,17 @@ impl Worker {
             .conn
             .pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(|e| worker.error("open", e))?;
+        // Checkpoints on a thread of their own, not in this connection's commits (see
+        // `crate::checkpoint`). Only in WAL mode: a rollback journal has no checkpoints.
+        if mode.eq_ignore_ascii_case("wal") {
+            worker.checkpointer = Checkpointer::start(&worker.path, sync);
+            if worker.checkpointer.is_some() {
+                worker
+                    .conn
+                    .pragma_update(None, "wal_autocheckpoint", 0)
+                    .map_err(|e| worker.error("open", e))?;
+            }
+        }
         Ok(worker)
     }
 
@@ -873,7 +890,14 @@ impl LocalExec<'_> {
                 after: self.w.call_timeout,
             });
         }
-        execute_rows(&self.w.conn, sql, params, |e| self.err(e))
+        let r = execute_rows(&self.w.conn, sql, params, |e| self.err(e));
+        if sql == "COMMIT"
+            && r.is_ok()
+            && let Some(c) = &self.w.checkpointer
+        {
+            c.committed();
+        }
+        r
     }
 }
 

@@ -826,3 +826,40 @@ async fn a_wal_grown_while_a_reader_held_it_is_cut_back_once_it_restarts() {
     }
     assert!(size() <= 64 << 20, "the WAL kept {} bytes", size());
 }
+
+/// The runs in the database file itself, as a reader that ignores the WAL sees them
+/// (`immutable=1`): what a checkpoint has copied there.
+fn runs_in_the_file(path: &Path, runs_table: &str) -> i64 {
+    let uri = format!("file:{}?immutable=1", path.display());
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    let c = rusqlite::Connection::open_with_flags(uri, flags).expect("immutable connection");
+    c.query_row(&format!("SELECT count(*) FROM \"{runs_table}\""), [], |r| {
+        r.get(0)
+    })
+    .unwrap_or(0)
+}
+
+/// The store's commits are checkpointed into the file while it stays open, by its own
+/// checkpoint thread, not by its connection's commits (which no longer checkpoint, so a
+/// claim never waits for one): a few claims, far below the 1,000 pages at which SQLite's
+/// automatic checkpoint would run, reach the file within moments.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_checkpoints_its_commits_on_a_thread_of_its_own() {
+    let ts = TempStore::new().await;
+    let store = &ts.store;
+    let runs_table = store.tables().runs.clone();
+    let t = store.now().await.unwrap();
+    for i in 0..3 {
+        let job = unique_job("ckpt");
+        let ClaimOutcome::Won(_) = store.claim(&claim(&job, t - i, "a", t)).await.unwrap() else {
+            panic!("claim {i}")
+        };
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = runs_in_the_file(&ts.path(), &runs_table);
+    while seen < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        seen = runs_in_the_file(&ts.path(), &runs_table);
+    }
+    assert_eq!(seen, 3, "runs checkpointed into the file");
+}

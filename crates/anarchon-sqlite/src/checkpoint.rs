@@ -1,0 +1,152 @@
+//! Checkpoints off the write path: the store's connection does not checkpoint the WAL in its
+//! own commits (`PRAGMA wal_autocheckpoint = 0`); a thread of the store with a connection of
+//! its own does, at most every [`EVERY`], after the store's connection committed.
+//!
+//! SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1,000 pages,
+//! on the committing connection: the pages written since are copied into the database file
+//! and both files are flushed to disk, and the store's thread, the only one serving its
+//! calls, waits for that before the next claim. With three processes writing 10,000 runs a
+//! second into one file that was a checkpoint every few tens of milliseconds in every
+//! process, and 70 % of the time from a transaction's `BEGIN` to the end of its `COMMIT` was
+//! the `COMMIT` (measured: docs/performance.md). A `PASSIVE` checkpoint needs no write lock
+//! (it copies what no reader still needs and leaves the rest for the next), so on a thread of
+//! its own it no longer holds up the calls; the WAL is still checkpointed about as often as
+//! before, and never while the store is idle. A WAL grown past [`RESTART_FRAMES`] is
+//! restarted by a `RESTART` checkpoint, so it stays bounded while commits never pause.
+//!
+//! The thread ends when the store's connection closes (the notifying side is dropped), and
+//! closes its connection after the store's.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags};
+
+/// The least time between two checkpoints of one store: the commits in between share one.
+pub(crate) const EVERY: Duration = Duration::from_millis(50);
+
+/// The WAL's length in frames (pages) past which the thread's checkpoint also restarts it
+/// (`RESTART`: it takes the write lock, copies what is left and waits for readers to leave
+/// the WAL, at most [`OPEN_WAIT`] each), so that the next commit writes the WAL from its
+/// start and cuts the file back to the store's `journal_size_limit`. A `PASSIVE`
+/// checkpoint never blocks a writer, so while commits follow each other without a pause
+/// (one process's burst, or several processes) the WAL is never all copied when the next
+/// write begins and would grow without end: 16,384 frames, 64 MiB at the default page
+/// size, the size the WAL is cut back to.
+const RESTART_FRAMES: i64 = 16_384;
+
+/// How long the checkpoint's connection waits for a lock: to open and read the file, and in
+/// a `RESTART` for the write lock and for readers to leave the WAL.
+const OPEN_WAIT: Duration = Duration::from_millis(100);
+
+/// Tells the store's checkpoint thread that its connection committed. Dropping it ends the
+/// thread and waits for it, so the file is let go of when the store's connection closes.
+pub(crate) struct Checkpointer {
+    committed: Option<mpsc::SyncSender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Opens the checkpoint's connection to the file at `path` (already in WAL mode) and
+    /// starts its thread. `None` when either fails: the store's connection then checkpoints
+    /// as SQLite does by default.
+    pub(crate) fn start(path: &Path, synchronous: &'static str) -> Option<Checkpointer> {
+        let conn = open(path, synchronous)?;
+        let (committed, commits) = mpsc::sync_channel::<()>(1);
+        let path = path.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("anarchon-sqlite-checkpoint".into())
+            .spawn(move || run(&path, &conn, &commits))
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "could not start the SQLite checkpoint thread");
+            })
+            .ok()?;
+        Some(Checkpointer {
+            committed: Some(committed),
+            thread: Some(thread),
+        })
+    }
+
+    /// The store's connection committed a write: a checkpoint is due.
+    pub(crate) fn committed(&self) {
+        // Full: a checkpoint is already due, and this commit's pages go with it.
+        if let Some(c) = &self.committed {
+            let _ = c.try_send(());
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.committed = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Checkpoints after each notice, at most every [`EVERY`]; returns once the store's side is
+/// gone (SQLite checkpoints at the close of the file's last connection).
+fn run(path: &Path, conn: &Connection, commits: &mpsc::Receiver<()>) {
+    let mut last = Instant::now() - EVERY;
+    let mut warned: Option<Instant> = None;
+    while commits.recv().is_ok() {
+        // The commits that come until EVERY has passed since the last checkpoint go in
+        // this one.
+        let due = last + EVERY;
+        loop {
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            match commits.recv_timeout(due - now) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        last = Instant::now();
+        // Busy (another process's checkpoint is running) is an answer, not an error: its
+        // first column is 1 then, and that checkpoint copies these pages too. The second
+        // column is the WAL's length in frames.
+        let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+        let checkpointed = match passive {
+            Ok(frames) if frames >= RESTART_FRAMES => conn
+                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
+                .or_else(|e| {
+                    // Busy past `OPEN_WAIT`: a writer or reader held on; the next try comes.
+                    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                }),
+            other => other.map(|_| ()),
+        };
+        if let Err(e) = checkpointed
+            && warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(60))
+        {
+            warned = Some(Instant::now());
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "an SQLite checkpoint failed; the WAL grows until one succeeds"
+            );
+        }
+    }
+}
+
+fn open(path: &Path, synchronous: &str) -> Option<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)
+        .inspect_err(|e| {
+            tracing::warn!(path = %path.display(), error = %e,
+                "could not open the SQLite checkpoint connection");
+        })
+        .ok()?;
+    conn.busy_timeout(OPEN_WAIT).ok()?;
+    conn.pragma_update(None, "synchronous", synchronous).ok()?;
+    conn.pragma_update(None, "journal_size_limit", crate::store::WAL_SIZE_LIMIT)
+        .ok()?;
+    Some(conn)
+}
