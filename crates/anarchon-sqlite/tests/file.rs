@@ -863,3 +863,70 @@ async fn the_store_checkpoints_its_commits_on_a_thread_of_its_own() {
     }
     assert_eq!(seen, 3, "runs checkpointed into the file");
 }
+
+/// [B-37] A prune deletes the runs of the slots it pruned in one range, and a run inside that
+/// range that still runs stays, with its history; runs above the cut stay too.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_a_prune_keeps_a_running_run_among_the_runs_it_deletes() {
+    use anarchon_core::store::{Finish, Overlap, Retention};
+    let ts = TempStore::new().await;
+    let store = &ts.store;
+    let job = unique_job("range");
+    let keep = Retention {
+        size: 3,
+        ttl_ms: None,
+    };
+    let t = store.now().await.unwrap();
+    let slots: Vec<i64> = (0..10).map(|i| t - 100_000 + i * 1000).collect();
+    let mut leases = Vec::new();
+    for &slot in &slots {
+        let mut c = claim(&job, slot, "a", t);
+        c.retention = keep;
+        c.overlap = Overlap::Allow;
+        c.lease_ms = 600_000;
+        let ClaimOutcome::Won(l) = store.claim(&c).await.unwrap() else {
+            panic!("claim {slot}")
+        };
+        leases.push(l);
+    }
+    let done = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    // Every run finishes but the third, which still runs.
+    for (i, l) in leases.iter().enumerate() {
+        if i != 2 {
+            assert_eq!(store.finish(l, &done).await.unwrap(), OwnerWrite::Done);
+        }
+    }
+    let runs_table = store.tables().runs.clone();
+    let conn = raw(&ts.path());
+    let mut st = conn
+        .prepare(&format!(
+            "SELECT slot, status FROM \"{runs_table}\" WHERE job = ?1 ORDER BY slot"
+        ))
+        .unwrap();
+    let runs: Vec<(i64, String)> = st
+        .query_map([job.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            (slots[2], "running".to_owned()),
+            (slots[7], "succeeded".to_owned()),
+            (slots[8], "succeeded".to_owned()),
+            (slots[9], "succeeded".to_owned()),
+        ]
+    );
+    let history = store.history(&job, 100).await.unwrap();
+    let kept: std::collections::BTreeSet<i64> = history.iter().map(|r| r.slot).collect();
+    assert_eq!(
+        kept,
+        [slots[2], slots[7], slots[8], slots[9]]
+            .into_iter()
+            .collect()
+    );
+}

@@ -214,7 +214,7 @@ pub(crate) struct Statements {
     pub(crate) insert_attempt: String,
     pub(crate) prune_by_count: String,
     pub(crate) prune_by_age: String,
-    pub(crate) prune_run: String,
+    pub(crate) prune_runs: String,
     pub(crate) finish_run: String,
     pub(crate) finish_attempt: String,
     /// What a fenced transaction checks at its start (see [`ops::check_attempt`]).
@@ -320,11 +320,16 @@ impl Statements {
                    WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
                  RETURNING slot, manual",
             ),
-            // A finished run goes when the last of its attempts went.
-            prune_run: r(
-                "DELETE FROM {runs} WHERE job = ?1 AND slot = ?2 AND status <> 'running' \
+            // A finished run goes when the last of its attempts went: one statement for the
+            // slots from ?2 to ?3, the range a prune removed attempts from. A run in the
+            // range that still has an attempt, or still runs, stays; one that has none left
+            // (every run is created with its first attempt) goes, as it would have at its
+            // own prune.
+            prune_runs: r(
+                "DELETE FROM {runs} WHERE job = ?1 AND slot BETWEEN ?2 AND ?3 \
+                 AND status <> 'running' \
                  AND NOT EXISTS (SELECT 1 FROM {attempts} AS a \
-                   WHERE a.job = ?1 AND a.slot = ?2 AND a.manual = 0)",
+                   WHERE a.job = ?1 AND a.slot = {runs}.slot AND a.manual = 0)",
             ),
             finish_run: r("UPDATE {runs} SET status = ?5, owner = NULL, error = ?6 \
                  WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 \

@@ -948,16 +948,16 @@ async fn prune_some<E: Exec>(
             }
         }
     }
-    let mut slots = Vec::with_capacity(gone.len());
+    // The scheduled slots whose attempts went: their runs go in one range delete.
+    let mut range: Option<(i64, i64)> = None;
     for row in &gone {
         if int(sql, row, 1)? == 0 {
-            slots.push(int(sql, row, 0)?);
+            let slot = int(sql, row, 0)?;
+            range = Some(range.map_or((slot, slot), |(lo, hi)| (lo.min(slot), hi.max(slot))));
         }
     }
-    slots.sort_unstable();
-    slots.dedup();
-    for slot in slots {
-        e.execute(&sql.st.prune_run, &[job.into(), slot.into()])
+    if let Some((first, last)) = range {
+        e.execute(&sql.st.prune_runs, &[job.into(), first.into(), last.into()])
             .await?;
     }
     Ok(())
