@@ -1,6 +1,8 @@
 //! Checkpoints off the write path: the store's connection does not checkpoint the WAL in its
-//! own commits (`PRAGMA wal_autocheckpoint = 0`); a thread of the store with a connection of
-//! its own does, at most every [`EVERY`], after the store's connection committed.
+//! own commits; its WAL hook (which replaces SQLite's automatic checkpoint) tells a thread of
+//! the store with a connection of its own once a commit leaves [`DUE_PAGES`] pages or more in
+//! the WAL, as SQLite's own hook would have checkpointed, and the thread checkpoints at most
+//! every [`EVERY`].
 //!
 //! SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1,000 pages,
 //! on the committing connection: the pages written since are copied into the database file
@@ -10,8 +12,8 @@
 //! process, and 70 % of the time from a transaction's `BEGIN` to the end of its `COMMIT` was
 //! the `COMMIT` (measured: docs/performance.md). A `PASSIVE` checkpoint needs no write lock
 //! (it copies what no reader still needs and leaves the rest for the next), so on a thread of
-//! its own it no longer holds up the calls; the WAL is still checkpointed about as often as
-//! before, and never while the store is idle. A WAL grown past [`RESTART_FRAMES`] is
+//! its own it no longer holds up the calls; the WAL is checkpointed at the same size as before
+//! (or later, at most [`EVERY`], under load), and never while the store is idle. A WAL grown past [`RESTART_FRAMES`] is
 //! restarted by a `RESTART` checkpoint, so it stays bounded while commits never pause.
 //!
 //! The thread ends when the store's connection closes (the notifying side is dropped), and
@@ -26,6 +28,11 @@ use rusqlite::{Connection, OpenFlags};
 
 /// The least time between two checkpoints of one store: the commits in between share one.
 pub(crate) const EVERY: Duration = Duration::from_millis(50);
+
+/// The WAL's length in pages from which a commit makes a checkpoint due: SQLite's default
+/// for its automatic checkpoint (`wal_autocheckpoint`), so a lightly loaded store checkpoints
+/// (and flushes the file) no more often than SQLite would.
+pub(crate) const DUE_PAGES: i32 = 1_000;
 
 /// The WAL's length in frames (pages) past which the thread's checkpoint also restarts it
 /// (`RESTART`: it takes the write lock, copies what is left and waits for readers to leave
@@ -44,8 +51,8 @@ const OPEN_WAIT: Duration = Duration::from_millis(100);
 /// Tells the store's checkpoint thread that its connection committed. Dropping it ends the
 /// thread and waits for it, so the file is let go of when the store's connection closes.
 pub(crate) struct Checkpointer {
-    /// Set by a commit, cleared by the thread as it starts a checkpoint: only the first
-    /// commit after a checkpoint wakes the thread (a wake-up per commit cost the store's
+    /// Set by the WAL hook, cleared by the thread as it starts a checkpoint: only the first
+    /// commit that makes a checkpoint due wakes the thread (a wake-up per commit cost the store's
     /// thread more than the commit itself: an empty transaction took 24 µs instead of 5).
     due: Arc<AtomicBool>,
     committed: Option<mpsc::SyncSender<()>>,
@@ -76,15 +83,22 @@ impl Checkpointer {
         })
     }
 
-    /// The store's connection committed a write: a checkpoint is due.
-    pub(crate) fn committed(&self) {
-        // Already due: the thread is awake or about to be, and this commit's pages go with
-        // the checkpoint it is waiting to run.
-        if !self.due.swap(true, Ordering::AcqRel)
-            && let Some(c) = &self.committed
-        {
-            let _ = c.try_send(());
-        }
+    /// Installs the WAL hook on the store's connection `conn`, in place of SQLite's automatic
+    /// checkpoint: a commit that leaves [`DUE_PAGES`] or more pages in the WAL makes a
+    /// checkpoint due on the thread. The hook holds a sender of the thread's channel, so the
+    /// connection must close before the `Checkpointer` is dropped (the `Worker`'s field order).
+    pub(crate) fn hook(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        let (due, Some(committed)) = (self.due.clone(), self.committed.clone()) else {
+            return Ok(());
+        };
+        conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: i32| {
+            // Already due: the thread is awake or about to be, and this commit's pages go
+            // with the checkpoint it is waiting to run.
+            if pages >= DUE_PAGES && !due.swap(true, Ordering::AcqRel) {
+                let _ = committed.try_send(());
+            }
+            Ok(())
+        }))
     }
 }
 

@@ -473,7 +473,7 @@ pub(crate) fn busy_wait(tries: i32) -> bool {
 }
 
 /// The bytes of WAL kept on disk once a checkpoint restarts it (`journal_size_limit`): 64 MiB,
-/// far above the few MiB that a checkpoint every 50 ms leaves in steady use.
+/// far above the ~4 MiB (1,000 pages) at which a checkpoint is due in steady use.
 pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// How long a caller polls for the answer (yielding between polls) before it parks.
@@ -719,11 +719,9 @@ impl Worker {
         // `crate::checkpoint`). Only in WAL mode: a rollback journal has no checkpoints.
         if mode.eq_ignore_ascii_case("wal") {
             worker.checkpointer = Checkpointer::start(&worker.path, sync);
-            if worker.checkpointer.is_some() {
-                worker
-                    .conn
-                    .pragma_update(None, "wal_autocheckpoint", 0)
-                    .map_err(|e| worker.error("open", e))?;
+            if let Some(c) = &worker.checkpointer {
+                c.hook(&mut worker.conn)
+                    .map_err(|e| map_error(&worker.sql, busy_timeout, "open", e))?;
             }
         }
         Ok(worker)
@@ -890,14 +888,7 @@ impl LocalExec<'_> {
                 after: self.w.call_timeout,
             });
         }
-        let r = execute_rows(&self.w.conn, sql, params, |e| self.err(e));
-        if sql == "COMMIT"
-            && r.is_ok()
-            && let Some(c) = &self.w.checkpointer
-        {
-            c.committed();
-        }
-        r
+        execute_rows(&self.w.conn, sql, params, |e| self.err(e))
     }
 }
 

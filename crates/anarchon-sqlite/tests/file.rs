@@ -840,28 +840,33 @@ fn runs_in_the_file(path: &Path, runs_table: &str) -> i64 {
 }
 
 /// The store's commits are checkpointed into the file while it stays open, by its own
-/// checkpoint thread, not by its connection's commits (which no longer checkpoint, so a
-/// claim never waits for one): a few claims, far below the 1,000 pages at which SQLite's
-/// automatic checkpoint would run, reach the file within moments.
+/// checkpoint thread, which its connection's WAL hook (in place of SQLite's automatic
+/// checkpoint) wakes once the WAL holds 1,000 pages: claims past that size reach the database
+/// file within moments (fails when the hook or the thread does not checkpoint).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_store_checkpoints_its_commits_on_a_thread_of_its_own() {
     let ts = TempStore::new().await;
     let store = &ts.store;
     let runs_table = store.tables().runs.clone();
+    let wal = ts.path().with_extension("db-wal");
     let t = store.now().await.unwrap();
-    for i in 0..3 {
-        let job = unique_job("ckpt");
-        let ClaimOutcome::Won(_) = store.claim(&claim(&job, t - i, "a", t)).await.unwrap() else {
-            panic!("claim {i}")
-        };
+    let mut claimed = 0i64;
+    // Past 1,000 pages of WAL (about four pages a won claim).
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) < 5 << 20 {
+        let claims: Vec<_> = (0..256)
+            .map(|_| claim(&unique_job("ckpt"), t, "a", t))
+            .collect();
+        store.claim_many(&claims).await.unwrap();
+        claimed += 256;
+        assert!(claimed < 100_000, "the WAL did not grow");
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut seen = runs_in_the_file(&ts.path(), &runs_table);
-    while seen < 3 && Instant::now() < deadline {
+    while seen < claimed && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
         seen = runs_in_the_file(&ts.path(), &runs_table);
     }
-    assert_eq!(seen, 3, "runs checkpointed into the file");
+    assert_eq!(seen, claimed, "runs checkpointed into the file");
 }
 
 /// [B-37] A prune deletes the runs of the slots it pruned in one range, and a run inside that
