@@ -186,6 +186,54 @@ pub struct Retention {
     pub ttl_ms: Option<u64>,
 }
 
+/// Whether the won claim or result with `fence` is the one in `period` consecutive ones of
+/// `job` that prunes the job's history, for a store that prunes on one in `period` of them
+/// (`period` 0 counts as 1). [B-37]
+///
+/// Every job has a phase of its own, a hash of its name: jobs that come due together draw
+/// their fences in step (10,000 jobs `every 1s` registered at once all reach fence 16 in the
+/// same second), and pruning at the multiples of `period` alone would have all of them prune
+/// in that one second, a burst of work every `period` seconds that made its slots late, while
+/// the seconds between pruned nothing. With the phase about one job in `period` prunes each
+/// second. For one job it is still exactly one fence in any `period` consecutive ones, and
+/// for a `period` that divides another (the powers of two up to 16 the stores use), the
+/// fences that prune at the larger one prune at the smaller one too.
+///
+/// ```
+/// use anarchon_core::history::prunes_at;
+///
+/// // One fence in every 16 consecutive ones prunes a job ...
+/// let pruning = (1..=16).filter(|&fence| prunes_at("report", fence, 16)).count();
+/// assert_eq!(pruning, 1);
+/// // ... and jobs in step do not all prune at the same fence.
+/// let at_16 = (0..1000).filter(|i| prunes_at(&format!("job-{i}"), 16, 16)).count();
+/// assert!(at_16 < 200, "{at_16} of 1000 jobs prune at fence 16");
+/// // A period of 1 prunes every time.
+/// assert!(prunes_at("report", 7, 1));
+/// ```
+pub fn prunes_at(job: &str, fence: u64, period: u64) -> bool {
+    fence % period.max(1) == pruning_fence_residue(job, period)
+}
+
+/// The fence modulo `period` at which `job` prunes (see [`prunes_at`]): for a store that
+/// decides where the fence is drawn, in its own statement or script.
+///
+/// ```
+/// use anarchon_core::history::{pruning_fence_residue, prunes_at};
+///
+/// let residue = pruning_fence_residue("report", 16);
+/// assert!(residue < 16);
+/// assert!(prunes_at("report", 32 + residue, 16));
+/// assert_eq!(pruning_fence_residue("report", 1), 0);
+/// ```
+pub fn pruning_fence_residue(job: &str, period: u64) -> u64 {
+    let period = period.max(1);
+    // The job's phase: a hash of its name with a fixed key, the same in every process and
+    // release.
+    let phase = crate::scheduler::claim_rank(0x7072_756e_6550_6861, job) % period;
+    (period - phase) % period
+}
+
 impl Default for Retention {
     fn default() -> Self {
         Retention {
@@ -193,4 +241,75 @@ impl Default for Retention {
             ttl_ms: None,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERIODS: [u64; 5] = [1, 2, 4, 8, 16];
+
+    #[test]
+    fn b37_a_job_prunes_at_exactly_one_fence_in_any_period_consecutive_ones() {
+        for i in 0..500 {
+            let job = format!("tenant-{i}.report");
+            for period in PERIODS {
+                for first in 1..=40 {
+                    let pruning = (first..first + period)
+                        .filter(|&fence| prunes_at(&job, fence, period))
+                        .count();
+                    assert_eq!(pruning, 1, "{job}, period {period}, fences from {first}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn b37_jobs_whose_fences_go_in_step_spread_their_prunes_over_the_period() {
+        // 10,000 jobs registered together and claimed every second reach every fence in the
+        // same second: each fence must be the pruning one of about one job in `period`.
+        let jobs: Vec<String> = (0..10_000).map(|i| format!("job-{i:05}")).collect();
+        for period in [8u64, 16] {
+            let even = 10_000 / period;
+            for fence in 1..=period {
+                let pruning = jobs.iter().filter(|j| prunes_at(j, fence, period)).count();
+                let pruning = u64::try_from(pruning).unwrap();
+                assert!(
+                    pruning.abs_diff(even) * 5 < even,
+                    "period {period}, fence {fence}: {pruning} of 10,000 jobs prune (even: {even})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn b37_a_fence_that_prunes_at_a_period_prunes_at_each_period_dividing_it() {
+        for i in 0..500 {
+            let job = format!("j{i}");
+            for fence in 0..64 {
+                for (k, period) in PERIODS.iter().enumerate() {
+                    if prunes_at(&job, fence, *period) {
+                        for smaller in &PERIODS[..k] {
+                            assert!(prunes_at(&job, fence, *smaller), "{job} {fence} {smaller}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn b37_a_jobs_pruning_fences_are_the_same_in_every_release() {
+        // Processes of different builds prune the same job at the same fences only while the
+        // phase (a hash of the name with a fixed key) stays as it is: a change here is a
+        // change every store's users would see in how many runs a job holds at a moment.
+        let pruning: Vec<u64> = (1..=16).filter(|&f| prunes_at("report", f, 16)).collect();
+        assert_eq!(pruning, vec![PINNED_REPORT_FENCE]);
+        assert!(prunes_at("", 0, 0));
+    }
+
+    /// Worked out apart from this code (a few lines of Python): FNV-1a 64 of `report`, XOR
+    /// the key `0x7072_756e_6550_6861`, splitmix64's finalizer: `0xac33_3d41_ab36_b267`,
+    /// 7 modulo 16, so fence 9.
+    const PINNED_REPORT_FENCE: u64 = 9;
 }

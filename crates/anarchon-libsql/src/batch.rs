@@ -34,6 +34,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use anarchon_core::history::pruning_fence_residue;
 use anarchon_core::store::{
     ClaimOutcome, EpochMs, Finish, Lease, LeaseClaim, Overlap, OwnerWrite, Reason, Retention,
     RunStatus, Takeover, TakeoverOutcome,
@@ -298,14 +299,15 @@ impl Script {
         for round in &rounds {
             self.claim_round(round);
         }
-        // [B-37] One won claim in PRUNE_EVERY prunes its job (see `ops::PRUNE_EVERY`): the
-        // fence kept in the stash exists only for a won claim.
+        // [B-37] One won claim in PRUNE_EVERY prunes its job, at the job's phase (see
+        // `ops::PRUNE_EVERY`): the fence kept in the stash exists only for a won claim.
         for (i, c) in claims.iter().enumerate() {
             let hit = format!(
-                "(SELECT value FROM {} WHERE key = {}) % {} = 0",
+                "(SELECT value FROM {} WHERE key = {}) % {} = {}",
                 self.meta,
                 self.key(i, "f"),
-                i64::try_from(PRUNE_EVERY).unwrap_or(16)
+                i64::try_from(PRUNE_EVERY).unwrap_or(16),
+                pruning_fence_residue(c.run.job.as_str(), PRUNE_EVERY)
             );
             self.prune_if(&text(c.run.job.as_str()), c.retention, true, hit);
         }
@@ -435,7 +437,7 @@ impl Script {
         // [B-37] A result prunes by count on one finish in `ops::finish_prune_period` (by
         // the run's fence), by age on every one when the job has a TTL.
         for (i, (l, f)) in writes.iter().enumerate() {
-            let by_count = ops::finish_prunes(l.fence, f.retention.size);
+            let by_count = ops::finish_prunes(l.run.job.as_str(), l.fence, f.retention.size);
             if !by_count && f.retention.ttl_ms.is_none() {
                 continue;
             }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use anarchon_core::history::{prunes_at, pruning_fence_residue};
 use anarchon_core::store::{
     BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
     LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord,
@@ -202,9 +203,14 @@ const RUNS_PER_CALL: usize = 512;
 /// call near a millisecond.
 const JOBS_PER_CALL: usize = 512;
 
+/// How often a claim prunes its job (`claim.lua`): on one won claim in this many, at the
+/// job's phase (`anarchon_core::history::prunes_at`).
+const CLAIM_PRUNE_EVERY: u64 = 16;
+
 /// How often a finish prunes its job by count: on one finish in this many (by the run's
-/// fence), the largest power of two at most `size / 8`, between 1 (every finish, below a
-/// `size` of 16, so small histories stay exact) and 16. The runs of the finishes between
+/// fence, at the job's phase: `anarchon_core::history::prunes_at`), the largest power of two
+/// at most `size / 8`, between 1 (every finish, below a `size` of 16, so small histories stay
+/// exact) and 16. The runs of the finishes between
 /// stay until then, so a job holds at most about `size + 15` finished runs; the claim's own
 /// pruning on every 16th fence bounds the runs that never finish the same way. The same
 /// rule as the SQL stores (`anarchon_sqlite::sql::ops::finish_prune_period`).
@@ -236,6 +242,7 @@ impl RedisStore {
             c.scheduled_at.to_string(),
             c.retention.size.max(1).to_string(),
             c.retention.ttl_ms.unwrap_or(0).to_string(),
+            pruning_fence_residue(c.run.job.as_str(), CLAIM_PRUNE_EVERY).to_string(),
         ];
         Ok((keys, args))
     }
@@ -258,10 +265,11 @@ impl RedisStore {
                 .unwrap_or_default(),
             if finish.error.is_some() { "1" } else { "0" }.into(),
             // 0: by age only (see `finish_prune_period`).
-            if lease
-                .fence
-                .is_multiple_of(finish_prune_period(finish.retention.size.max(1)))
-            {
+            if prunes_at(
+                lease.run.job.as_str(),
+                lease.fence,
+                finish_prune_period(finish.retention.size.max(1)),
+            ) {
                 finish.retention.size.max(1).to_string()
             } else {
                 "0".into()

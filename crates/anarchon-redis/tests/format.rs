@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use anarchon_core::history::prunes_at;
 use anarchon_core::store::{
     ClaimOutcome, Error, Finish, HistoryStore, JobName, LeaseClaim, LeaseStore, Overlap,
     OwnerWrite, Prepare, Reason, Retention, RunKey, RunStatus, Store, Takeover, TakeoverOutcome,
@@ -314,7 +315,8 @@ async fn finish_with_an_index_of_the_wrong_type_writes_nothing() {
 }
 
 /// [B-37] A job at its steady state (every slot claimed and finished, `size` 40): a finish
-/// prunes by count on one finish in 4 (`size / 8` rounded down to a power of two), removing
+/// prunes by count on one finish in 4 (`size / 8` rounded down to a power of two; which one
+/// is the job's phase, `anarchon_core::history::prunes_at`), removing
 /// the runs beyond `size` together, so the job holds between 40 and 40 + 15 runs; every
 /// run indexed in `runs` has its hash and its rows in `hist` and `fin`, and no pruned run
 /// leaves a key or an index entry behind.
@@ -353,7 +355,7 @@ async fn b37_a_full_history_stays_within_size_and_size_plus_16_and_its_indexes_a
                 least = least.min(n);
                 most = most.max(n);
             }
-            if l.fence % 4 == 0 && i >= 40 {
+            if prunes_at(job.as_str(), l.fence, 4) && i >= 40 {
                 assert_eq!(n, 40, "finish {i} (fence {}) prunes to size", l.fence);
             }
         }

@@ -935,3 +935,63 @@ async fn b37_a_prune_keeps_a_running_run_among_the_runs_it_deletes() {
             .collect()
     );
 }
+
+/// [B-37] Jobs whose fences go in step (registered together, every slot of each claimed and
+/// finished in the same batches) do not all prune at the same finish: each prunes at its own
+/// phase, so after any round some hold `size` runs and the others one more. With the same
+/// fences pruning every job, all of them held the same count after every round, and at
+/// scale all their prunes fell into one second.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_jobs_whose_fences_go_in_step_prune_at_different_finishes() {
+    use anarchon_core::store::{Finish, JobName, Lease, Retention};
+    let ts = TempStore::new().await;
+    let store = &ts.store;
+    // `size` 16: one finish in 2 prunes (see `finish_prune_period`).
+    let keep = Retention {
+        size: 16,
+        ttl_ms: None,
+    };
+    let done = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    let jobs: Vec<JobName> = (0..64).map(|_| unique_job("step")).collect();
+    let t = store.now().await.unwrap();
+    for round in 0..20 {
+        let slot = t - 100_000 + round * 1000;
+        let claims: Vec<_> = jobs
+            .iter()
+            .map(|j| {
+                let mut c = claim(j, slot, "a", t);
+                c.retention = keep;
+                c
+            })
+            .collect();
+        let writes: Vec<(Lease, Finish)> = store
+            .claim_many(&claims)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| match o {
+                ClaimOutcome::Won(l) => (l, done.clone()),
+                other => panic!("round {round}: {other:?}"),
+            })
+            .collect();
+        let out = store.finish_many(&writes).await.unwrap();
+        assert!(out.iter().all(|o| *o == OwnerWrite::Done), "{out:?}");
+        if round >= 17 {
+            let mut held = std::collections::BTreeMap::<usize, usize>::new();
+            for j in &jobs {
+                *held
+                    .entry(store.history(j, 100).await.unwrap().len())
+                    .or_default() += 1;
+            }
+            assert_eq!(
+                held.keys().copied().collect::<Vec<_>>(),
+                vec![16, 17],
+                "round {round}: jobs by the runs they hold: {held:?}"
+            );
+        }
+    }
+}

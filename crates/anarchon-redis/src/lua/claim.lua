@@ -1,7 +1,9 @@
 -- Lease claim of one run, as a function: `claim_one.lua` calls it once, `claim_many.lua` once
 -- per claim of a batch. rk: the run hash; the claim's arguments are ARGV[a + 1 ..]: 1 slot,
 -- 2 not_after, 3 lease_ms, 4 owner, 5 overlap skip (1/0), 6 reason, 7 scheduled_at,
--- 8 history size, 9 history ttl ms (0 = none); `B` (the prelude's key base) is the job's;
+-- 8 history size, 9 history ttl ms (0 = none), 10 the fence modulo 16 at which this job
+-- prunes (its phase, `anarchon_core::history::pruning_fence_residue`); `B` (the prelude's
+-- key base) is the job's;
 -- now: the server clock (`TIME`, read once per script call: a batch runs atomically, so
 -- every claim of it is judged at the moment the server ran the batch).
 -- Returns {1, now, fence} won (the lease ends at now + lease_ms), {0, now} taken,
@@ -61,8 +63,11 @@ local function claim_run(rk, a, now)
     '1r', ARGV[a + 6], '1s', 'running', '1f', fence, '1t', now)
   redis.call('ZADD', live, slot, slot)
   -- Retention: a finish prunes (by count on one finish in `size / 8`, see `lease.rs`); a
-  -- claim prunes on every 16th fence of the job only, which bounds the runs that never
-  -- finish (interrupted, exhausted) at no cost to the rest.
-  if fence % 16 == 0 then prune(tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), now) end
+  -- claim prunes on one fence in 16 of the job only, at the job's own phase (jobs whose
+  -- fences go in step prune in different seconds), which bounds the runs that never finish
+  -- (interrupted, exhausted) at no cost to the rest.
+  if fence % 16 == tonumber(ARGV[a + 10]) then
+    prune(tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), now)
+  end
   return {1, now, fence}
 end

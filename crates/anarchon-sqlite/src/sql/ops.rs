@@ -15,6 +15,8 @@ use anarchon_core::store::{
     Takeover, TakeoverOutcome,
 };
 
+use anarchon_core::history::prunes_at;
+
 use super::{Exec, Row, Sql, Value, job_key};
 
 /// Rows per multi-row statement (heartbeat, runs): 4 parameters each stays far below
@@ -204,7 +206,7 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
         },
     )
     .await?;
-    if prune_due(fence) {
+    if prune_due(job, fence) {
         prune(e, sql, job, c.retention, now).await?;
     }
     Ok(ClaimOutcome::Won(Lease {
@@ -338,7 +340,7 @@ async fn finish_in_tx<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> R
             ],
         )
         .await?;
-        let by_count = finish_prunes(l.fence, f.retention.size);
+        let by_count = finish_prunes(job, l.fence, f.retention.size);
         if by_count || f.retention.ttl_ms.is_some() {
             prune_some(e, sql, job, f.retention, now, by_count).await?;
         }
@@ -848,15 +850,16 @@ async fn close_attempt<E: Exec>(
     Ok(())
 }
 
-/// A won claim prunes its job only when its fence is a multiple of `PRUNE_EVERY`. [B-37]
+/// A won claim prunes its job on one fence in `PRUNE_EVERY`, at the job's own phase
+/// ([`prunes_at`]: jobs whose fences go in step prune in different seconds). [B-37]
 ///
 /// Won claims and takeovers draw fences from one per-job counter in the meta table (in
 /// every process): a claim adds 1, a takeover adds `PRUNE_EVERY` (fences stay strictly
 /// increasing; gaps are allowed). The fence modulo `PRUNE_EVERY` thus counts won claims
 /// only, and exactly one of any `PRUNE_EVERY` consecutive won claims of a job prunes it,
-/// whichever instances won them. A finish prunes by count when its run's fence is a multiple
-/// of [`finish_prune_period`] (every time for a `size` below 16; one finish in 8 at the
-/// default 100, one in 16 from 128), and by age every time a TTL is set. Between prunes, and
+/// whichever instances won them. A finish prunes by count on one fence in
+/// [`finish_prune_period`] (every time for a `size` below 16; one finish in 8 at the
+/// default 100, one in 16 from 128), at the same phase, and by age every time a TTL is set. Between prunes, and
 /// for runs that never finish (taken over until exhausted, interrupted by the next slot), a
 /// job holds at most `size + PRUNE_EVERY - 1` runs (plus older runs still running, which
 /// pruning always keeps). No schema change: the counter is the fence counter of version 1.
@@ -867,8 +870,8 @@ async fn close_attempt<E: Exec>(
 /// entries walked), and the runs it removes share their index pages.
 pub const PRUNE_EVERY: u64 = 16;
 
-fn prune_due(fence: u64) -> bool {
-    fence.is_multiple_of(PRUNE_EVERY)
+fn prune_due(job: &str, fence: u64) -> bool {
+    prunes_at(job, fence, PRUNE_EVERY)
 }
 
 /// How often a finish prunes a job kept to `size` runs by count: the largest power of two
@@ -886,9 +889,18 @@ pub fn finish_prune_period(size: u32) -> u64 {
     (1u64 << (63 - p.leading_zeros())).min(PRUNE_EVERY)
 }
 
-/// Whether the finish of the run with `fence` prunes its job (kept to `size` runs) by count.
-pub fn finish_prunes(fence: u64, size: u32) -> bool {
-    fence.is_multiple_of(finish_prune_period(size))
+/// Whether the finish of `job`'s run with `fence` prunes the job (kept to `size` runs) by
+/// count: one fence in [`finish_prune_period`], at the job's phase ([`prunes_at`]).
+///
+/// ```
+/// use anarchon_sqlite::sql::ops::finish_prunes;
+/// // At the default 100 runs, one finish in 8 prunes ...
+/// assert_eq!((1..=8).filter(|&fence| finish_prunes("report", fence, 100)).count(), 1);
+/// // ... and below 16 runs every finish does.
+/// assert!((1..=8).all(|fence| finish_prunes("report", fence, 10)));
+/// ```
+pub fn finish_prunes(job: &str, fence: u64, size: u32) -> bool {
+    prunes_at(job, fence, finish_prune_period(size))
 }
 
 /// The most history rows one pass of the age cut looks at (the oldest of the job): a pass
