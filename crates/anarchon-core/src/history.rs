@@ -230,7 +230,7 @@ pub fn pruning_fence_residue(job: &str, period: u64) -> u64 {
     let period = period.max(1);
     // The job's phase: a hash of its name with a fixed key, the same in every process and
     // release.
-    let phase = crate::scheduler::claim_rank(0x7072_756e_6550_6861, job) % period;
+    let phase = crate::ids::name_hash(0x7072_756e_6550_6861, job) % period;
     (period - phase) % period
 }
 

@@ -13,6 +13,24 @@ use crate::error::{Error, Result};
 /// Milliseconds since 1970-01-01T00:00:00Z.
 pub type EpochMs = i64;
 
+/// A 64-bit mix (splitmix64's finalizer): a bijection whose output bits each depend on every
+/// input bit.
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A hash of `name` (FNV-1a 64) mixed with `key` ([`mix64`]): the same in every process and
+/// build, for the claim order of the scheduler and the pruning phase of the stores.
+pub(crate) fn name_hash(key: u64, name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.as_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    mix64(h ^ key)
+}
+
 /// A job name: 1–128 ASCII letters, digits, `_` and `-`, the same rule on every store. [B-04]
 ///
 /// ```

@@ -18,7 +18,6 @@ mod builder;
 mod clock;
 mod convert;
 mod core;
-pub(crate) use self::core::claim_rank;
 #[cfg(feature = "sim")]
 pub(crate) use self::core::sim;
 mod driver;

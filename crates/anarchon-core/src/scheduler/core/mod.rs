@@ -579,13 +579,7 @@ pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
 
-/// A 64-bit mix (splitmix64's finalizer): a bijection whose output bits each depend on every
-/// input bit.
-pub(crate) fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub(crate) use crate::ids::mix64;
 
 /// Where `job`'s claims go in the order of the instance whose key is `key`: a hash of the
 /// name (FNV-1a) mixed with the key. Every instance has the same jobs fall due together;
@@ -596,11 +590,7 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
 /// time it reaches jobs another instance already claimed, their runs exist and the store
 /// answers `Taken` cheaply.
 pub(crate) fn claim_rank(key: u64, job: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in job.as_bytes() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    mix64(h ^ key)
+    crate::ids::name_hash(key, job)
 }
 
 /// [`claim_rank`] for one slot: the instance's order of jobs drawn anew for every slot, so
