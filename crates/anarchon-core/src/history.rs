@@ -186,6 +186,28 @@ pub struct Retention {
     pub ttl_ms: Option<u64>,
 }
 
+/// The longest period of [`prunes_at`] a store uses: a won claim prunes its job on one fence
+/// in this many, and a finish on one in [`finish_prune_period`], which divides it.
+pub const MAX_PRUNE_PERIOD: u64 = 16;
+
+/// How often a finish prunes a job kept to `size` runs by count: the largest power of two
+/// at most `size / 8`, between 1 (every finish below a `size` of 16, so small histories stay
+/// exact) and [`MAX_PRUNE_PERIOD`]. Being a power of two it divides `MAX_PRUNE_PERIOD`, so a
+/// store that adds `MAX_PRUNE_PERIOD` to a job's fence for a takeover leaves the fence
+/// modulo the period alone. Pruned then, a job holds at most `size + period - 1` finished
+/// runs, and finding the cut (O(`size`)) is shared by the `period` runs it removes. [B-37]
+///
+/// ```
+/// use anarchon_core::history::finish_prune_period;
+/// assert_eq!(finish_prune_period(3), 1);
+/// assert_eq!(finish_prune_period(100), 8);
+/// assert_eq!(finish_prune_period(1000), 16);
+/// ```
+pub fn finish_prune_period(size: u32) -> u64 {
+    let p = u64::from(size / 8).max(1);
+    (1u64 << (63 - p.leading_zeros())).min(MAX_PRUNE_PERIOD)
+}
+
 /// Whether the won claim or result with `fence` is the one in `period` consecutive ones of
 /// `job` that prunes the job's history, for a store that prunes on one in `period` of them
 /// (`period` 0 counts as 1). [B-37]
@@ -248,6 +270,23 @@ mod tests {
     use super::*;
 
     const PERIODS: [u64; 5] = [1, 2, 4, 8, 16];
+
+    #[test]
+    fn b37_a_finish_prunes_by_count_every_time_below_16_and_at_most_one_in_16() {
+        assert_eq!(finish_prune_period(0), 1);
+        assert_eq!(finish_prune_period(1), 1);
+        assert_eq!(finish_prune_period(15), 1);
+        assert_eq!(finish_prune_period(16), 2);
+        assert_eq!(finish_prune_period(100), 8);
+        assert_eq!(finish_prune_period(128), 16);
+        assert_eq!(finish_prune_period(u32::MAX), 16);
+        for size in 0..2000 {
+            assert!(
+                MAX_PRUNE_PERIOD.is_multiple_of(finish_prune_period(size)),
+                "{size}"
+            );
+        }
+    }
 
     #[test]
     fn b37_a_job_prunes_at_exactly_one_fence_in_any_period_consecutive_ones() {

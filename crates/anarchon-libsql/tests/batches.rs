@@ -344,7 +344,7 @@ async fn text_written_as_literals_comes_back_unchanged() {
     }
 }
 
-/// [B-37] Pruning by claims (every 16th fence of a job) and by results, through batches:
+/// [B-37] Pruning by claims (one fence in 16 of a job, at its phase) and by results, through batches:
 /// the same sequence of claims and results leaves the same history on libSQL as on the
 /// SQLite store; a batch of many slots of one job prunes it once at its end.
 #[tokio::test]

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use anarchon_core::history::{prunes_at, pruning_fence_residue};
+use anarchon_core::history::{
+    MAX_PRUNE_PERIOD, finish_prune_period, prunes_at, pruning_fence_residue,
+};
 use anarchon_core::store::{
     BatchLimits, ClaimOutcome, EpochMs, Error, Finish, HistoryStore, JobName, Lease, LeaseClaim,
     LeaseStore, Overlap, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord,
@@ -203,21 +205,9 @@ const RUNS_PER_CALL: usize = 512;
 /// call near a millisecond.
 const JOBS_PER_CALL: usize = 512;
 
-/// How often a claim prunes its job (`claim.lua`): on one won claim in this many, at the
-/// job's phase (`anarchon_core::history::prunes_at`).
-const CLAIM_PRUNE_EVERY: u64 = 16;
-
-/// How often a finish prunes its job by count: on one finish in this many (by the run's
-/// fence, at the job's phase: `anarchon_core::history::prunes_at`), the largest power of two
-/// at most `size / 8`, between 1 (every finish, below a `size` of 16, so small histories stay
-/// exact) and 16. The runs of the finishes between
-/// stay until then, so a job holds at most about `size + 15` finished runs; the claim's own
-/// pruning on every 16th fence bounds the runs that never finish the same way. The same
-/// rule as the SQL stores (`anarchon_sqlite::sql::ops::finish_prune_period`).
-fn finish_prune_period(size: u32) -> u64 {
-    let p = u64::from(size / 8).max(1);
-    (1u64 << (63 - p.leading_zeros())).min(16)
-}
+/// How often a claim prunes its job (`claim.lua`, which writes it as 16): on one won claim in
+/// this many, at the job's phase (`anarchon_core::history::prunes_at`).
+const CLAIM_PRUNE_EVERY: u64 = MAX_PRUNE_PERIOD;
 
 impl RedisStore {
     /// The keys and arguments of the claim script for `c`.
@@ -264,7 +254,10 @@ impl RedisStore {
                 .map(|e| crate::text::cap(e).into_owned())
                 .unwrap_or_default(),
             if finish.error.is_some() { "1" } else { "0" }.into(),
-            // 0: by age only (see `finish_prune_period`).
+            // By count on one finish in `finish_prune_period(size)` (by the run's fence, at
+            // the job's phase), the rule of every store: a job holds at most about `size + 15`
+            // finished runs; the claim's pruning on one fence in 16 bounds the runs that never
+            // finish the same way. 0: by age only.
             if prunes_at(
                 lease.run.job.as_str(),
                 lease.fence,
@@ -782,20 +775,5 @@ fn owner_write(store: &RedisStore, operation: &'static str, v: &[Value]) -> Resu
         0 => Ok(OwnerWrite::Lost),
         -2 => Err(store.deadline_passed(operation)),
         _ => Err(bad_reply(operation, v)),
-    }
-}
-
-#[cfg(test)]
-mod prune_period_tests {
-    use super::finish_prune_period;
-
-    #[test]
-    fn finish_prunes_by_count_every_time_below_16_and_at_most_one_in_16() {
-        assert_eq!(finish_prune_period(1), 1);
-        assert_eq!(finish_prune_period(15), 1);
-        assert_eq!(finish_prune_period(16), 2);
-        assert_eq!(finish_prune_period(100), 8);
-        assert_eq!(finish_prune_period(128), 16);
-        assert_eq!(finish_prune_period(u32::MAX), 16);
     }
 }

@@ -7,7 +7,7 @@
 //! - `empty tx`: `BEGIN IMMEDIATE; COMMIT` through the store's thread (the baseline);
 //! - `claim`: a won claim of a new slot (one transaction: late check, one read for the
 //!   taken/overlap/interrupt checks, fence, run and history rows; retention pruning at 100
-//!   runs on every 16th claim), each run finished untimed after its claim (the finish
+//!   runs on one claim in 16), each run finished untimed after its claim (the finish
 //!   prunes), as in a running service;
 //! - `claim + finish`: both, timed together;
 //! - `claim taken`: a claim of a slot that is already taken;

@@ -13,8 +13,9 @@
 //! the `COMMIT` (measured: docs/performance.md). A `PASSIVE` checkpoint needs no write lock
 //! (it copies what no reader still needs and leaves the rest for the next), so on a thread of
 //! its own it no longer holds up the calls; the WAL is checkpointed at the same size as before
-//! (or later, at most [`EVERY`], under load), and never while the store is idle. A WAL grown past [`RESTART_FRAMES`] is
-//! restarted by a `RESTART` checkpoint, so it stays bounded while commits never pause.
+//! (or later, at most [`EVERY`], under load), and never while the store is idle. A WAL grown
+//! past [`RESTART_FRAMES`] is restarted by a `RESTART` checkpoint, so it stays bounded while
+//! commits never pause.
 //!
 //! The thread ends when the store's connection closes (the notifying side is dropped), and
 //! closes its connection after the store's.

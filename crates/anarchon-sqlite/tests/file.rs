@@ -674,14 +674,15 @@ async fn b37_claims_prune_every_nth_claim_and_runs_stay_bounded() {
         );
     }
     assert!(most > 3, "claims defer pruning");
+    // The claims' fences count on by one (a takeover adds PRUNE_EVERY, which keeps the
+    // residue), so 60 of them hold the job's pruning residue 3 or 4 times.
     let pruning = fences
         .iter()
-        .filter(|f| f.is_multiple_of(PRUNE_EVERY))
+        .filter(|&&f| anarchon_core::history::prunes_at(job.as_str(), f, PRUNE_EVERY))
         .count();
-    assert_eq!(
-        pruning,
-        60 / PRUNE_EVERY as usize,
-        "one claim in PRUNE_EVERY prunes"
+    assert!(
+        (3..=4).contains(&pruning),
+        "one claim in PRUNE_EVERY prunes: {pruning} of 60"
     );
     // A finish prunes exactly.
     let mut c = claim(&job, t - 1000, "a", t);

@@ -9,13 +9,12 @@
 
 use std::collections::HashMap;
 
+use anarchon_core::history::prunes_at;
 use anarchon_core::store::{
     AttemptKey, ClaimOutcome, EpochMs, FenceLoss, Finish, JobName, Lease, LeaseClaim, Overlap,
     OwnerWrite, Reason, Renewal, Result, Retention, RunKey, RunRecord, RunStatus, RunView,
     Takeover, TakeoverOutcome,
 };
-
-use anarchon_core::history::prunes_at;
 
 use super::{Exec, Row, Sql, Value, job_key};
 
@@ -859,35 +858,24 @@ async fn close_attempt<E: Exec>(
 /// only, and exactly one of any `PRUNE_EVERY` consecutive won claims of a job prunes it,
 /// whichever instances won them. A finish prunes by count on one fence in
 /// [`finish_prune_period`] (every time for a `size` below 16; one finish in 8 at the
-/// default 100, one in 16 from 128), at the same phase, and by age every time a TTL is set. Between prunes, and
-/// for runs that never finish (taken over until exhausted, interrupted by the next slot), a
-/// job holds at most `size + PRUNE_EVERY - 1` runs (plus older runs still running, which
-/// pruning always keeps). No schema change: the counter is the fence counter of version 1.
+/// default 100, one in 16 from 128), at the same phase, and by age every time a TTL is set.
+/// Between prunes, and for runs that never finish (taken over until exhausted, interrupted
+/// by the next slot), a job holds at most `size + PRUNE_EVERY - 1` runs (plus older runs
+/// still running, which pruning always keeps). No schema change: the counter is the fence counter of version 1.
 ///
 /// Why not every finish: finding the `size`-th newest run walks `size` index entries, so a
 /// prune costs O(`size`) whatever it removes; done on one finish in `size / 8` it removes
 /// that many runs at once, so its cost per run removed is a constant (about 9 index
 /// entries walked), and the runs it removes share their index pages.
-pub const PRUNE_EVERY: u64 = 16;
+pub const PRUNE_EVERY: u64 = anarchon_core::history::MAX_PRUNE_PERIOD;
 
 fn prune_due(job: &str, fence: u64) -> bool {
     prunes_at(job, fence, PRUNE_EVERY)
 }
 
-/// How often a finish prunes a job kept to `size` runs by count: the largest power of two
-/// at most `size / 8`, between 1 and [`PRUNE_EVERY`]. A power of two divides `PRUNE_EVERY`,
-/// so a takeover's fence (+`PRUNE_EVERY`) leaves the fence modulo the period alone.
-///
-/// ```
-/// use anarchon_sqlite::sql::ops::finish_prune_period;
-/// assert_eq!(finish_prune_period(3), 1);
-/// assert_eq!(finish_prune_period(100), 8);
-/// assert_eq!(finish_prune_period(1000), 16);
-/// ```
-pub fn finish_prune_period(size: u32) -> u64 {
-    let p = u64::from(size / 8).max(1);
-    (1u64 << (63 - p.leading_zeros())).min(PRUNE_EVERY)
-}
+/// How often a finish prunes a job kept to `size` runs by count (the rule of every store; it
+/// divides [`PRUNE_EVERY`], so a takeover's fence leaves the fence modulo the period alone).
+pub use anarchon_core::history::finish_prune_period;
 
 /// Whether the finish of `job`'s run with `fence` prunes the job (kept to `size` runs) by
 /// count: one fence in [`finish_prune_period`], at the job's phase ([`prunes_at`]).
