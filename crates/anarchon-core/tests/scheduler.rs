@@ -631,8 +631,15 @@ fn kinds_and_causes_are_enums() {
 /// over together: on a store that batches takeovers, in fewer calls than runs.
 #[tokio::test(start_paused = true)]
 async fn b14_runs_of_a_dead_instance_are_taken_over_in_batches() {
-    let clock = Clock::tokio();
-    let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+    // A fixed start one second after a minute: read from the system clock, the takeovers
+    // (due once the lease expires, seconds after the crash) could meet the next slot of
+    // these minute jobs, which replaces the runs instead (seen once in CI at hh:mm:5x).
+    let start_ms: i64 = 1_796_083_201_000; // 2026-12-01T00:00:01Z
+    let clock = Clock::Tokio {
+        anchor_ms: start_ms,
+        anchor: tokio::time::Instant::now(),
+    };
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::starting_at(start_ms));
     assert!(store.limits().takeovers > 1, "the memory store batches");
     let (ia, ib) = (Instance::new(store.clone()), Instance::new(store));
     let long = |_ctx: anarchon_core::JobContext| async move {
