@@ -138,18 +138,18 @@ fn run(path: &Path, conn: &Connection, due: &AtomicBool, commits: &mpsc::Receive
         // Busy (another process's checkpoint is running) is an answer, not an error: its
         // first column is 1 then, and that checkpoint copies these pages too. The second
         // column is the WAL's length in frames.
-        let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+        let passive = checkpoint(conn, Mode::Passive);
         let checkpointed = match passive {
-            Ok(frames) if frames >= RESTART_FRAMES => conn
-                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
-                .or_else(|e| {
+            Ok(frames) if frames >= RESTART_FRAMES => {
+                checkpoint(conn, Mode::Restart).map(|_| ()).or_else(|e| {
                     // Busy past `OPEN_WAIT`: a writer or reader held on; the next try comes.
                     if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {
                         Ok(())
                     } else {
                         Err(e)
                     }
-                }),
+                })
+            }
             other => other.map(|_| ()),
         };
         if let Err(e) = checkpointed
@@ -163,6 +163,54 @@ fn run(path: &Path, conn: &Connection, due: &AtomicBool, commits: &mpsc::Receive
             );
         }
     }
+}
+
+/// The checkpoints the thread runs.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Copies what no reader needs; never waits, never blocks a writer.
+    Passive,
+    /// Takes the write lock, copies the rest and waits for readers to leave the WAL, so the
+    /// next commit writes the WAL from its start; every writer of the file waits meanwhile.
+    Restart,
+}
+
+impl Mode {
+    fn pragma(self) -> &'static str {
+        match self {
+            Mode::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
+            Mode::Restart => "PRAGMA wal_checkpoint(RESTART)",
+        }
+    }
+}
+
+/// Runs one checkpoint and returns the WAL's length in frames. What it did and how long it
+/// took is a `debug` event (target `anarchon_sqlite::checkpoint`), so a stall of the file's
+/// writers can be laid beside the checkpoints of the moment: a `RESTART` holds every writer
+/// of the file while it runs (docs/performance.md measured 20-50 % of the time in them on a
+/// file past its capacity).
+fn checkpoint(conn: &Connection, mode: Mode) -> rusqlite::Result<i64> {
+    let started = Instant::now();
+    let answer = conn.query_row(mode.pragma(), [], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    });
+    let took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    match &answer {
+        Ok((busy, frames, copied)) => tracing::debug!(
+            ?mode,
+            busy = *busy != 0,
+            wal_frames = *frames,
+            copied_frames = *copied,
+            took_us,
+            "SQLite checkpoint"
+        ),
+        Err(e) => tracing::debug!(?mode, error = %e, took_us, "SQLite checkpoint"),
+    }
+    answer.map(|(_, frames, _)| frames)
 }
 
 fn open(path: &Path, synchronous: &str) -> Option<Connection> {
