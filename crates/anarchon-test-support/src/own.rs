@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::servers::{spare_port, unobtainable, wait_port};
+use crate::servers::{spare_port, unobtainable};
 
 /// A folder of its own under the system's temporary folder.
 fn scratch_dir(name: &str) -> PathBuf {
@@ -21,6 +21,49 @@ fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
+
+/// How a server this test started came up.
+enum Came {
+    /// Its own log says it listens.
+    Ready,
+    /// It exited: on a fresh spare port, most likely because another process took the port
+    /// between [`spare_port`] and the server's bind.
+    Exited,
+}
+
+/// Waits until the server `child` writes `ready` to its log file `log` (it listens), or exits.
+///
+/// A port that answers is not enough: it may be another test process's server that took the
+/// spare port first, while this one failed to bind and exited (seen in CI: a secrets test
+/// connected with a wrong password to a nats-server of another test, which had no
+/// password).
+fn wait_ready(child: &mut Child, log: &Path, ready: &str, what: &str) -> Came {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::fs::read_to_string(log).is_ok_and(|text| text.contains(ready)) {
+            return Came::Ready;
+        }
+        if child.try_wait().ok().flatten().is_some() {
+            return Came::Exited;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not say `{ready}` within 10 s; see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The last lines of a server's log, for a failure message.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}
+
+/// How many spare ports a fresh server tries before the test gives up.
+const PORT_TRIES: usize = 5;
 
 /// Finds nats-server: `ANARCHON_NATS_SERVER`, then `nats-server` on `PATH`, then
 /// `/usr/sbin/nats-server`; without one, [`unobtainable`].
@@ -65,8 +108,13 @@ impl OwnNats {
     /// Starts nats-server with these extra arguments (`-js` for JetStream); `None` after
     /// [`unobtainable`] when it is not installed.
     pub fn start(extra: &[&str]) -> Option<OwnNats> {
+        Self::start_trying(spare_port(), extra)
+    }
+
+    /// [`start`](Self::start), trying `port` first and spare ports after it while the
+    /// server exits at start (another process holds the port).
+    fn start_trying(port: u16, extra: &[&str]) -> Option<OwnNats> {
         let binary = nats_server_binary()?;
-        let port = spare_port();
         let dir = scratch_dir("nats-test");
         let mut s = OwnNats {
             binary,
@@ -75,7 +123,14 @@ impl OwnNats {
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
-        s.spawn();
+        for _ in 1..PORT_TRIES {
+            if let Came::Ready = s.spawn() {
+                return Some(s);
+            }
+            s.child = None;
+            s.port = spare_port();
+        }
+        s.spawn_or_panic();
         Some(s)
     }
 
@@ -84,19 +139,36 @@ impl OwnNats {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    fn spawn(&mut self) {
+    fn log(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// Starts the server on its port and waits until its own log says it is ready.
+    fn spawn(&mut self) -> Came {
+        let log = self.log();
+        let _ = std::fs::remove_file(&log);
         let mut cmd = Command::new(&self.binary);
         cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
             .arg(&self.dir)
+            .arg("-l")
+            .arg(&log)
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.child = Some(cmd.spawn().expect("start nats-server"));
-        assert!(
-            wait_port(self.port, Duration::from_secs(10)),
-            "nats-server did not listen on {}",
-            self.port
-        );
+        let mut child = cmd.spawn().expect("start nats-server");
+        let came = wait_ready(&mut child, &log, "Server is ready", "nats-server");
+        self.child = Some(child);
+        came
+    }
+
+    fn spawn_or_panic(&mut self) {
+        if let Came::Exited = self.spawn() {
+            panic!(
+                "nats-server on port {} exited at start: {}",
+                self.port,
+                log_tail(&self.log())
+            );
+        }
     }
 
     /// SIGKILLs the server.
@@ -110,7 +182,7 @@ impl OwnNats {
     /// Starts it again on the same port and storage folder.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn_or_panic();
     }
 }
 
@@ -165,21 +237,42 @@ impl OwnRedis {
     /// Starts one with these extra arguments (`--requirepass`, `--user` ...); `None` (after
     /// [`unobtainable`]) when `redis-server` is not installed.
     pub fn start_with(extra: &[&str]) -> Option<Self> {
+        Self::start_trying(spare_port(), extra)
+    }
+
+    /// [`start_with`](Self::start_with), trying `port` first and spare ports after it while
+    /// the server exits at start (another process holds the port).
+    fn start_trying(port: u16, extra: &[&str]) -> Option<Self> {
         if !redis_server_installed() {
             return None;
         }
         let mut r = OwnRedis {
             child: None,
-            port: spare_port(),
+            port,
             dir: scratch_dir("redis"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        r.spawn();
+        for _ in 1..PORT_TRIES {
+            if let Came::Ready = r.spawn() {
+                return Some(r);
+            }
+            r.child = None;
+            r.port = spare_port();
+        }
+        r.spawn_or_panic();
         Some(r)
     }
 
-    fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+    fn log(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// Starts the server on its port and waits until its own log says it accepts
+    /// connections.
+    fn spawn(&mut self) -> Came {
+        let log = self.log();
+        let _ = std::fs::remove_file(&log);
+        let mut child = Command::new("redis-server")
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -194,17 +287,31 @@ impl OwnRedis {
                 "--dir",
             ])
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server");
-        self.child = Some(child);
-        assert!(
-            wait_port(self.port, Duration::from_secs(10)),
-            "redis-server on {} did not listen",
-            self.port
+        let came = wait_ready(
+            &mut child,
+            &log,
+            "Ready to accept connections",
+            "redis-server",
         );
+        self.child = Some(child);
+        came
+    }
+
+    fn spawn_or_panic(&mut self) {
+        if let Came::Exited = self.spawn() {
+            panic!(
+                "redis-server on port {} exited at start: {}",
+                self.port,
+                log_tail(&self.log())
+            );
+        }
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -237,7 +344,7 @@ impl OwnRedis {
     /// still runs).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn_or_panic();
     }
 
     /// SIGKILL, then a new server on the same port and data.
@@ -468,5 +575,37 @@ impl Drop for SqliteLock {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server whose spare port another process took meanwhile starts on another port, and
+    /// is the one that answers there: its log says so (fails with a port-only wait, which
+    /// took the other server's answer for its own).
+    #[test]
+    fn a_server_whose_port_was_taken_starts_on_another() {
+        let Some(first) = OwnNats::start(&[]) else {
+            return;
+        };
+        let second = OwnNats::start_trying(first.port, &[]).expect("nats-server");
+        assert_ne!(second.port, first.port);
+        let log = std::fs::read_to_string(second.log()).unwrap();
+        assert!(log.contains(&format!("127.0.0.1:{}", second.port)), "{log}");
+        drop(first);
+        let Some(first) = OwnRedis::start() else {
+            return;
+        };
+        let second = OwnRedis::start_trying(first.port, &[]).expect("redis-server");
+        assert_ne!(second.port, first.port);
+        let mut again = second;
+        again.restart();
+        assert!(
+            std::fs::read_to_string(again.log())
+                .unwrap()
+                .contains("Ready to accept connections")
+        );
     }
 }
