@@ -65,6 +65,44 @@ fn log_tail(log: &Path) -> String {
 /// How many spare ports a fresh server tries before the test gives up.
 const PORT_TRIES: usize = 5;
 
+/// A server process a test starts on a port of its own and waits for ([`wait_ready`]).
+trait OwnServer {
+    /// What the server is called in a failure message.
+    const NAME: &'static str;
+    /// Starts the process on [`port`](Self::port) and waits for it.
+    fn spawn(&mut self) -> Came;
+    fn port(&self) -> u16;
+    /// Forgets an exited process and moves to another port.
+    fn move_to(&mut self, port: u16);
+    fn log(&self) -> PathBuf;
+}
+
+/// Starts `server` on its port, then on spare ports while it exits at start (another
+/// process took the port), [`PORT_TRIES`] in all.
+fn come_up<S: OwnServer>(mut server: S) -> S {
+    for _ in 1..PORT_TRIES {
+        if let Came::Ready = server.spawn() {
+            return server;
+        }
+        server.move_to(spare_port());
+    }
+    spawn_on_its_port(&mut server);
+    server
+}
+
+/// Starts `server` on its port (a restart keeps it); panics with its log's tail when it
+/// exits at start.
+fn spawn_on_its_port<S: OwnServer>(server: &mut S) {
+    if let Came::Exited = server.spawn() {
+        panic!(
+            "{} on port {} exited at start: {}",
+            S::NAME,
+            server.port(),
+            log_tail(&server.log())
+        );
+    }
+}
+
 /// Finds nats-server: `ANARCHON_NATS_SERVER`, then `nats-server` on `PATH`, then
 /// `/usr/sbin/nats-server`; without one, [`unobtainable`].
 fn nats_server_binary() -> Option<String> {
@@ -116,22 +154,13 @@ impl OwnNats {
     fn start_trying(port: u16, extra: &[&str]) -> Option<OwnNats> {
         let binary = nats_server_binary()?;
         let dir = scratch_dir("nats-test");
-        let mut s = OwnNats {
+        Some(come_up(OwnNats {
             binary,
             port,
             dir,
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
-        };
-        for _ in 1..PORT_TRIES {
-            if let Came::Ready = s.spawn() {
-                return Some(s);
-            }
-            s.child = None;
-            s.port = spare_port();
-        }
-        s.spawn_or_panic();
-        Some(s)
+        }))
     }
 
     /// `nats://127.0.0.1:<port>`.
@@ -139,9 +168,23 @@ impl OwnNats {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    fn log(&self) -> PathBuf {
-        self.dir.join("server.log")
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
+
+    /// Starts it again on the same port and storage folder.
+    pub fn restart(&mut self) {
+        self.kill();
+        spawn_on_its_port(self);
+    }
+}
+
+impl OwnServer for OwnNats {
+    const NAME: &'static str = "nats-server";
 
     /// Starts the server on its port and waits until its own log says it is ready.
     fn spawn(&mut self) -> Came {
@@ -156,33 +199,22 @@ impl OwnNats {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = cmd.spawn().expect("start nats-server");
-        let came = wait_ready(&mut child, &log, "Server is ready", "nats-server");
+        let came = wait_ready(&mut child, &log, "Server is ready", Self::NAME);
         self.child = Some(child);
         came
     }
 
-    fn spawn_or_panic(&mut self) {
-        if let Came::Exited = self.spawn() {
-            panic!(
-                "nats-server on port {} exited at start: {}",
-                self.port,
-                log_tail(&self.log())
-            );
-        }
+    fn port(&self) -> u16 {
+        self.port
     }
 
-    /// SIGKILLs the server.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    fn move_to(&mut self, port: u16) {
+        self.child = None;
+        self.port = port;
     }
 
-    /// Starts it again on the same port and storage folder.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn_or_panic();
+    fn log(&self) -> PathBuf {
+        self.dir.join("server.log")
     }
 }
 
@@ -246,72 +278,12 @@ impl OwnRedis {
         if !redis_server_installed() {
             return None;
         }
-        let mut r = OwnRedis {
+        Some(come_up(OwnRedis {
             child: None,
             port,
             dir: scratch_dir("redis"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        for _ in 1..PORT_TRIES {
-            if let Came::Ready = r.spawn() {
-                return Some(r);
-            }
-            r.child = None;
-            r.port = spare_port();
-        }
-        r.spawn_or_panic();
-        Some(r)
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.join("server.log")
-    }
-
-    /// Starts the server on its port and waits until its own log says it accepts
-    /// connections.
-    fn spawn(&mut self) -> Came {
-        let log = self.log();
-        let _ = std::fs::remove_file(&log);
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-            ])
-            .arg(&self.dir)
-            .arg("--logfile")
-            .arg(&log)
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let came = wait_ready(
-            &mut child,
-            &log,
-            "Ready to accept connections",
-            "redis-server",
-        );
-        self.child = Some(child);
-        came
-    }
-
-    fn spawn_or_panic(&mut self) {
-        if let Came::Exited = self.spawn() {
-            panic!(
-                "redis-server on port {} exited at start: {}",
-                self.port,
-                log_tail(&self.log())
-            );
-        }
+        }))
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -344,7 +316,7 @@ impl OwnRedis {
     /// still runs).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn_or_panic();
+        spawn_on_its_port(self);
     }
 
     /// SIGKILL, then a new server on the same port and data.
@@ -362,6 +334,55 @@ impl OwnRedis {
             .status()
             .expect("redis-cli");
         assert!(status.success(), "redis-cli {args:?} failed");
+    }
+}
+
+impl OwnServer for OwnRedis {
+    const NAME: &'static str = "redis-server";
+
+    /// Starts the server on its port and waits until its own log says it accepts
+    /// connections.
+    fn spawn(&mut self) -> Came {
+        let log = self.log();
+        let _ = std::fs::remove_file(&log);
+        let mut child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+            ])
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let came = wait_ready(&mut child, &log, "Ready to accept connections", Self::NAME);
+        self.child = Some(child);
+        came
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn move_to(&mut self, port: u16) {
+        self.child = None;
+        self.port = port;
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("server.log")
     }
 }
 
