@@ -4,9 +4,7 @@
 //! query) appears in no log line, no error's `Display` or `Debug` and no store `Debug`,
 //! whether the connect fails or succeeds.
 
-use std::io::Write;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anarchon_amqp::{AmqpOptions, AmqpStore};
@@ -14,6 +12,7 @@ use anarchon_core::store::{HistoryStore, Prepare, Retention, RunKey, RunRecord, 
 use anarchon_core::store::{SlotOutcome, Store};
 use anarchon_core::testkit::{server_url, unique_job};
 use anarchon_core::{ClaimStore, Error, Reason, RunStatus};
+use anarchon_test_support::CapturedLogs;
 
 /// Two halves of the secret on both sides of URL delimiters: either one found anywhere
 /// means some of the secret leaked, even cut at a delimiter.
@@ -34,32 +33,6 @@ fn encoded(s: &str) -> String {
             }
         })
         .collect()
-}
-
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Installs a TRACE subscriber writing every event (and `log` record) into a buffer.
-fn capture() -> Buffer {
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .try_init()
-        .expect("the only subscriber of this test binary");
-    buffer
 }
 
 fn leaks(text: &str) -> bool {
@@ -125,7 +98,7 @@ fn record(job: &anarchon_core::JobName, slot: i64) -> RunRecord {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
-    let logs = capture();
+    let logs = CapturedLogs::install();
     let Some(url) = server_url("ANARCHON_AMQP_URL") else {
         return;
     };
@@ -219,7 +192,7 @@ async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
     }
     tracing::trace!("capture check");
     drop(user);
-    let captured = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let captured = logs.text();
     assert!(captured.contains("capture check"), "nothing was captured");
     for text in &shown {
         assert!(!leaks(text), "a secret in: {text}");

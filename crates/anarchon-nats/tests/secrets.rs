@@ -5,8 +5,6 @@
 //! line, no error's `Display` or `Debug` and no store `Debug`, whether the connect fails or
 //! succeeds.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anarchon_core::store::{HistoryStore, Prepare, Retention, RunKey, RunRecord, SlotClaim};
@@ -14,7 +12,7 @@ use anarchon_core::store::{SlotOutcome, Store};
 use anarchon_core::testkit::unique_job;
 use anarchon_core::{ClaimStore, Error, Reason, RunStatus};
 use anarchon_nats::{NatsOptions, NatsStore, Storage};
-use anarchon_test_support::{OwnNats, spare_port};
+use anarchon_test_support::{CapturedLogs, OwnNats, spare_port};
 
 /// The halves of the password and the token on both sides of URL delimiters: either one
 /// found anywhere means some of a secret leaked, even cut at a delimiter.
@@ -39,32 +37,6 @@ fn encoded(s: &str) -> String {
             }
         })
         .collect()
-}
-
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Installs a TRACE subscriber writing every event (and `log` record) into a buffer.
-fn capture() -> Buffer {
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .try_init()
-        .expect("the only subscriber of this test binary");
-    buffer
 }
 
 fn leaks(text: &str) -> bool {
@@ -131,7 +103,7 @@ async fn use_store(url: &str, shown: &mut Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
-    let logs = capture();
+    let logs = CapturedLogs::install();
     let (pass, tok) = (password(), token());
     let Some(users) = OwnNats::start(&["-js", "--user", "app", "--pass", &pass]) else {
         return;
@@ -178,7 +150,7 @@ async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
     // Let the client's background tasks log what they log after a failed connect.
     tokio::time::sleep(Duration::from_millis(300)).await;
     tracing::trace!("capture check");
-    let captured = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let captured = logs.text();
     assert!(captured.contains("capture check"), "nothing was captured");
     assert!(
         captured.contains("127.0.0.1"),

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anarchon_core::store::{
@@ -15,7 +13,7 @@ use anarchon_core::store::{
 };
 use anarchon_core::testkit::unique_job;
 use anarchon_redis::{RedisClaimStore, RedisOptions, RedisStore, Strategy};
-use anarchon_test_support::OwnRedis;
+use anarchon_test_support::{CapturedLogs, OwnRedis};
 
 /// The halves of the secret on both sides of URL delimiters: either one found anywhere
 /// means some of it leaked, even cut at a delimiter.
@@ -35,32 +33,6 @@ fn encoded(s: &str) -> String {
             }
         })
         .collect()
-}
-
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Installs a TRACE subscriber writing every event (and `log` record) into a buffer.
-fn capture() -> Buffer {
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .try_init()
-        .expect("the only subscriber of this test binary");
-    buffer
 }
 
 fn leaks(text: &str) -> bool {
@@ -83,7 +55,7 @@ fn prep(job: &anarchon_core::JobName) -> Prepare {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
-    let logs = capture();
+    let logs = CapturedLogs::install();
     let (raw, enc) = (secret(), encoded(&secret()));
     let acl = format!(">{raw}");
     let Some(server) = OwnRedis::start_with(&[
@@ -167,7 +139,7 @@ async fn secrets_stay_out_of_logs_errors_and_debug_in_every_url_shape() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     tracing::trace!("capture check");
-    let captured = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let captured = logs.text();
     assert!(captured.contains("capture check"), "nothing was captured");
     assert!(
         captured.contains("fred"),

@@ -849,18 +849,7 @@ async fn the_store_checkpoints_its_commits_on_a_thread_of_its_own() {
     let ts = TempStore::new().await;
     let store = &ts.store;
     let runs_table = store.tables().runs.clone();
-    let wal = ts.path().with_extension("db-wal");
-    let t = store.now().await.unwrap();
-    let mut claimed = 0i64;
-    // Past 1,000 pages of WAL (about four pages a won claim).
-    while std::fs::metadata(&wal).map_or(0, |m| m.len()) < 5 << 20 {
-        let claims: Vec<_> = (0..256)
-            .map(|_| claim(&unique_job("ckpt"), t, "a", t))
-            .collect();
-        store.claim_many(&claims).await.unwrap();
-        claimed += 256;
-        assert!(claimed < 100_000, "the WAL did not grow");
-    }
+    let claimed = ts.claim_until_the_wal_holds(5 << 20).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut seen = runs_in_the_file(&ts.path(), &runs_table);
     while seen < claimed && Instant::now() < deadline {

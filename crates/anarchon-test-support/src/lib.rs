@@ -10,6 +10,7 @@
 //!   server of the test's own listen.
 //! - [`OwnNats`], [`OwnRedis`], [`OwnPostgres`], [`SqliteLock`]: servers (and an SQLite
 //!   lock holder) a test starts for itself, to freeze, kill and restart.
+//! - [`CapturedLogs`]: everything the process logs, read back as text.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -22,11 +23,13 @@
 //! # let _ = url; }
 //! ```
 
+mod logs;
 mod own;
 mod proxy;
 mod servers;
 
 pub use anarchon_core::testkit::{require_servers, server_url};
+pub use logs::CapturedLogs;
 pub use own::{OwnNats, OwnPostgres, OwnRedis, SqliteLock, redis_server_installed};
 pub use proxy::FaultProxy;
 pub use servers::{reachable, spare_port, unobtainable, wait_port};

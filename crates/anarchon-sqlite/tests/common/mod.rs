@@ -14,6 +14,8 @@ use anarchon_core::store::{
     LeaseStore, OwnerWrite, Prepare, Renewal, Result, Retention, RunKey, RunRecord, RunView, Store,
     Takeover, TakeoverOutcome,
 };
+use anarchon_core::testkit::lease::claim;
+use anarchon_core::testkit::unique_job;
 use anarchon_sqlite::SqliteStore;
 use async_trait::async_trait;
 use tempfile::TempDir;
@@ -36,6 +38,24 @@ impl TempStore {
 
     pub fn path(&self) -> PathBuf {
         self.dir.path().join("anarchon.db")
+    }
+
+    /// Claims new jobs' runs, 256 a batch, until the WAL holds at least `bytes` (past 1,000
+    /// pages, where the store's checkpoint thread is woken: about four pages a won claim);
+    /// returns the runs claimed.
+    pub async fn claim_until_the_wal_holds(&self, bytes: u64) -> i64 {
+        let wal = self.path().with_extension("db-wal");
+        let t = self.store.now().await.unwrap();
+        let mut claimed = 0i64;
+        while std::fs::metadata(&wal).map_or(0, |m| m.len()) < bytes {
+            let claims: Vec<_> = (0..256)
+                .map(|_| claim(&unique_job("ckpt"), t, "a", t))
+                .collect();
+            self.store.claim_many(&claims).await.unwrap();
+            claimed += 256;
+            assert!(claimed < 100_000, "the WAL did not grow");
+        }
+        claimed
     }
 }
 
