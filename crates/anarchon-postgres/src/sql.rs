@@ -333,6 +333,10 @@ pub(crate) struct Sql {
 /// being flattened into a join (so it is a range scan of `_attempts_slot` from the job's
 /// cut down, run once per job, whatever the estimates), and both deletes go by `ctid` (see
 /// [`prune_drop_ctes`]; the runs' `ctid`s are read per run by primary key, in `run_tids`).
+/// Each job's remembered cut is read the same way, by the `_cuts` primary key, and a cut
+/// forgotten is written by the `ctid` read there (as a join, and as `job = ANY ($1)`, both
+/// were planned as sequential scans of the whole `_cuts` table, a row per job, at every
+/// prune). The `_cuts` rows are locked by [`lock_cuts_sql`] before, so their `ctid`s stay.
 /// Written as joins, these were planned from row estimates alone (autovacuum off: no
 /// statistics, and a CTE is guessed at hundreds of thousands of rows) as hash joins over
 /// sequential scans: a prune of 128 jobs read the history table twice from end to end,
@@ -362,9 +366,11 @@ fn prune_sql(names: &Names) -> String {
     format!(
         "WITH n AS (SELECT {now} AS ms),
 pq AS (
-    SELECT q.job, q.size, q.ttl, c.cut_slot, c.cut_manual, c.cut_at, c.cut_fence, c.cut_size, c.fast_prunes
+    SELECT q.job, q.size, q.ttl, c.cut_slot, c.cut_manual, c.cut_at, c.cut_fence, c.cut_size,
+           c.fast_prunes, c.tid AS cut_tid
     FROM unnest($1::text[], $2::int8[], $3::int8[]) AS q(job, size, ttl)
-    LEFT JOIN {cuts} c ON c.job = q.job
+    LEFT JOIN LATERAL (SELECT k.*, k.ctid AS tid FROM {cuts} k WHERE k.job = q.job OFFSET 0) c
+        ON true
 ),
 fast AS (
     SELECT p.job, p.size, p.cut_slot, p.cut_manual, (
@@ -441,7 +447,8 @@ forget AS (
     UPDATE {cuts} k
     SET cut_slot = NULL, cut_manual = NULL, cut_at = NULL, cut_fence = NULL, cut_size = NULL,
         fast_prunes = 0
-    WHERE k.job = ANY($1::text[]) AND k.job NOT IN (SELECT c.job FROM cut c)
+    WHERE k.ctid = ANY (ARRAY(SELECT p.cut_tid FROM pq p WHERE p.cut_tid IS NOT NULL))
+      AND k.job NOT IN (SELECT c.job FROM cut c)
 )
 SELECT count(*) FROM pdrop",
         prune = prune_drop_ctes(names, &kept),
@@ -717,9 +724,13 @@ FROM n"
 /// planner estimates, where a join of the candidates to the table by `ctid` was planned as
 /// a hash join over a sequential scan of the whole history table once the table had grown
 /// (see [`prune_sql`]). The statement reads the candidates on its own snapshot, so each
-/// `ctid` names the row version it read; a row updated since has another `ctid` (the
-/// delete rechecks its condition on the newest version), so it is left (its run was
-/// running, so it is kept anyway). A run is deleted once none of
+/// `ctid` names the row version it read. No other writer changes such a row meanwhile: a
+/// candidate belongs to a run that was not running on that snapshot, and the rows of a
+/// finished run are never written again (finishes, releases and takeovers write only the
+/// rows of running runs); only a manual run's row may be upserted at the same moment, and one
+/// below the cut goes whichever version it is. So the delete does not depend on whether the
+/// server rechecks a TID condition against a newer version of a row (not every release's
+/// TID scan does). A run is deleted once none of
 /// its scheduled rows is left: for a job pruned to its cut alone that holds whenever one of
 /// its rows is dropped (its rows share their key, so they lie below the cut together, and
 /// `kept` holds for all of them or none), so only a job with a TTL, whose rows leave one by

@@ -1269,8 +1269,9 @@ async fn b37_a_prune_is_planned_for_the_tables_as_they_are_now() {
 /// history table from end to end twice (to find the rows below the cuts and to delete them
 /// by `ctid`), 1.1 million rows each time, once the tables had grown (3 x 10,000 `every 1s`
 /// past the pruning point, autovacuum off: 1.4 s a prune, 72,000 buffers read, the server
-/// saturated by three such prunes at all times). 128 of 2,000 jobs with 150 finished runs
-/// each, pruned to 100, with and without the tables' statistics.
+/// saturated by three such prunes at all times); and it read every job's remembered cut.
+/// 128 of 2,000 jobs with 150 finished runs each, pruned to 100, with and without the
+/// tables' statistics.
 #[tokio::test(flavor = "multi_thread")]
 async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
     let Some(url) = common::url() else { return };
@@ -1297,7 +1298,9 @@ async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
                   fence, started_at, finished_at, error)
              SELECT 'many' || j, s * 1000, false, 1, 'a', s * 1000, 'scheduled', 'succeeded',
                     s, s * 1000, s * 1000 + 5, NULL
-             FROM generate_series(1, 150) s, generate_series(0, 1999) j;"
+             FROM generate_series(1, 150) s, generate_series(0, 1999) j;
+             INSERT INTO \"{schema}\".anarchon_runs_cuts (job)
+             SELECT 'many' || j FROM generate_series(0, 19999) j;"
         ))
         .await
         .unwrap();
@@ -1342,6 +1345,17 @@ async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
         let mut read = Vec::new();
         rows_read(&plan, &mut read);
         let total: u64 = read.iter().map(|(_, n)| n).sum();
+        let cuts: u64 = read
+            .iter()
+            .filter(|(source, _)| source.starts_with("anarchon_runs_cuts"))
+            .map(|(_, n)| n)
+            .sum();
+        // Each job's remembered cut, by key: not every job's (20,000 rows, as many jobs
+        // as a large deployment has, most of them without runs here).
+        assert!(
+            cuts <= 128 * 4,
+            "analyzed {analyzed}: the prune read {cuts} rows of the cuts: {read:?}"
+        );
         // Per job: its 100 newest keys from the top, the 50 rows below the cut, their
         // runs, and both deleted by `ctid`: 350; each table holds 300,000 rows.
         assert!(
