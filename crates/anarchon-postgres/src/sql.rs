@@ -730,8 +730,7 @@ FROM n"
 /// rows of running runs); only a manual run's row may be upserted at the same moment, and one
 /// below the cut goes whichever version it is. So the delete does not depend on whether the
 /// server rechecks a TID condition against a newer version of a row (not every release's
-/// TID scan does). A run is deleted once none of
-/// its scheduled rows is left: for a job pruned to its cut alone that holds whenever one of
+/// TID scan does). A run is deleted once none of its scheduled rows is left: for a job pruned to its cut alone that holds whenever one of
 /// its rows is dropped (its rows share their key, so they lie below the cut together, and
 /// `kept` holds for all of them or none), so only a job with a TTL, whose rows leave one by
 /// one, looks for the run's other rows. Both together: a prune of 128 jobs (1,600 rows) read

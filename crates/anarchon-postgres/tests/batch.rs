@@ -178,10 +178,7 @@ async fn a_batch_waiting_on_another_insert_past_its_deadline_is_late_and_writes_
     let (first, last) = (unique_job("ga"), unique_job("gz"));
     let s = store(&url, &schema, 2, &[first.clone(), last.clone()]).await;
     let t = s.now().await.unwrap();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let conn_task = tokio::spawn(connection);
+    let (client, conn_task) = common::connect(&url).await;
     client.batch_execute("BEGIN").await.unwrap();
     client
         .execute(

@@ -438,10 +438,7 @@ async fn b37_retention_prunes_runs_and_history() {
 const PRUNE_EVERY: i32 = 16;
 
 async fn unpruned(url: &str, store: &PostgresStore, j: &JobName) -> i32 {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(url).await;
     let row = client
         .query_one(
             &format!(
@@ -587,10 +584,7 @@ async fn b37_finish_prunes_once_in_size_by_8_finishes() {
 
 /// The rows `sql` answers for one text parameter, on a connection of its own.
 async fn rows_for(url: &str, sql: &str, param: &str) -> Vec<tokio_postgres::Row> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(url).await;
     let rows = client.query(sql, &[&param]).await.unwrap();
     drop(client);
     let _ = task.await;
@@ -1047,6 +1041,29 @@ async fn b19_unfinished_runs_of_many_jobs_spans_statements() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// Runs `script` (simple protocol) and reads the plan its `EXPLAIN (ANALYZE, FORMAT JSON)`
+/// answered (the row that holds a JSON array; other statements' rows, such as a setting's,
+/// are passed over), with the rows each of its scans read (see [`rows_read`]).
+async fn explained(
+    client: &tokio_postgres::Client,
+    script: &str,
+) -> (serde_json::Value, Vec<(String, u64)>) {
+    let answer = client.simple_query(script).await.unwrap();
+    let text = answer
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                row.get(0).filter(|t| t.starts_with('[')).map(str::to_owned)
+            }
+            _ => None,
+        })
+        .expect("the script answered a JSON plan");
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut read = Vec::new();
+    rows_read(&plan, &mut read);
+    (plan, read)
+}
+
 /// The rows each scan of a plan (EXPLAIN ANALYZE, JSON) read, by the index or table it read.
 fn rows_read(plan: &serde_json::Value, out: &mut Vec<(String, u64)>) {
     if let Some(node) = plan.as_object() {
@@ -1127,35 +1144,23 @@ async fn b14_the_sweep_reads_each_jobs_newest_runs_and_those_handed_over() {
         .unwrap();
     assert_eq!(listed(views), expected);
 
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(&url).await;
     client
         .batch_execute(&format!("ANALYZE \"{}\".anarchon_runs", store.schema()))
         .await
         .unwrap();
     // Prepared as the store prepares it; the simple protocol answers the plan as text.
     let list: Vec<String> = jobs.iter().map(|j| format!("'{j}'")).collect();
-    let answer = client
-        .simple_query(&format!(
+    let (plan, read) = explained(
+        &client,
+        &format!(
             "PREPARE sweep(text[], int8) AS {};
              EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE sweep(ARRAY[{}], 4);",
             store.sweep_statement(),
             list.join(",")
-        ))
-        .await
-        .unwrap();
-    let text = answer
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .unwrap();
-    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let mut read = Vec::new();
-    rows_read(&plan, &mut read);
+        ),
+    )
+    .await;
     let total: u64 = read.iter().map(|(_, n)| n).sum();
     assert!(total <= 100 * 5 + 3, "the sweep read {read:?}: {plan}");
     assert!(
@@ -1211,10 +1216,7 @@ async fn b37_a_prune_is_planned_for_the_tables_as_they_are_now() {
     }
     store.pruning_settled().await;
 
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(&url).await;
     // `pg_prepared_statements` counts plans from PostgreSQL 14 on.
     let counted = client
         .query_one(
@@ -1277,10 +1279,7 @@ async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
     let Some(url) = common::url() else { return };
     let store = common::fresh_store(&url).await;
     let schema = store.schema().to_owned();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(&url).await;
     // 2,000 jobs x 150 finished runs, each with its first attempt's row, as claims and
     // results leave them (written directly: 300,000 claims would take minutes).
     client
@@ -1321,29 +1320,17 @@ async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
         let jobs: Vec<String> = (0..128)
             .map(|i| format!("'many{}'", round * 128 + i * 7))
             .collect();
-        let answer = client
-            .simple_query(&format!(
+        let (_, read) = explained(
+            &client,
+            &format!(
                 "BEGIN; {settings};
                  EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE p(ARRAY[{}]::text[],
                      array_fill(100::int8, ARRAY[128]), array_fill(NULL::int8, ARRAY[128]));
                  COMMIT;",
                 jobs.join(",")
-            ))
-            .await
-            .unwrap();
-        let text = answer
-            .iter()
-            .find_map(|m| match m {
-                // The settings' own row comes first; the plan is the JSON array.
-                tokio_postgres::SimpleQueryMessage::Row(row) => {
-                    row.get(0).filter(|t| t.starts_with('[')).map(str::to_owned)
-                }
-                _ => None,
-            })
-            .unwrap();
-        let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let mut read = Vec::new();
-        rows_read(&plan, &mut read);
+            ),
+        )
+        .await;
         let total: u64 = read.iter().map(|(_, n)| n).sum();
         let cuts: u64 = read
             .iter()
@@ -1509,10 +1496,7 @@ async fn b42_version_2_schema_is_migrated_in_place() {
 
 /// The fill factor of each of the store's five tables (`None`: the server's default).
 async fn fill_factors(url: &str, schema: &str) -> Vec<(String, Option<String>)> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(url).await;
     let rows = client
         .query(
             "SELECT c.relname::text,
@@ -1562,10 +1546,7 @@ async fn history_and_jobs_tables_leave_room_for_updates_beside_their_rows() {
     .unwrap();
     // While another transaction holds the history table against DDL, `prepare` waits a
     // second for it, then goes on without it.
-    let (holder, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (holder, task) = common::connect(&url).await;
     holder
         .batch_execute(&format!(
             "BEGIN; LOCK TABLE \"{schema}\".anarchon_runs_attempts IN SHARE UPDATE EXCLUSIVE MODE"
@@ -1827,10 +1808,7 @@ async fn statements_are_bounded_by_the_timeout() {
     .await
     .unwrap();
     // Hold the jobs table's lock so a claim has to wait for it.
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(&url).await;
     client
         .batch_execute(&format!(
             "BEGIN; LOCK TABLE \"{schema}\".anarchon_runs_jobs IN ACCESS EXCLUSIVE MODE"

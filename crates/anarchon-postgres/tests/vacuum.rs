@@ -9,10 +9,7 @@ use std::sync::{Arc, Mutex};
 use anarchon_core::store::Store;
 
 async fn server_autovacuum(url: &str) -> bool {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let task = tokio::spawn(connection);
+    let (client, task) = common::connect(url).await;
     let on: bool = client
         .query_one("SELECT current_setting('autovacuum') <> 'off'", &[])
         .await

@@ -49,6 +49,20 @@ pub async fn fresh_store(url: &str) -> PostgresStore {
     store
 }
 
+/// A client on a connection of its own, and the task that drives the connection (it ends
+/// once the client is dropped).
+pub async fn connect(
+    url: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    (client, tokio::spawn(connection))
+}
+
 /// Runs SQL on a connection of its own.
 pub async fn exec(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
