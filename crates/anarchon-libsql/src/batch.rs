@@ -197,7 +197,10 @@ impl Script {
     /// count) the attempts beyond the `size` newest runs (a manual run counts as a run of its
     /// own); by age (the jobs with a TTL) those among the job's [`ops::TTL_PAGE`] oldest
     /// that finished before the cut; never those of running runs; then the finished runs
-    /// left without an attempt, among the job's [`RUNS_PAGE`] oldest. The contract lets a
+    /// left without an attempt, among the job's [`RUNS_PAGE`] oldest, except those whose row
+    /// holds their last attempt's history (an owner and a finish time: written by the SQLite
+    /// store, which writes no history row for a won claim; this store never prunes them, so
+    /// a file moved from the SQLite store keeps them, at most a job's history each). The contract lets a
     /// store defer pruning; deferring it to the end of the batch only keeps runs a little
     /// longer (a later item of the batch never finds a run of its job pruned that it would
     /// have found). A job due twice in one batch is pruned with the larger size and the
@@ -252,7 +255,8 @@ impl Script {
              ON p.job = d.job AND p.slot <= COALESCE((SELECT q.slot FROM {r} AS q \
                WHERE q.job = d.job ORDER BY q.slot LIMIT 1 OFFSET {page}), \
                (SELECT MAX(q.slot) FROM {r} AS q WHERE q.job = d.job)) \
-             WHERE p.status <> 'running' AND NOT EXISTS (SELECT 1 FROM {a} AS a \
+             WHERE p.status <> 'running' AND (p.owner IS NULL OR p.finished_at IS NULL) \
+             AND NOT EXISTS (SELECT 1 FROM {a} AS a \
                WHERE a.job = p.job AND a.slot = p.slot AND a.manual = 0))",
             page = RUNS_PAGE - 1
         );
@@ -592,14 +596,21 @@ impl Script {
              FROM c LEFT JOIN {r} AS r ON r.job = c.job AND r.slot = c.slot WHERE true"
         );
         self.push(&stmt);
-        // The attempt seen ends (unless it already ended, as after a release).
+        // The attempt seen ends (unless it already ended, as after a release): its history
+        // row is ended, or written from the run's row where that row holds the attempt's
+        // history (the SQLite store writes no row for a won claim or takeover, see
+        // `anarchon_sqlite::sql::ops`); a released run has its row already.
         let stmt = format!(
-            "{with} UPDATE {a} SET status = 'interrupted', finished_at = {n}, \
-             error = 'lease expired' \
-             WHERE job IN (SELECT job FROM c) AND manual = 0 AND status = 'running' \
-             AND EXISTS (SELECT 1 FROM c WHERE {k} AND c.seen = {a}.attempt \
-               AND {code} IN (0, 4, 5))",
-            k = mine(&a)
+            "{with} INSERT INTO {a} (job, slot, manual, attempt, instance_id, scheduled_at, \
+             reason, status, fence, started_at, finished_at, error) \
+             SELECT r.job, r.slot, 0, r.attempt, r.owner, r.scheduled_at, r.reason, \
+             'interrupted', r.fence, r.started_at, {n}, 'lease expired' \
+             FROM c JOIN {r} AS r ON r.job = c.job AND r.slot = c.slot \
+             WHERE r.attempt = c.seen AND r.owner IS NOT NULL AND r.status = 'running' \
+             AND {code} IN (0, 4, 5) \
+             ON CONFLICT (job, slot, manual, attempt, instance_id) DO UPDATE SET \
+             status = excluded.status, finished_at = excluded.finished_at, \
+             error = excluded.error WHERE {a}.status = 'running'"
         );
         self.push(&stmt);
         for (status, error, c) in [("interrupted", "NULL", 4), ("failed", "'exhausted'", 5)] {
@@ -793,6 +804,120 @@ mod tests {
         ] {
             full_batch(name, instance, one_job, bound);
         }
+    }
+
+    /// A file whose runs the SQLite store wrote (schema version 4: a won claim's run row is
+    /// the history of its attempt, with no history row), then written by this store's
+    /// batches, run here on SQLite itself (the same SQL a libSQL server runs): a takeover
+    /// writes the history row of the attempt whose lease ended before the row moves on, and
+    /// the end-of-batch prune keeps the runs whose row is their history.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn runs_whose_row_is_their_history_keep_it_through_these_batches() {
+        use anarchon_core::store::{
+            ClaimOutcome, HistoryStore, JobName, LeaseStore, RunKey, Store,
+        };
+        use anarchon_core::testkit::lease::claim;
+        let dir = tempfile::tempdir().unwrap();
+        let store = anarchon_sqlite::SqliteStore::connect(dir.path().join("moved.db"))
+            .await
+            .unwrap();
+        let t = Tables::new("anarchon_runs").unwrap();
+        let job = JobName::new("moved").unwrap();
+        let keep = Retention {
+            size: 10,
+            ttl_ms: None,
+        };
+        let now = store.now().await.unwrap();
+        for slot in [1_000, 2_000] {
+            let ClaimOutcome::Won(l) = store
+                .claim(&claim(&job, slot, "sqlite", now))
+                .await
+                .unwrap()
+            else {
+                panic!("claim of {slot}")
+            };
+            let done = Finish {
+                status: RunStatus::Succeeded,
+                error: None,
+                retention: keep,
+            };
+            assert_eq!(store.finish(&l, &done).await.unwrap(), OwnerWrite::Done);
+        }
+        let mut c = claim(&job, 3_000, "sqlite", now);
+        c.lease_ms = 1;
+        let ClaimOutcome::Won(crashed) = store.claim(&c).await.unwrap() else {
+            panic!("claim of 3000")
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let run = |sql: String| {
+            store
+                .open_connection()
+                .unwrap()
+                .execute_batch(&sql)
+                .unwrap()
+        };
+        let mut s = Script::new(&t);
+        s.takeovers(&[Takeover {
+            run: crashed.run.clone(),
+            seen_attempt: 1,
+            instance_id: "libsql".into(),
+            lease_ms: 60_000,
+            max_attempts: 3,
+            superseded: false,
+            not_after: i64::MAX / 2,
+        }]);
+        run(s.finish());
+        // A claim and its result by this store, pruning the job by count at the result
+        // (every result prunes below 16 runs).
+        let mut c = claim(&job, 4_000, "libsql", now);
+        c.overlap = Overlap::Allow;
+        let mut s = Script::new(&t);
+        s.claims(&[c]);
+        run(s.finish());
+        let fence: i64 = store
+            .open_connection()
+            .unwrap()
+            .query_row(
+                "SELECT fence FROM anarchon_runs WHERE job = 'moved' AND slot = 4000",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let lease = Lease {
+            run: RunKey::new(job.clone(), 4_000),
+            attempt: 1,
+            fence: u64::try_from(fence).unwrap(),
+            instance_id: "libsql".into(),
+            reason: Reason::Scheduled,
+            scheduled_at: 4_000,
+            started_at: now,
+            expires_at: i64::MAX / 2,
+        };
+        let mut s = Script::new(&t);
+        let done = Finish {
+            status: RunStatus::Succeeded,
+            error: None,
+            retention: keep,
+        };
+        s.finishes(&[(lease, done)]);
+        run(s.finish());
+        let h = store.history(&job, 10).await.unwrap();
+        let seen: Vec<_> = h
+            .iter()
+            .map(|r| (r.slot, r.attempt, r.instance_id.as_str(), r.status))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (4_000, 1, "libsql", RunStatus::Succeeded),
+                (3_000, 2, "libsql", RunStatus::Running),
+                (3_000, 1, "sqlite", RunStatus::Interrupted),
+                (2_000, 1, "sqlite", RunStatus::Succeeded),
+                (1_000, 1, "sqlite", RunStatus::Succeeded),
+            ],
+            "{h:?}"
+        );
+        assert_eq!(h[2].error.as_deref(), Some("lease expired"));
     }
 
     /// 64 items of 64 jobs (as the driver batches slots due together), or of one job.

@@ -169,14 +169,15 @@ async fn b45_the_tables_come_from_the_store_options() {
     let tx = FencedTransaction::begin(&mut conn, &store, &ctx).expect("begin");
     insert(&tx);
     tx.commit_finished().expect("commit");
-    let status: String = conn
+    // The run's row is its attempt's history (schema version 4): it ended with a finish time.
+    let (status, finished): (String, bool) = conn
         .query_row(
-            "SELECT status FROM myapp_sched_attempts WHERE job = ?1",
+            "SELECT status, finished_at IS NOT NULL FROM myapp_sched WHERE job = ?1",
             [j.as_str()],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!(status, "succeeded");
+    assert_eq!((status.as_str(), finished), ("succeeded", true));
     assert_eq!(run_status(&store, &lease.run).await.0, RunStatus::Succeeded);
 }
 

@@ -985,3 +985,195 @@ async fn b37_jobs_whose_fences_go_in_step_prune_at_different_finishes() {
         }
     }
 }
+
+fn history_rows(path: &Path) -> i64 {
+    raw(path)
+        .query_row("SELECT COUNT(*) FROM anarchon_runs_attempts", [], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+/// A won claim and its result write the run's row only: the row is the history of its
+/// current attempt (schema version 4). An attempt gets a history row of its own when a
+/// release or a takeover moves the row on, and the history reads both, each attempt once.
+#[tokio::test(flavor = "multi_thread")]
+async fn b37_a_won_claim_and_its_result_write_no_history_row() {
+    use anarchon_core::store::{Finish, Reason, Retention, Takeover, TakeoverOutcome};
+    let t = TempStore::new().await;
+    let store = &t.store;
+    let j = unique_job("inline");
+    let keep = Retention {
+        size: 100,
+        ttl_ms: None,
+    };
+    let now = store.now().await.unwrap();
+    let ClaimOutcome::Won(first) = store.claim(&claim(&j, 1_000, "i1", now)).await.unwrap() else {
+        panic!("claim of slot 1000")
+    };
+    let failed = Finish {
+        status: RunStatus::Failed,
+        error: Some("boom".into()),
+        retention: keep,
+    };
+    assert_eq!(
+        store.finish(&first, &failed).await.unwrap(),
+        OwnerWrite::Done
+    );
+    assert_eq!(
+        history_rows(&t.path()),
+        0,
+        "a claim and its result wrote history rows"
+    );
+
+    let ClaimOutcome::Won(second) = store.claim(&claim(&j, 2_000, "i1", now)).await.unwrap() else {
+        panic!("claim of slot 2000")
+    };
+    assert_eq!(store.release(&second).await.unwrap(), OwnerWrite::Done);
+    assert_eq!(
+        history_rows(&t.path()),
+        1,
+        "the release wrote its attempt's row"
+    );
+    let takeover = Takeover {
+        run: second.run.clone(),
+        seen_attempt: 1,
+        instance_id: "i2".into(),
+        lease_ms: 60_000,
+        max_attempts: 3,
+        superseded: false,
+        not_after: i64::MAX / 2,
+    };
+    let TakeoverOutcome::Won(retry) = store.take_over(&takeover).await.unwrap() else {
+        panic!("takeover of the released run")
+    };
+    let ok = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    assert_eq!(store.finish(&retry, &ok).await.unwrap(), OwnerWrite::Done);
+    assert_eq!(
+        history_rows(&t.path()),
+        1,
+        "the takeover or its result wrote a row"
+    );
+
+    let h = store.history(&j, 10).await.unwrap();
+    let seen: Vec<_> = h
+        .iter()
+        .map(|r| {
+            (
+                r.slot,
+                r.attempt,
+                r.instance_id.as_str(),
+                r.reason,
+                r.status,
+                r.error.as_deref(),
+                r.fence,
+                r.finished_at.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                2_000,
+                2,
+                "i2",
+                Reason::Takeover,
+                RunStatus::Succeeded,
+                None,
+                retry.fence,
+                true
+            ),
+            (
+                2_000,
+                1,
+                "i1",
+                Reason::Scheduled,
+                RunStatus::Interrupted,
+                Some("handed over"),
+                second.fence,
+                true
+            ),
+            (
+                1_000,
+                1,
+                "i1",
+                Reason::Scheduled,
+                RunStatus::Failed,
+                Some("boom"),
+                first.fence,
+                true
+            ),
+        ]
+    );
+    assert_eq!(h[2].started_at, first.started_at);
+    // A finished run's view has no owner, although its row keeps the last one.
+    let views = store.runs(std::slice::from_ref(&first.run)).await.unwrap();
+    assert_eq!(
+        (views[0].status, views[0].owner.as_deref()),
+        (RunStatus::Failed, None)
+    );
+}
+
+/// A run claimed by a build before version 4 (its attempt has a history row) and finished
+/// after the migration: the row is ended and read once, the run's row not read beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn b33_an_attempt_of_an_older_version_is_finished_in_its_own_row() {
+    use anarchon_core::store::{Finish, Lease, Reason, Retention, RunKey};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.db");
+    let t = Tables::new("anarchon_runs").unwrap();
+    {
+        let c = raw(&path);
+        for stmt in schema::create_v1(&t) {
+            c.execute(&stmt, []).unwrap();
+        }
+        for from in 1..3 {
+            for stmt in schema::migration(&t, from) {
+                c.execute(&stmt, []).unwrap();
+            }
+        }
+        c.execute_batch(
+            "INSERT INTO anarchon_runs_meta (key, value) VALUES ('schema_version', 3), ('job:v3', 2);
+             INSERT INTO anarchon_runs_attempts (job, slot, manual, attempt, instance_id, scheduled_at,
+               reason, status, fence, started_at, finished_at, error)
+               VALUES ('v3', 1000, 0, 1, 'a', 1000, 'scheduled', 'running', 2, 1001, NULL, NULL);
+             INSERT INTO anarchon_runs (job, slot, scheduled_at, status, attempt, starts, owner,
+               reason, fence, started_at, expires_at, error)
+               VALUES ('v3', 1000, 1000, 'running', 1, 1, 'a', 'scheduled', 2, 1001,
+               99999999999999, NULL);",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::connect(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), Some(SCHEMA_VERSION));
+    let j = anarchon_core::JobName::new("v3").unwrap();
+    let lease = Lease {
+        run: RunKey::new(j.clone(), 1000),
+        attempt: 1,
+        fence: 2,
+        instance_id: "a".into(),
+        reason: Reason::Scheduled,
+        scheduled_at: 1000,
+        started_at: 1001,
+        expires_at: 99_999_999_999_999,
+    };
+    let done = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: Retention {
+            size: 100,
+            ttl_ms: None,
+        },
+    };
+    assert_eq!(store.finish(&lease, &done).await.unwrap(), OwnerWrite::Done);
+    let h = store.history(&j, 10).await.unwrap();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!((h[0].status, h[0].fence), (RunStatus::Succeeded, 2));
+    assert!(h[0].finished_at.is_some());
+    assert_eq!(history_rows(&path), 1);
+}

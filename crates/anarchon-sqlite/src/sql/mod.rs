@@ -212,9 +212,12 @@ pub(crate) struct Statements {
     pub(crate) takeover_fence: String,
     pub(crate) insert_run: String,
     pub(crate) insert_attempt: String,
+    pub(crate) prune_cut: String,
     pub(crate) prune_by_count: String,
+    pub(crate) prune_runs_by_count: String,
     pub(crate) prune_by_age: String,
     pub(crate) prune_runs: String,
+    pub(crate) prune_runs_by_age: String,
     pub(crate) finish_run: String,
     pub(crate) finish_attempt: String,
     /// What a fenced transaction checks at its start (see [`ops::check_attempt`]).
@@ -223,6 +226,7 @@ pub(crate) struct Statements {
     pub(crate) finish_run_fenced: String,
     pub(crate) release_run: String,
     pub(crate) close_attempt: String,
+    pub(crate) write_attempt: String,
     pub(crate) read_run: String,
     pub(crate) set_run_status: String,
     pub(crate) takeover_run: String,
@@ -237,8 +241,10 @@ pub(crate) struct Statements {
     pub(crate) unfinished_head: String,
 }
 
-/// The columns of a run view, in the order [`ops`] reads them.
-const RUN_VIEW_COLUMNS: &str = "job, slot, status, attempt, owner, expires_at";
+/// The columns of a run view, in the order [`ops`] reads them. A run that ended keeps its
+/// last owner in the row (the history of its current attempt); its view has none.
+const RUN_VIEW_COLUMNS: &str = "job, slot, status, attempt, \
+     CASE WHEN status = 'running' THEN owner END, expires_at";
 /// The columns of a history record, in the order [`ops`] reads them.
 const ATTEMPT_COLUMNS: &str = "job, slot, scheduled_at, instance_id, manual, attempt, reason, \
      status, fence, started_at, finished_at, error";
@@ -251,8 +257,11 @@ impl Statements {
             // from what this returns. A claim runs it only when `claim_check` found such runs.
             // Without `INDEXED BY` the planner (no statistics) walks the primary key over
             // all of the job's earlier runs, finished ones included.
+            // The row keeps its owner and records the end: it is the history of its
+            // current attempt (a released run's attempt has its history row already).
             interrupt_runs: r("UPDATE {runs} INDEXED BY {running} \
-                 SET status = 'interrupted', owner = NULL \
+                 SET status = 'interrupted', finished_at = ?3, \
+                 error = 'replaced by the next slot' \
                  WHERE job = ?1 AND slot < ?2 AND status = 'running' \
                  AND (owner IS NULL OR expires_at <= ?3) RETURNING slot, attempt"),
             // Is the slot taken; which earlier run holds a live lease (the oldest); are there
@@ -297,17 +306,33 @@ impl Statements {
                  started_at = excluded.started_at, finished_at = excluded.finished_at, \
                  error = excluded.error",
             ),
-            // [B-37] By count: the attempts of runs older than the `size`-th newest run (a
-            // manual run counts as a run of its own), except those of running runs. The
-            // range on the unique index touches only what goes.
+            // [B-37] By count, the cut: the (slot, manual) of the `size`-th newest run of the
+            // job. A scheduled run is its row (every history row of a scheduled run has
+            // one), a manual run its history rows (one per slot, whichever instances).
+            // Both ranges are read newest first by key and merged, so it walks `size`
+            // entries.
+            prune_cut: r(
+                "SELECT slot, manual FROM (SELECT slot, 0 AS manual FROM {runs} WHERE job = ?1 \
+                 UNION ALL SELECT DISTINCT slot, 1 AS manual FROM {attempts} \
+                 WHERE job = ?1 AND manual = 1) \
+                 ORDER BY slot DESC, manual DESC LIMIT 1 OFFSET ?2 - 1",
+            ),
+            // [B-37] By count: the history rows of runs older than the cut (?2, ?3), except
+            // those of running runs. The range on the unique index touches only what goes.
             prune_by_count: r(
-                "DELETE FROM {attempts} WHERE job = ?1 AND (slot, manual) < \
-                 (SELECT slot, manual FROM {attempts} WHERE job = ?1 GROUP BY slot, manual \
-                  ORDER BY slot DESC, manual DESC LIMIT 1 OFFSET ?2 - 1) \
+                "DELETE FROM {attempts} WHERE job = ?1 AND (slot, manual) < (?2, ?3) \
                  AND NOT (manual = 0 AND EXISTS (SELECT 1 FROM {runs} AS r \
                    WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
                  RETURNING slot, manual",
             ),
+            // [B-37] By count: the runs older than the cut (?2, ?3) that ended, with the
+            // history of their current attempt; a range on the primary key (a scheduled
+            // run's row is older than the cut when its slot is below ?2, or at it when the
+            // cut is a manual run's: `?3` is 0 or 1).
+            prune_runs_by_count: r("DELETE FROM {runs} WHERE job = ?1 AND slot < ?2 + ?3 \
+                 AND status <> 'running' \
+                 AND NOT EXISTS (SELECT 1 FROM {attempts} AS a \
+                   WHERE a.job = ?1 AND a.slot = {runs}.slot AND a.manual = 0)"),
             // [B-37] By age: attempts that finished before the cut, except those of running
             // runs, among the job's ?3 oldest attempts (by slot; ties on the last slot
             // included): the range on the unique index stops there, so a pass reads what it
@@ -320,27 +345,40 @@ impl Statements {
                    WHERE r.job = ?1 AND r.slot = {attempts}.slot AND r.status = 'running')) \
                  RETURNING slot, manual",
             ),
-            // A finished run goes when the last of its attempts went: one statement for the
-            // slots from ?2 to ?3, the range a prune removed attempts from. A run in the
-            // range that still has an attempt, or still runs, stays; one that has none left
-            // (every run is created with its first attempt) goes, as it would have at its
-            // own prune.
+            // By age, a run that ended goes when the last of its history rows went: one
+            // statement for the slots from ?2 to ?3, the range a prune removed history rows
+            // from. A run in the range that still has a history row, or still runs, stays,
+            // and so does one whose current attempt (its row's history) ended at or after
+            // the cut ?4; a row of an older version (no `finished_at`) goes, as there.
             prune_runs: r(
                 "DELETE FROM {runs} WHERE job = ?1 AND slot BETWEEN ?2 AND ?3 \
-                 AND status <> 'running' \
+                 AND status <> 'running' AND (finished_at IS NULL OR finished_at < ?4) \
                  AND NOT EXISTS (SELECT 1 FROM {attempts} AS a \
                    WHERE a.job = ?1 AND a.slot = {runs}.slot AND a.manual = 0)",
             ),
-            finish_run: r("UPDATE {runs} SET status = ?5, owner = NULL, error = ?6 \
+            // [B-37] By age: runs whose current attempt ended before the cut and that hold
+            // no history row, among the job's ?3 oldest runs (as `prune_by_age`).
+            prune_runs_by_age: r("DELETE FROM {runs} WHERE job = ?1 AND finished_at < ?2 \
+                 AND status <> 'running' \
+                 AND slot <= (SELECT MAX(slot) FROM (SELECT slot FROM {runs} \
+                   WHERE job = ?1 ORDER BY slot LIMIT ?3)) \
+                 AND NOT EXISTS (SELECT 1 FROM {attempts} AS a \
+                   WHERE a.job = ?1 AND a.slot = {runs}.slot AND a.manual = 0) \
+                 RETURNING slot"),
+            // The row keeps its owner: it is the history of its current attempt.
+            finish_run: r(
+                "UPDATE {runs} SET status = ?5, error = ?6, finished_at = ?7 \
                  WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 \
-                 AND status = 'running'"),
+                 AND status = 'running'",
+            ),
             finish_attempt: r(
                 "UPDATE {attempts} SET status = ?4, finished_at = ?5, error = ?6 \
                  WHERE job = ?1 AND slot = ?2 AND manual = 0 AND attempt = ?3",
             ),
             fence_check: r("SELECT status, attempt, owner, fence, expires_at \
                  FROM {runs} WHERE job = ?1 AND slot = ?2"),
-            finish_run_fenced: r("UPDATE {runs} SET status = ?6, owner = NULL, error = NULL \
+            finish_run_fenced: r("UPDATE {runs} SET status = ?6, error = NULL, \
+                 finished_at = ?7 \
                  WHERE job = ?1 AND slot = ?2 AND attempt = ?3 AND owner = ?4 AND fence = ?5 \
                  AND status = 'running'"),
             release_run: r("UPDATE {runs} SET owner = NULL, expires_at = ?5 \
@@ -352,6 +390,21 @@ impl Statements {
                  WHERE job = ?1 AND slot = ?2 AND manual = 0 AND attempt = ?3 \
                  AND status = 'running'",
             ),
+            // The history row of the run's current attempt (?3), held by ?4, ended with
+            // status ?5 at ?6 with error ?7, written from the run's row before the row
+            // moves on (a release, a takeover). A row written already (by a build before
+            // version 4, or a store that writes one at every claim) is ended unless it
+            // ended already.
+            write_attempt: r(
+                "INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, \
+                 scheduled_at, reason, status, fence, started_at, finished_at, error) \
+                 SELECT job, slot, 0, attempt, owner, scheduled_at, reason, ?5, fence, \
+                 started_at, ?6, ?7 FROM {runs} WHERE job = ?1 AND slot = ?2 \
+                 AND attempt = ?3 AND owner = ?4 AND status = 'running' \
+                 ON CONFLICT (job, slot, manual, attempt, instance_id) DO UPDATE SET \
+                 status = excluded.status, finished_at = excluded.finished_at, \
+                 error = excluded.error WHERE {attempts}.status = 'running'",
+            ),
             read_run: r(
                 "SELECT status, attempt, starts, owner, expires_at, scheduled_at \
                  FROM {runs} WHERE job = ?1 AND slot = ?2",
@@ -361,11 +414,27 @@ impl Statements {
             takeover_run: r(
                 "UPDATE {runs} SET status = 'running', attempt = ?3, starts = ?4, \
                  owner = ?5, reason = 'takeover', fence = ?6, started_at = ?7, \
-                 expires_at = ?8, error = NULL WHERE job = ?1 AND slot = ?2",
+                 expires_at = ?8, error = NULL, finished_at = NULL \
+                 WHERE job = ?1 AND slot = ?2",
             ),
-            // Ties on every sort key keep the order of insertion, as the reference store does.
+            // The history rows, and the runs whose current attempt has none (its history is
+            // the run's row: running with an owner, or ended by its result or by the next
+            // slot, which set `finished_at` and keep the owner). Other runs without a row
+            // for their current attempt are not history: a row of an older version or of a
+            // store that writes a row at every claim whose rows a prune removed first (the
+            // run goes next), or a run that a build before version 4 finished (it clears the
+            // owner; that record is not shown).
+            // Ties on every sort key keep the order of insertion, as the reference store
+            // does; a run's row, which has no insertion number, goes first among its ties.
             history: r(&format!(
-                "SELECT {ATTEMPT_COLUMNS} FROM {{attempts}} WHERE job = ?1 \
+                "SELECT {ATTEMPT_COLUMNS} FROM (\
+                 SELECT {ATTEMPT_COLUMNS}, id FROM {{attempts}} WHERE job = ?1 \
+                 UNION ALL SELECT job, slot, scheduled_at, owner, 0, attempt, reason, status, \
+                 fence, started_at, finished_at, error, NULL FROM {{runs}} AS r \
+                 WHERE job = ?1 AND owner IS NOT NULL \
+                 AND (status = 'running' OR finished_at IS NOT NULL) AND NOT EXISTS (SELECT 1 \
+                   FROM {{attempts}} AS a WHERE a.job = ?1 AND a.slot = r.slot \
+                   AND a.manual = 0 AND a.attempt = r.attempt)) \
                  ORDER BY started_at DESC, slot DESC, attempt DESC, id ASC LIMIT ?2"
             )),
             update_manual: r(

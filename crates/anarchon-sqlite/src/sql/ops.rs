@@ -186,25 +186,8 @@ async fn claim_in_tx<E: Exec>(e: &mut E, sql: &Sql, c: &LeaseClaim) -> Result<Cl
         ],
     )
     .await?;
-    insert_attempt(
-        e,
-        sql,
-        &RunRecord {
-            job: c.run.job.clone(),
-            slot: c.run.slot,
-            scheduled_at: c.scheduled_at,
-            instance_id: c.instance_id.clone(),
-            manual: false,
-            attempt: 1,
-            reason: c.reason,
-            status: RunStatus::Running,
-            fence,
-            started_at: now,
-            finished_at: None,
-            error: None,
-        },
-    )
-    .await?;
+    // No history row: the run's row is the history of its first attempt (see
+    // [`write_attempt`]).
     if prune_due(job, fence) {
         prune(e, sql, job, c.retention, now).await?;
     }
@@ -321,12 +304,15 @@ async fn finish_in_tx<E: Exec>(e: &mut E, sql: &Sql, l: &Lease, f: &Finish) -> R
                     l.instance_id.as_str().into(),
                     f.status.as_str().into(),
                     f.error.as_deref().into(),
+                    now.into(),
                 ],
             )
             .await?;
         if n == 0 {
             return Ok(OwnerWrite::Lost);
         }
+        // The attempt's history row, where one was written (a takeover before version 4,
+        // a store that writes one at every claim); else the run's row is its history.
         e.execute(
             &st.finish_attempt,
             &[
@@ -354,6 +340,9 @@ pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWr
         let now = e.now().await?;
         let st = &sql.st;
         let job = l.run.job.as_str();
+        // The attempt's history row first, from the run's row (whose owner the release
+        // clears); written under the release's own conditions, so only when it succeeds.
+        write_attempt(e, sql, l, RunStatus::Interrupted, now, "handed over").await?;
         let n = e
             .execute(
                 &st.release_run,
@@ -369,16 +358,6 @@ pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWr
         if n == 0 {
             return Ok(OwnerWrite::Lost);
         }
-        close_attempt(
-            e,
-            sql,
-            &l.run,
-            l.attempt,
-            RunStatus::Interrupted,
-            now,
-            "handed over",
-        )
-        .await?;
         Ok(OwnerWrite::Done)
     }
     .await;
@@ -436,16 +415,23 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
         return Ok(TakeoverOutcome::Live);
     }
     let seen = u32::try_from(attempt).map_err(|_| sql.corrupt("", format!("attempt {attempt}")))?;
-    close_attempt(
-        e,
-        sql,
-        &t.run,
-        seen,
-        RunStatus::Interrupted,
-        now,
-        "lease expired",
-    )
-    .await?;
+    // The attempt whose lease ended gets its history row before the row moves on; a
+    // released one has it already (written by the release).
+    if let Some(owner) = &owner {
+        e.execute(
+            &st.write_attempt,
+            &[
+                job.into(),
+                t.run.slot.into(),
+                seen.into(),
+                owner.as_str().into(),
+                RunStatus::Interrupted.as_str().into(),
+                now.into(),
+                "lease expired".into(),
+            ],
+        )
+        .await?;
+    }
     if t.superseded {
         e.execute(
             &st.set_run_status,
@@ -495,25 +481,7 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
         ],
     )
     .await?;
-    insert_attempt(
-        e,
-        sql,
-        &RunRecord {
-            job: t.run.job.clone(),
-            slot: t.run.slot,
-            scheduled_at,
-            instance_id: t.instance_id.clone(),
-            manual: false,
-            attempt: next,
-            reason: Reason::Takeover,
-            status: RunStatus::Running,
-            fence,
-            started_at: now,
-            finished_at: None,
-            error: None,
-        },
-    )
-    .await?;
+    // No history row: the run's row is the history of the new attempt.
     Ok(TakeoverOutcome::Won(Lease {
         run: t.run.clone(),
         attempt: next,
@@ -757,6 +725,7 @@ pub async fn finish_fenced<E: Exec>(
                 key.instance_id.as_str().into(),
                 key.fence.into(),
                 status.into(),
+                now.into(),
             ],
         )
         .await?;
@@ -818,6 +787,39 @@ async fn insert_attempt<E: Exec>(e: &mut E, sql: &Sql, r: &RunRecord) -> Result<
             r.started_at.into(),
             r.finished_at.into(),
             r.error.as_deref().into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes the history row of `l`'s attempt, ended with `status` at `now`, from the run's row,
+/// when the run is still `l`'s (running, same attempt and owner); a row written already is
+/// ended unless it ended already.
+///
+/// A run's row is the history of its current attempt ([B-36, B-37]): a won claim and a won
+/// takeover write no history row, and a result writes only the run's row. An attempt gets a
+/// row of its own only when the run's row moves on while the attempt's record must stay: a
+/// release (the row loses its owner) and a takeover (the row becomes the next attempt's).
+/// The history reads the rows and the runs whose current attempt has none.
+async fn write_attempt<E: Exec>(
+    e: &mut E,
+    sql: &Sql,
+    l: &Lease,
+    status: RunStatus,
+    now: EpochMs,
+    error: &str,
+) -> Result<()> {
+    e.execute(
+        &sql.st.write_attempt,
+        &[
+            l.run.job.as_str().into(),
+            l.run.slot.into(),
+            l.attempt.into(),
+            l.instance_id.as_str().into(),
+            status.as_str().into(),
+            now.into(),
+            error.into(),
         ],
     )
     .await?;
@@ -911,12 +913,14 @@ async fn prune<E: Exec>(
 
 /// [B-37] Prunes the job by age (when `retention` has a TTL) and, when `by_count`, by count.
 ///
-/// By count: the runs older than the `size`-th newest go (one walk of `size` index entries,
-/// then a range delete of what goes). By age: the history rows among the job's oldest that
-/// finished before the cut go, [`TTL_PAGE`] rows a pass, so a prune looks at what it removes
-/// plus one page, never at the whole history; a row that finished before the cut behind a
-/// newer slot's row that did not is removed once the older rows ahead of it went (runs end
-/// roughly in slot order, so that is at once in practice; the count bounds the rest).
+/// By count: the cut is the `size`-th newest run (one walk of `size` keys); the history rows
+/// and the runs that ended below it go in two range deletes. By age: the history rows among
+/// the job's oldest that finished before the cut go, [`TTL_PAGE`] rows a pass, and so do the
+/// runs among the job's oldest whose row holds their history and that finished before it,
+/// so a prune looks at what it removes plus one page, never at the whole history; a row that
+/// finished before the cut behind a newer slot's row that did not is removed once the older
+/// rows ahead of it went (runs end roughly in slot order, so that is at once in practice;
+/// the count bounds the rest).
 async fn prune_some<E: Exec>(
     e: &mut E,
     sql: &Sql,
@@ -926,29 +930,39 @@ async fn prune_some<E: Exec>(
     by_count: bool,
 ) -> Result<()> {
     let size = i64::from(retention.size.max(1));
-    let mut gone = if by_count {
-        e.query(&sql.st.prune_by_count, &[job.into(), size.into()])
-            .await?
-    } else {
-        Vec::new()
-    };
-    if let Some(ttl) = retention.ttl_ms {
-        let cut = now.saturating_sub(ms(ttl));
-        for _ in 0..TTL_PASSES {
-            let rows = e
-                .query(
-                    &sql.st.prune_by_age,
-                    &[job.into(), cut.into(), TTL_PAGE.into()],
-                )
-                .await?;
-            let n = rows.len();
-            gone.extend(rows);
-            if i64::try_from(n).unwrap_or(i64::MAX) < TTL_PAGE {
-                break;
-            }
+    if by_count {
+        let cut = e
+            .query(&sql.st.prune_cut, &[job.into(), size.into()])
+            .await?;
+        if let Some(row) = cut.first() {
+            let params = [
+                job.into(),
+                int(sql, row, 0)?.into(),
+                int(sql, row, 1)?.into(),
+            ];
+            e.query(&sql.st.prune_by_count, &params).await?;
+            e.execute(&sql.st.prune_runs_by_count, &params).await?;
         }
     }
-    // The scheduled slots whose attempts went: their runs go in one range delete.
+    let Some(ttl) = retention.ttl_ms else {
+        return Ok(());
+    };
+    let cut = now.saturating_sub(ms(ttl));
+    let mut gone = Vec::new();
+    for _ in 0..TTL_PASSES {
+        let rows = e
+            .query(
+                &sql.st.prune_by_age,
+                &[job.into(), cut.into(), TTL_PAGE.into()],
+            )
+            .await?;
+        let n = rows.len();
+        gone.extend(rows);
+        if i64::try_from(n).unwrap_or(i64::MAX) < TTL_PAGE {
+            break;
+        }
+    }
+    // The scheduled slots whose history rows went: their runs go in one range delete.
     let mut range: Option<(i64, i64)> = None;
     for row in &gone {
         if int(sql, row, 1)? == 0 {
@@ -957,8 +971,24 @@ async fn prune_some<E: Exec>(
         }
     }
     if let Some((first, last)) = range {
-        e.execute(&sql.st.prune_runs, &[job.into(), first.into(), last.into()])
-            .await?;
+        e.execute(
+            &sql.st.prune_runs,
+            &[job.into(), first.into(), last.into(), cut.into()],
+        )
+        .await?;
+    }
+    // The runs whose row is their history.
+    for _ in 0..TTL_PASSES {
+        let n = e
+            .query(
+                &sql.st.prune_runs_by_age,
+                &[job.into(), cut.into(), TTL_PAGE.into()],
+            )
+            .await?
+            .len();
+        if i64::try_from(n).unwrap_or(i64::MAX) < TTL_PAGE {
+            break;
+        }
     }
     Ok(())
 }

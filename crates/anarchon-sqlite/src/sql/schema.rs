@@ -12,6 +12,7 @@
 //! | 1 | the tables `<prefix>`, `<prefix>_attempts`, `<prefix>_meta` |
 //! | 2 | the partial index `<prefix>_running` on running runs, so a claim's checks of earlier runs touch only the running ones |
 //! | 3 | the partial index `<prefix>_released` on released runs (running, no owner), so the release watcher of each process reads only those, not every running run |
+//! | 4 | the column `finished_at` of `<prefix>`: a run's row is the history of its current attempt until another attempt supersedes it (see [`super::ops`]), so a won claim and its result write no history row |
 
 use anarchon_core::store::{Error, Result};
 
@@ -19,9 +20,10 @@ use super::ops::finish_tx;
 use super::{Exec, Sql, Tables, Value, render};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
-/// Columns of `<prefix>` (one row per run: state, lease, fence).
+/// Columns of `<prefix>` (one row per run: state, lease, fence, and the history of its
+/// current attempt) at [`SCHEMA_VERSION`].
 pub const RUNS_COLUMNS: &[&str] = &[
     "job",
     "slot",
@@ -35,7 +37,17 @@ pub const RUNS_COLUMNS: &[&str] = &[
     "started_at",
     "expires_at",
     "error",
+    "finished_at",
 ];
+
+/// The columns of `<prefix>` a schema at `version` has (`finished_at` came with version 4).
+pub fn runs_columns(version: i64) -> &'static [&'static str] {
+    if version >= 4 {
+        RUNS_COLUMNS
+    } else {
+        &RUNS_COLUMNS[..RUNS_COLUMNS.len() - 1]
+    }
+}
 
 /// Columns of `<prefix>_attempts` (one row per attempt: the history).
 pub const ATTEMPTS_COLUMNS: &[&str] = &[
@@ -112,6 +124,12 @@ pub fn migration(t: &Tables, from: i64) -> Vec<String> {
             "CREATE INDEX IF NOT EXISTS \"{}_released\" ON \"{}\" (job, slot) \
              WHERE status = 'running' AND owner IS NULL",
             t.runs, t.runs
+        )],
+        // Rows of older versions keep `finished_at` NULL: each of their attempts has a
+        // history row already, which the history reads prefer.
+        3 => vec![format!(
+            "ALTER TABLE \"{}\" ADD COLUMN finished_at INTEGER",
+            t.runs
         )],
         _ => Vec::new(),
     }
@@ -198,7 +216,7 @@ async fn ensure_in_tx<E: Exec>(e: &mut E, sql: &Sql) -> Result<Ensured> {
                 supported: SCHEMA_VERSION,
             });
         }
-        check_table(e, sql, &t.runs, RUNS_COLUMNS).await?;
+        check_table(e, sql, &t.runs, runs_columns(found)).await?;
         check_table(e, sql, &t.attempts, ATTEMPTS_COLUMNS).await?;
         if found == SCHEMA_VERSION {
             return Ok(Ensured::Current);
