@@ -806,13 +806,13 @@ mod tests {
         }
     }
 
-    /// A file whose runs the SQLite store wrote (schema version 4: a won claim's run row is
+    /// [B-37] A file whose runs the SQLite store wrote (schema version 4: a won claim's run row is
     /// the history of its attempt, with no history row), then written by this store's
     /// batches, run here on SQLite itself (the same SQL a libSQL server runs): a takeover
     /// writes the history row of the attempt whose lease ended before the row moves on, and
     /// the end-of-batch prune keeps the runs whose row is their history.
     #[tokio::test(flavor = "multi_thread")]
-    async fn runs_whose_row_is_their_history_keep_it_through_these_batches() {
+    async fn b37_runs_whose_row_is_their_history_keep_it_through_these_batches() {
         use anarchon_core::store::{
             ClaimOutcome, HistoryStore, JobName, LeaseStore, RunKey, Store,
         };

@@ -57,7 +57,7 @@ use crate::store::{
 ///     "INSERT INTO ledger (slot, amount) VALUES (?1, 10)",
 ///     [ctx.slot_ms()],
 /// )?;
-/// tx.commit_finished()?; // the row, the run `succeeded` and its history row: one commit
+/// tx.commit_finished()?; // the row and the run `succeeded` (its history): one commit
 /// # Ok(()) }
 /// ```
 pub struct FencedTransaction<'c> {
@@ -178,7 +178,8 @@ impl<'c> FencedTransaction<'c> {
     }
 
     /// Records the run's success in the same commit as the handler's writes: the run row
-    /// and this attempt's history row become `succeeded` (`finished_at` = the host clock
+    /// (the history of this attempt, or beside its history row where one was written)
+    /// becomes `succeeded` (`finished_at` = the host clock
     /// now, as the store's `finish` writes them), then `COMMIT`, then the handler's context
     /// is told ([`JobContext::mark_finished_in_transaction`]) so the scheduler writes no
     /// result of its own. A backup that would take the run over finds it finished. Pruning

@@ -342,7 +342,16 @@ pub async fn release<E: Exec>(e: &mut E, sql: &Sql, l: &Lease) -> Result<OwnerWr
         let job = l.run.job.as_str();
         // The attempt's history row first, from the run's row (whose owner the release
         // clears); written under the release's own conditions, so only when it succeeds.
-        write_attempt(e, sql, l, RunStatus::Interrupted, now, "handed over").await?;
+        write_attempt(
+            e,
+            sql,
+            &l.run,
+            l.attempt,
+            &l.instance_id,
+            now,
+            "handed over",
+        )
+        .await?;
         let n = e
             .execute(
                 &st.release_run,
@@ -418,19 +427,7 @@ async fn take_over_in_tx<E: Exec>(e: &mut E, sql: &Sql, t: &Takeover) -> Result<
     // The attempt whose lease ended gets its history row before the row moves on; a
     // released one has it already (written by the release).
     if let Some(owner) = &owner {
-        e.execute(
-            &st.write_attempt,
-            &[
-                job.into(),
-                t.run.slot.into(),
-                seen.into(),
-                owner.as_str().into(),
-                RunStatus::Interrupted.as_str().into(),
-                now.into(),
-                "lease expired".into(),
-            ],
-        )
-        .await?;
+        write_attempt(e, sql, &t.run, seen, owner, now, "lease expired").await?;
     }
     if t.superseded {
         e.execute(
@@ -701,8 +698,9 @@ pub fn judge_attempt(
     None
 }
 
-/// A fenced transaction's own finish, inside the caller's transaction: the run and this
-/// attempt's history row become `succeeded` with `finished_at` = the store's now, as
+/// A fenced transaction's own finish, inside the caller's transaction: the run (the history
+/// of this attempt, and its history row where one was written) becomes `succeeded` with
+/// `finished_at` = the store's now, as
 /// [`finish_many`] writes them (without pruning: the job's next claims prune it). Conditional on
 /// (job, slot, attempt, owner, fence) and status `running`: when that no longer holds (the
 /// handler's own statements changed the run row) nothing is written and the loss found is
@@ -793,9 +791,9 @@ async fn insert_attempt<E: Exec>(e: &mut E, sql: &Sql, r: &RunRecord) -> Result<
     Ok(())
 }
 
-/// Writes the history row of `l`'s attempt, ended with `status` at `now`, from the run's row,
-/// when the run is still `l`'s (running, same attempt and owner); a row written already is
-/// ended unless it ended already.
+/// Writes the history row of `run`'s `attempt` held by `owner`, ended as `interrupted` at
+/// `now` with `error`, from the run's row, when the run is still that attempt's (running,
+/// same attempt and owner); a row written already is ended unless it ended already.
 ///
 /// A run's row is the history of its current attempt ([B-36, B-37]): a won claim and a won
 /// takeover write no history row, and a result writes only the run's row. An attempt gets a
@@ -805,19 +803,20 @@ async fn insert_attempt<E: Exec>(e: &mut E, sql: &Sql, r: &RunRecord) -> Result<
 async fn write_attempt<E: Exec>(
     e: &mut E,
     sql: &Sql,
-    l: &Lease,
-    status: RunStatus,
+    run: &RunKey,
+    attempt: u32,
+    owner: &str,
     now: EpochMs,
     error: &str,
 ) -> Result<()> {
     e.execute(
         &sql.st.write_attempt,
         &[
-            l.run.job.as_str().into(),
-            l.run.slot.into(),
-            l.attempt.into(),
-            l.instance_id.as_str().into(),
-            status.as_str().into(),
+            run.job.as_str().into(),
+            run.slot.into(),
+            attempt.into(),
+            owner.into(),
+            RunStatus::Interrupted.as_str().into(),
             now.into(),
             error.into(),
         ],
@@ -876,7 +875,7 @@ fn prune_due(job: &str, fence: u64) -> bool {
 }
 
 /// How often a finish prunes a job kept to `size` runs by count (the rule of every store; it
-/// divides [`PRUNE_EVERY`], so a takeover's fence leaves the fence modulo the period alone).
+/// divides `PRUNE_EVERY`, so a takeover's fence leaves the fence modulo the period alone).
 pub use anarchon_core::history::finish_prune_period;
 
 /// Whether the finish of `job`'s run with `fence` prunes the job (kept to `size` runs) by
