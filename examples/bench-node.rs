@@ -65,8 +65,8 @@
 //!   and indexes (a second table set, `floor`, in the run's schema), without the scheduler,
 //!   competing claims or job locks: K callers, each owning `--jobs / K` jobs whose histories
 //!   start full (`--history` runs each), repeating two committed set-based statements per 256
-//!   jobs and slot: the claim (the run row, the fence, the attempt row) and the finish (the
-//!   run and the attempt ended, the run and attempt `--history` slots older pruned). Prints
+//!   jobs and slot: the claim (the run row, which holds its attempt's history, and the fence)
+//!   and the finish (the run ended, the run `--history` slots older pruned). Prints
 //!   `SLOT_FLOOR slots= seconds= callers=`. With `--paced 1` the same statements run at the
 //!   run's own rate instead, each job once a second for `--seconds`, and it prints
 //!   `PACED_FLOOR minute= slots= in_second= late=` per minute and `PACED_FLOOR_END`. With
@@ -1143,23 +1143,12 @@ async fn slot_floor(args: &Args) -> Result<()> {
                 .execute(
                     &format!(
                         "INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner,
-                                             expires_at, scheduled_at, started_at)
-                         SELECT j, s * 1000, 'success', 1, 1, NULL, 0, s * 1000, s * 1000
+                                             expires_at, scheduled_at, started_at, instance_id,
+                                             reason, fence, finished_at)
+                         SELECT j, s * 1000, 'success', 1, 1, NULL, 0, s * 1000, s * 1000,
+                                'floor', 'scheduled', s + 1, s * 1000 + 1
                          FROM unnest($1::text[]) AS j, generate_series(0::int8, $2::int8 - 1) AS s
                          ON CONFLICT DO NOTHING"
-                    ),
-                    &[&chunk, &history],
-                )
-                .await?;
-            client
-                .execute(
-                    &format!(
-                        "INSERT INTO {attempts} (job, slot, manual, attempt, instance_id,
-                                                 scheduled_at, reason, status, fence,
-                                                 started_at, finished_at)
-                         SELECT j, s * 1000, false, 1, 'floor', s * 1000, 'scheduled',
-                                'success', s + 1, s * 1000, s * 1000 + 1
-                         FROM unnest($1::text[]) AS j, generate_series(0::int8, $2::int8 - 1) AS s"
                     ),
                     &[&chunk, &history],
                 )
@@ -1177,37 +1166,32 @@ async fn slot_floor(args: &Args) -> Result<()> {
             ))
             .await?;
     }
+    // The rows a won slot writes since the store's schema version 4: the run's row, which
+    // holds its attempt's history, and the job's fence; no history row.
     let claim = format!(
         "WITH b AS (SELECT unnest($1::text[]) AS job),
          ins AS (
              INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
-                                 scheduled_at, started_at)
-             SELECT job, $2::int8, 'running', 1, 1, 'floor', $2::int8 + 30000, $2::int8, $2::int8 FROM b ORDER BY job
+                                 scheduled_at, started_at, instance_id, reason, fence)
+             SELECT b.job, $2::int8, 'running', 1, 1, 'floor', $2::int8 + 30000, $2::int8,
+                    $2::int8, 'floor', 'scheduled',
+                    (SELECT j.fence + 1 FROM {job_rows} j WHERE j.job = b.job)
+             FROM b ORDER BY b.job
              ON CONFLICT (job, slot) DO NOTHING
-             RETURNING job),
-         f AS (
-             UPDATE {job_rows} j SET fence = j.fence + 1, unpruned = j.unpruned + 1
-             FROM ins WHERE j.job = ins.job RETURNING j.job, j.fence)
-         INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
-                                 status, fence, started_at)
-         SELECT f.job, $2::int8, false, 1, 'floor', $2::int8, 'scheduled', 'running', f.fence, $2::int8 FROM f"
+             RETURNING job)
+         UPDATE {job_rows} j SET fence = j.fence + 1, unpruned = j.unpruned + 1,
+                                 keys_added = coalesce(j.keys_added, 0) + 1
+         FROM ins WHERE j.job = ins.job"
     );
     let finish = format!(
         "WITH b AS (SELECT unnest($1::text[]) AS job),
          r AS (
-             UPDATE {runs} x SET status = 'success', owner = NULL
+             UPDATE {runs} x SET status = 'success', owner = NULL, finished_at = $2::int8 + 1
              FROM b WHERE x.job = b.job AND x.slot = $2::int8 AND x.status = 'running'
-             RETURNING x.job),
-         a AS (
-             UPDATE {attempts} x SET status = 'success', finished_at = $2::int8 + 1
-             FROM r WHERE x.job = r.job AND x.slot = $2::int8 AND x.attempt = 1 AND NOT x.manual
-             RETURNING x.job),
-         dr AS (
-             DELETE FROM {runs} x USING b WHERE x.job = b.job AND x.slot = ($2::int8 - $3::int8)
              RETURNING x.job)
-         DELETE FROM {attempts} x USING b
+         DELETE FROM {runs} x USING b
          WHERE x.job = b.job AND x.slot = ($2::int8 - $3::int8)
-           AND (SELECT count(*) FROM a) + (SELECT count(*) FROM dr) >= 0"
+           AND (SELECT count(*) FROM r) >= 0"
     );
     let store = Arc::new(store);
     let run_caller = |c: usize, warm: bool, until: Instant, first: i64| {

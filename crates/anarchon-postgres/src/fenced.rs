@@ -20,7 +20,7 @@
 //!   (`FOR NO KEY UPDATE`) and checked again (running, attempt, owner, fence; the lease is
 //!   not judged again, since no takeover could happen meanwhile); a loss fails the
 //!   statement, so the `COMMIT` after it rolls back. `commit_finished` also writes the run
-//!   and its attempt's history row `succeeded`, as `LeaseStore::finish` does.
+//!   `succeeded` (its row holds the attempt's history), as `LeaseStore::finish` does.
 //!
 //! READ COMMITTED is required, not a default: under REPEATABLE READ or SERIALIZABLE the
 //! transaction's snapshot is taken by its first statement, before the lock is granted, so
@@ -370,8 +370,8 @@ impl FencedTransaction<'_> {
         self.end(false).await
     }
 
-    /// Commits the transaction's writes and records the run `succeeded` (the run row and
-    /// this attempt's history row, `finished_at` on the database clock) in the same commit,
+    /// Commits the transaction's writes and records the run `succeeded` (the run row, which
+    /// holds this attempt's history, `finished_at` on the database clock) in the same commit,
     /// if this attempt still owns the run; then tells the scheduler
     /// ([`JobContext::mark_finished_in_transaction`]), which writes no result of its own
     /// for the attempt. One round trip. The job's older runs are pruned by its next

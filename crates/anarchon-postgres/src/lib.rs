@@ -23,9 +23,11 @@
 //! # Tables
 //!
 //! With the default prefix `anarchon_runs` in schema `public`: `anarchon_runs` (state and
-//! lease of each run), `anarchon_runs_attempts` (history, one row per attempt),
-//! `anarchon_runs_jobs` (known jobs and each job's fencing counter), `anarchon_runs_meta`
-//! (schema version) and the function `anarchon_runs_retry`. `prepare` creates or migrates
+//! lease of each run, and the history of its current attempt), `anarchon_runs_attempts`
+//! (the history of attempts handed over or taken over, and of manual runs),
+//! `anarchon_runs_jobs` (known jobs and each job's fencing counter), `anarchon_runs_cuts`
+//! (each job's remembered pruning cut), `anarchon_runs_meta` (schema version) and the
+//! function `anarchon_runs_retry`. `prepare` creates or migrates
 //! them under a transaction-scoped advisory lock, so any number of instances may start at
 //! once; a schema written by a newer anarchon is refused and left untouched.
 //!

@@ -14,7 +14,7 @@ use deadpool_postgres::Object;
 
 use crate::Inner;
 use crate::error::KIND;
-use crate::sql::{ADDED_IN_2, HOT_FILLFACTOR, SCHEMA_VERSION, SHAPES};
+use crate::sql::{ADDED, HOT_FILLFACTOR, SCHEMA_VERSION, SHAPES};
 
 impl Inner {
     pub(crate) async fn prepare_schema(&self, jobs: &[JobName]) -> Result<()> {
@@ -124,19 +124,22 @@ impl Inner {
                 version = Some(v);
             }
         }
-        // A version-1 table (or one of unknown version) lacks the columns added since; they
-        // are added below instead of being reported as a foreign shape. (The meta table was
-        // checked above.)
-        let older = version.is_none_or(|v| v < 2);
+        // A table of an older version (or of unknown version: version 1 had no meta row)
+        // lacks the columns added since; they are added below instead of being reported as a
+        // foreign shape. (The meta table was checked above.)
+        let added_later = |suffix: &str, column: &str, ty: &str| {
+            ADDED.iter().any(|&(added_in, s, c, t, _)| {
+                s == suffix && c == column && t == ty && version.is_none_or(|v| v < added_in)
+            })
+        };
         for (name, (suffix, shape)) in table_names.iter().zip(SHAPES.iter()) {
             if *suffix != "_meta" && kinds.contains_key(name) {
                 let shape: Vec<(&str, &str)> = shape
                     .iter()
                     .copied()
                     .filter(|(column, ty)| {
-                        !(older
-                            && !columns.get(name).is_some_and(|c| c.contains_key(*column))
-                            && ADDED_IN_2.contains(&(suffix, column, ty)))
+                        columns.get(name).is_some_and(|c| c.contains_key(*column))
+                            || !added_later(suffix, column, ty)
                     })
                     .collect();
                 self.check_shape(name, &kinds, &columns, &shape)?;
@@ -163,19 +166,19 @@ impl Inner {
                     .map_err(pg)?;
             }
             tx.batch_execute(&self.sql.create).await.map_err(pg)?;
-            // Migrations from older versions, one step per version; the tables above exist
-            // (2 → 3 is the table of remembered cuts, created with them).
-            // 1 → 2: the jobs table's count of claims since the job was last pruned. A
-            // constant default adds the column without rewriting the table (PostgreSQL 11+);
-            // older servers rewrite it, and the jobs table is small.
-            for (suffix, column, ty) in ADDED_IN_2 {
+            // Migrations from older versions; the tables above exist (2 → 3 is the table of
+            // remembered cuts, created with them). 1 → 2: the jobs table's count of claims
+            // since the job was last pruned, with a constant default. 3 → 4: the history of a
+            // run's current attempt in its row, NULL in the rows of older versions. Neither
+            // rewrites a table (PostgreSQL 11+; older servers rewrite the small jobs table for
+            // the default); each takes the table's lock for a moment.
+            for (_, suffix, column, ty, rest) in ADDED {
                 let table = format!("{}{suffix}", names.table);
                 let existed = kinds.contains_key(&table);
                 if existed && !columns.get(&table).is_some_and(|c| c.contains_key(column)) {
                     let schema = &names.schema;
                     tx.batch_execute(&format!(
-                        "ALTER TABLE \"{schema}\".\"{table}\" \
-                         ADD COLUMN {column} {ty} NOT NULL DEFAULT 0"
+                        "ALTER TABLE \"{schema}\".\"{table}\" ADD COLUMN {column} {ty} {rest}"
                     ))
                     .await
                     .map_err(pg)?;

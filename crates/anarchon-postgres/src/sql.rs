@@ -25,8 +25,9 @@ pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1
 
 /// The schema version this build writes and reads. Version 2 added
 /// `<table>_jobs.unpruned` (see [`PRUNE_EVERY`]); version 3 the table `<table>_cuts`, each
-/// job's remembered cut (see [`prune_sql`]).
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+/// job's remembered cut (see [`prune_sql`]); version 4 the history of a run's current attempt
+/// in the run's own row (see [`ADDED`]).
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// A won claim makes its job due to prune only when it is the job's `PRUNE_EVERY`-th won
 /// claim since the job was last found due. The count lives in `<table>_jobs.unpruned`,
@@ -55,9 +56,9 @@ pub(crate) const SCHEMA_VERSION: i64 = 3;
 pub(crate) const PRUNE_EVERY: i32 = 16;
 
 /// The fill factor of the history and jobs tables: half of each page is left free when rows
-/// are inserted, so that the update a row gets soon after (a history row's result, a job's
-/// fence) fits beside it on the same page and is a heap-only tuple (HOT) update, which
-/// writes no index entry. At PostgreSQL's default of 100 a history row's page is full
+/// are inserted, so that the update a row gets soon after (a job's fence; a history row's
+/// result, when schema version 3 and older wrote a history row at every claim) fits beside
+/// it on the same page and is a heap-only tuple (HOT) update, which writes no index entry. At PostgreSQL's default of 100 a history row's page is full
 /// milliseconds after the insert (hundreds of rows a second go to the table's end), so
 /// 98.7 % of the results were written as a new row version elsewhere plus an entry in each
 /// of the table's two indexes (`pg_stat_user_tables`, 3 x 10,000 `every 1s`). The runs
@@ -65,10 +66,29 @@ pub(crate) const PRUNE_EVERY: i32 = 16;
 /// changes, so those updates are never HOT.
 pub(crate) const HOT_FILLFACTOR: u32 = 50;
 
-/// Columns added after version 1, as (table suffix, column, information_schema type): a
-/// version-1 table lacks them until `prepare` migrates it. (Version 3 added a table, which
-/// `prepare` creates as it creates missing tables.)
-pub(crate) const ADDED_IN_2: [(&str, &str, &str); 1] = [("_jobs", "unpruned", "integer")];
+/// Columns added after version 1, as (the version that added it, table suffix, column,
+/// information_schema type, what `ALTER TABLE ... ADD COLUMN` appends after the type): a table
+/// of an older version lacks them until `prepare` migrates it. (Version 3 added a table,
+/// which `prepare` creates as it creates missing tables.) Every one is added without
+/// rewriting the table: a nullable column, or a constant default (PostgreSQL 11+).
+///
+/// Version 4: **a run's row is the history of its current attempt** (`instance_id`, `reason`,
+/// `fence`, `finished_at`, `error`, beside the `started_at` of the current attempt), so a
+/// won claim and its result write one row, not two: a history row is written only when the
+/// run's row moves on while the attempt must stay on record (a release, a takeover). A run
+/// whose `instance_id` is NULL was claimed by an older version: its current attempt has its
+/// own history row. `_jobs.keys_added` counts the won claims that were their job's newest
+/// run (see [`prune_sql`]); `_cuts.cut_added` is that count when the cut was remembered.
+pub(crate) const ADDED: [(i64, &str, &str, &str, &str); 8] = [
+    (2, "_jobs", "unpruned", "integer", "NOT NULL DEFAULT 0"),
+    (4, "", "instance_id", "text", ""),
+    (4, "", "reason", "text", ""),
+    (4, "", "fence", "bigint", ""),
+    (4, "", "finished_at", "bigint", ""),
+    (4, "", "error", "text", ""),
+    (4, "_jobs", "keys_added", "bigint", ""),
+    (4, "_cuts", "cut_added", "bigint", ""),
+];
 
 /// Quoted, schema-qualified names of the store's objects.
 #[derive(Debug, Clone)]
@@ -172,6 +192,11 @@ pub(crate) const SHAPES: [(&str, &[(&str, &str)]); 5] = [
             ("expires_at", "bigint"),
             ("scheduled_at", "bigint"),
             ("started_at", "bigint"),
+            ("instance_id", "text"),
+            ("reason", "text"),
+            ("fence", "bigint"),
+            ("finished_at", "bigint"),
+            ("error", "text"),
         ],
     ),
     (
@@ -198,6 +223,7 @@ pub(crate) const SHAPES: [(&str, &[(&str, &str)]); 5] = [
             ("fence", "bigint"),
             ("registered_at", "bigint"),
             ("unpruned", "integer"),
+            ("keys_added", "bigint"),
         ],
     ),
     ("_meta", &[("key", "text"), ("value", "text")]),
@@ -211,6 +237,7 @@ pub(crate) const SHAPES: [(&str, &[(&str, &str)]); 5] = [
             ("cut_fence", "bigint"),
             ("cut_size", "bigint"),
             ("fast_prunes", "integer"),
+            ("cut_added", "bigint"),
         ],
     ),
 ];
@@ -294,49 +321,57 @@ pub(crate) struct Sql {
 /// NULL elements: none), as the reference model (`MemoryStore::prune`) does: it keeps the
 /// `size` newest distinct (slot, manual) history keys of a job, drops rows that finished
 /// before `now - ttl`, always keeps the rows of running runs, and removes a run once none
-/// of its rows is left. Each job appears once in `$1`.
+/// of its history is left. Each job appears once in `$1`.
+///
+/// **The keys** (schema version 4): a scheduled key is a run's row (`(slot, false)`; the
+/// row holds its current attempt's history, and the history rows of its earlier attempts
+/// share its key), a manual key a manual run's history row (`(slot, true)`). A job's keys
+/// are read by merging the two, each through its own index (the runs' primary key, the
+/// history table's partial `_manual` index), never a key that is not the job's.
 ///
 /// **Finding the cut in O(rows pruned).** The cut of a job (its `size`-th newest key) is
-/// remembered in `_cuts` (`cut_slot`, `cut_manual`) with the job's fence the prune saw
-/// (`cut_fence`) and the database clock then (`cut_at`, which only bounds where the next
-/// prune looks, see below): at least `size` keys were at or above the cut on that snapshot. Keys are only added above a cut (or below it, where they are pruned anyway),
-/// and only a prune deletes them, below its own cut, which never lies below a remembered one
-/// (without a TTL a job's cut only moves up). So the keys at or above the remembered cut now
-/// number at least `size` plus the keys added above it since, and those include every first
-/// attempt of a scheduled run with a fence above `cut_fence` whose key lies above the cut: a
-/// first attempt is its key's creation, and a claim takes its fence from the job's row
-/// under the job's lock, so every key the remembered snapshot held has a fence at most
-/// `cut_fence` and every key committed after it a higher one. Counting only those (never
-/// manual keys), the prune counts fewer keys, never more. With `u` of them, the new cut is at
+/// remembered in `_cuts` (`cut_slot`, `cut_manual`) with the job's `_jobs.keys_added` on the
+/// prune's snapshot (`cut_added`): at least `size` keys were at or above the cut then.
+/// `keys_added` counts the won claims whose run was the job's newest when it was claimed
+/// (no run of a later slot existed; a claim takes it under the job's lock, in the same
+/// transaction as the run, so a snapshot holds a run exactly when it holds its count). Such
+/// a run's key lies above every key that existed then, the remembered cut's among them
+/// (the cut's key still exists, checked, and existed when the cut was remembered). Keys are
+/// only deleted by prunes, below their own cut, which never lies below a remembered one
+/// (without a TTL a job's cut only moves up). So the keys at or above the remembered cut
+/// now number at least `size + u`, `u = keys_added - cut_added`, and the new cut is at
 /// least the `u + 1`-th key upwards from the remembered one: the prune reads that many keys
 /// upwards and deletes what lies below, instead of reading the `size` newest keys of every
 /// job from the top. (Without the visibility map a vacuum sets, reading a key reads its
 /// row's page too, and a job's rows lie a page apart: the read from the top was about 100
-/// page reads per job and 62 % of the prune's time at 3 x 10,000 `every 1s` jobs.) The
-/// first attempts are found through the `started_at` index, from [`CLAIM_IN_FLIGHT_MS`]
-/// before `cut_at` on: a claim that read the clock earlier still and committed after the
-/// remembered snapshot (or one started before a step back of the server's clock) is not
-/// counted, and its key stays until the next read from the top.
+/// page reads per job and 62 % of the prune's time at 3 x 10,000 `every 1s` jobs.) Keys not
+/// counted (a manual run, a claim of an older slot than the job's newest, a claim by an
+/// older version) only keep the cut lower: the prune deletes less, never more.
 ///
 /// Every [`FAST_PRUNES`]-th prune of a job reads the cut from the top again, which finds it
 /// exactly (`_cuts.fast_prunes` counts the prunes since), so keys left so never add up.
 /// The read from the top is also taken for a job without a remembered cut (its first prune, a
 /// job with fewer than `size` keys, a cut whose run was still running), a cut remembered
-/// for another retention size (`cut_size`: the job's options changed), with a TTL (which
-/// deletes above the cut), or whose remembered cut's key is gone. That last check covers a
-/// prune of an older release, which neither reads nor moves the remembered cut: it could
-/// only delete keys above the remembered cut by deleting the cut's own key first (a prune
-/// keeps only running runs below its cut, and a running run's key is never remembered).
+/// for another retention size (`cut_size`: the job's options changed), a manual cut, a cut
+/// remembered by an older version (no `cut_added`), with a TTL (which deletes above the
+/// cut), or whose remembered cut's key is gone. That last check covers a prune of an older
+/// release, which neither reads nor moves the remembered cut: it could only delete keys
+/// above the remembered cut by deleting the cut's own key first (a prune keeps only running
+/// runs below its cut, and a running run's key is never remembered).
 ///
 /// **Every read of the history and runs tables is pinned to the job's index range.** The rows
 /// below each job's cut are read by a `LATERAL` subquery per job that `OFFSET 0` keeps from
-/// being flattened into a join (so it is a range scan of `_attempts_slot` from the job's
-/// cut down, run once per job, whatever the estimates), and both deletes go by `ctid` (see
-/// [`prune_drop_ctes`]; the runs' `ctid`s are read per run by primary key, in `run_tids`).
-/// Each job's remembered cut is read the same way, by the `_cuts` primary key, and a cut
-/// forgotten is written by the `ctid` read there (as a join, and as `job = ANY ($1)`, both
-/// were planned as sequential scans of the whole `_cuts` table, a row per job, at every
-/// prune). The `_cuts` rows are locked by [`lock_cuts_sql`] before, so their `ctid`s stay.
+/// being flattened into a join (a range scan of the runs' primary key and of
+/// `_attempts_slot` from the job's cut down, run once per job, whatever the estimates), and
+/// both deletes go by `ctid` (`ctid = ANY (ARRAY(...))` is a TID scan whatever the planner
+/// estimates). The statement reads the candidates on its own snapshot, so each `ctid` names
+/// the row version it read: no other writer changes a row of a run that was not running on
+/// that snapshot (only a manual run's row may be upserted at the same moment, and one below
+/// the cut goes in either version). Each job's remembered cut and its `keys_added` are read
+/// the same way, by primary key, and a cut forgotten is written by the `ctid` read there (as
+/// a join, and as `job = ANY ($1)`, both were planned as sequential scans of the whole
+/// `_cuts` table, a row per job, at every prune). The `_cuts` rows are locked by
+/// [`lock_cuts_sql`] before, so their `ctid`s stay.
 /// Written as joins, these were planned from row estimates alone (autovacuum off: no
 /// statistics, and a CTE is guessed at hundreds of thousands of rows) as hash joins over
 /// sequential scans: a prune of 128 jobs read the history table twice from end to end,
@@ -344,6 +379,11 @@ pub(crate) struct Sql {
 /// prune, and three such prunes, one per instance, ran at every moment past the pruning
 /// point (3 x 10,000 `every 1s`, `pg_stat_statements` and `auto_explain`). Pinned, the same
 /// prunes took 19.8 ms each (test `b37_a_prune_reads_only_the_jobs_it_prunes` reads the plan).
+///
+/// A run goes with its key when it lies below the cut and is not running; with a TTL, also
+/// when it is not running, its own history ended before `now - ttl` (a run of an older
+/// version, whose history is all in history rows, counts as ended) and none of its history
+/// rows stays.
 ///
 /// It runs after [`lock_cuts_sql`] in the same transaction, so its snapshot follows every
 /// earlier prune of its jobs and no other prune of them runs until it commits: the cut it
@@ -358,73 +398,98 @@ fn prune_sql(names: &Names) -> String {
         ..
     } = names;
     let now = NOW_MS;
-    let kept = format!(
-        "EXISTS (SELECT 1 FROM {runs} r
-                WHERE r.job = p.job AND r.slot = p.slot AND r.status = 'running')"
-    );
     // $1 jobs, $2 sizes, $3 ttl ms (NULL elements: none).
     format!(
         "WITH n AS (SELECT {now} AS ms),
 pq AS (
-    SELECT q.job, q.size, q.ttl, c.cut_slot, c.cut_manual, c.cut_at, c.cut_fence, c.cut_size,
-           c.fast_prunes, c.tid AS cut_tid
+    SELECT q.job, q.size, q.ttl, c.cut_slot, c.cut_manual, c.cut_added, c.cut_size,
+           c.fast_prunes, c.tid AS cut_tid, k.keys_added
     FROM unnest($1::text[], $2::int8[], $3::int8[]) AS q(job, size, ttl)
-    LEFT JOIN LATERAL (SELECT k.*, k.ctid AS tid FROM {cuts} k WHERE k.job = q.job OFFSET 0) c
+    LEFT JOIN LATERAL (SELECT c.*, c.ctid AS tid FROM {cuts} c WHERE c.job = q.job OFFSET 0) c
+        ON true
+    LEFT JOIN LATERAL (SELECT j.keys_added FROM {jobs} j WHERE j.job = q.job OFFSET 0) k
         ON true
 ),
 fast AS (
-    SELECT p.job, p.size, p.cut_slot, p.cut_manual, (
-        SELECT count(*) FROM {attempts} a
-        WHERE a.job = p.job AND a.started_at >= p.cut_at - {in_flight_ms} AND a.attempt = 1
-          AND NOT a.manual AND a.fence > p.cut_fence
-          AND (a.slot, a.manual) > (p.cut_slot, p.cut_manual)
-    ) AS added
+    SELECT p.job, p.size, p.cut_slot, p.keys_added - p.cut_added AS added
     FROM pq p
-    WHERE p.ttl IS NULL AND p.cut_at IS NOT NULL AND p.cut_fence IS NOT NULL
-      AND p.cut_size = p.size AND p.fast_prunes < {fast_limit}
-      AND EXISTS (SELECT 1 FROM {attempts} a
-                  WHERE a.job = p.job AND a.slot = p.cut_slot AND a.manual = p.cut_manual)
+    WHERE p.ttl IS NULL AND p.cut_added IS NOT NULL AND p.keys_added >= p.cut_added
+      AND NOT p.cut_manual AND p.cut_size = p.size AND p.fast_prunes < {fast_limit}
+      AND EXISTS (SELECT 1 FROM {runs} r WHERE r.job = p.job AND r.slot = p.cut_slot)
 ),
 pcut AS (
     SELECT f.job, f.size, true AS upwards, c.slot, c.manual FROM fast f CROSS JOIN LATERAL (
-        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
-        WHERE a.job = f.job AND (a.slot, a.manual) >= (f.cut_slot, f.cut_manual)
-        ORDER BY a.slot, a.manual OFFSET f.added LIMIT 1
+        SELECT k.slot, k.manual FROM (
+            (SELECT r.slot, false AS manual FROM {runs} r
+             WHERE r.job = f.job AND r.slot >= f.cut_slot
+             ORDER BY r.slot LIMIT f.added + 1)
+            UNION ALL
+            (SELECT DISTINCT a.slot, true AS manual FROM {attempts} a
+             WHERE a.job = f.job AND a.manual AND a.slot >= f.cut_slot
+             ORDER BY a.slot LIMIT f.added + 1)
+        ) k
+        ORDER BY k.slot, k.manual OFFSET f.added LIMIT 1
     ) c
     UNION ALL
     SELECT q.job, q.size, false, c.slot, c.manual FROM pq q CROSS JOIN LATERAL (
-        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
-        WHERE a.job = q.job
-        ORDER BY a.slot DESC, a.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
+        SELECT k.slot, k.manual FROM (
+            (SELECT r.slot, false AS manual FROM {runs} r
+             WHERE r.job = q.job
+             ORDER BY r.slot DESC LIMIT greatest(q.size, 1))
+            UNION ALL
+            (SELECT DISTINCT a.slot, true AS manual FROM {attempts} a
+             WHERE a.job = q.job AND a.manual
+             ORDER BY a.slot DESC LIMIT greatest(q.size, 1))
+        ) k
+        ORDER BY k.slot DESC, k.manual DESC OFFSET greatest(q.size, 1) - 1 LIMIT 1
     ) c
     WHERE q.job NOT IN (SELECT f.job FROM fast f)
 ),
 pcand AS (
-    SELECT c.job, a.slot, a.manual, a.attempt, a.instance_id, a.tid
+    SELECT c.job, a.slot, a.manual, a.tid
     FROM pcut c CROSS JOIN LATERAL (
-        SELECT x.slot, x.manual, x.attempt, x.instance_id, x.ctid AS tid FROM {attempts} x
+        SELECT x.slot, x.manual, x.ctid AS tid FROM {attempts} x
         WHERE x.job = c.job AND x.slot <= c.slot AND (x.slot, x.manual) < (c.slot, c.manual)
         OFFSET 0
     ) a
     UNION
-    SELECT q.job, a.slot, a.manual, a.attempt, a.instance_id, a.tid
+    SELECT q.job, a.slot, a.manual, a.tid
     FROM pq q CROSS JOIN n CROSS JOIN LATERAL (
-        SELECT x.slot, x.manual, x.attempt, x.instance_id, x.ctid AS tid FROM {attempts} x
+        SELECT x.slot, x.manual, x.ctid AS tid FROM {attempts} x
         WHERE q.ttl IS NOT NULL AND x.job = q.job AND x.finished_at < n.ms - q.ttl
         OFFSET 0
     ) a
 ),
-{prune}
-run_tids AS (
-    SELECT r.tid FROM pdrop_runs p CROSS JOIN LATERAL (
-        SELECT r.ctid AS tid FROM {runs} r
-        WHERE r.job = p.job AND r.slot = p.slot AND r.status <> 'running'
+pdrop AS (
+    SELECT p.job, p.slot, p.manual, p.tid FROM pcand p
+    WHERE p.manual OR NOT EXISTS (SELECT 1 FROM {runs} r
+                                  WHERE r.job = p.job AND r.slot = p.slot
+                                    AND r.status = 'running')
+),
+del_a AS (
+    DELETE FROM {attempts} a WHERE a.ctid = ANY (ARRAY(SELECT d.tid FROM pdrop d))
+),
+rdrop AS (
+    SELECT c.job, r.slot, r.tid FROM pcut c CROSS JOIN LATERAL (
+        SELECT x.slot, x.ctid AS tid FROM {runs} x
+        WHERE x.job = c.job AND x.slot <= c.slot AND (x.slot < c.slot OR c.manual)
+          AND x.status <> 'running'
+        OFFSET 0
+    ) r
+    UNION
+    SELECT q.job, r.slot, r.tid FROM pq q CROSS JOIN n CROSS JOIN LATERAL (
+        SELECT x.slot, x.ctid AS tid FROM {runs} x
+        WHERE q.ttl IS NOT NULL AND x.job = q.job AND x.status <> 'running'
+          AND coalesce(x.finished_at, 0) < n.ms - q.ttl
+          AND NOT EXISTS (SELECT 1 FROM {attempts} a
+                          WHERE a.job = x.job AND a.slot = x.slot AND NOT a.manual
+                            AND (a.finished_at IS NULL OR a.finished_at >= n.ms - q.ttl))
         OFFSET 0
     ) r
 ),
 del_r AS (
     DELETE FROM {runs} r
-    WHERE r.ctid = ANY (ARRAY(SELECT t.tid FROM run_tids t)) AND r.status <> 'running'
+    WHERE r.ctid = ANY (ARRAY(SELECT t.tid FROM rdrop t)) AND r.status <> 'running'
 ),
 cut AS (
     SELECT c.job, c.size, c.upwards, c.slot, c.manual FROM pcut c
@@ -437,7 +502,8 @@ remember AS (
     UPDATE {cuts} k
     SET cut_slot = c.slot, cut_manual = c.manual,
         cut_at = n.ms,
-        cut_fence = (SELECT j.fence FROM {jobs} j WHERE j.job = k.job),
+        cut_fence = NULL,
+        cut_added = (SELECT p.keys_added FROM pq p WHERE p.job = k.job),
         cut_size = c.size,
         fast_prunes = CASE WHEN c.upwards THEN k.fast_prunes + 1 ELSE 0 END
     FROM cut c, n
@@ -446,21 +512,14 @@ remember AS (
 forget AS (
     UPDATE {cuts} k
     SET cut_slot = NULL, cut_manual = NULL, cut_at = NULL, cut_fence = NULL, cut_size = NULL,
-        fast_prunes = 0
+        cut_added = NULL, fast_prunes = 0
     WHERE k.ctid = ANY (ARRAY(SELECT p.cut_tid FROM pq p WHERE p.cut_tid IS NOT NULL))
       AND k.job NOT IN (SELECT c.job FROM cut c)
 )
-SELECT count(*) FROM pdrop",
-        prune = prune_drop_ctes(names, &kept),
+SELECT (SELECT count(*) FROM pdrop) + (SELECT count(*) FROM rdrop)",
         fast_limit = FAST_PRUNES - 1,
-        in_flight_ms = CLAIM_IN_FLIGHT_MS,
     )
 }
-
-/// How long before a prune's snapshot a claim that commits after it may have read the
-/// clock (its `started_at`): the prune counts the first attempts started since `cut_at`
-/// less this, with a fence above `cut_fence` (see [`prune_sql`]).
-pub(crate) const CLAIM_IN_FLIGHT_MS: i64 = 1_000;
 
 /// One prune of a job in `FAST_PRUNES` reads its cut from the top (see [`prune_sql`]): the
 /// others find it upwards from the remembered one.
@@ -513,41 +572,43 @@ live AS (
     ORDER BY r.slot LIMIT 1
 ),
 snap AS (SELECT j.fence, j.unpruned FROM {jobs} j WHERE j.job = $1),
+newest AS (
+    SELECT NOT EXISTS (SELECT 1 FROM {runs} r WHERE r.job = $1 AND r.slot > $2) AS newest
+),
 ins AS (
     INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
-                        scheduled_at, started_at)
-    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms FROM ok
+                        scheduled_at, started_at, instance_id, reason, fence)
+    SELECT $1, $2, 'running', 1, 1, $4, ok.ms + $5, $3, ok.ms, $4, $8,
+           coalesce((SELECT fence FROM snap), 0) + 1
+    FROM ok
     WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM live)
     ON CONFLICT (job, slot) DO NOTHING
-    RETURNING slot, expires_at, started_at
+    RETURNING slot, expires_at, started_at, fence
 ),
 marked AS (
-    UPDATE {runs} r SET status = 'interrupted', owner = NULL
+    UPDATE {runs} r SET status = 'interrupted', owner = NULL, finished_at = n.ms,
+                        error = 'replaced by the next slot'
     FROM to_mark m, n
     WHERE r.job = $1 AND r.slot = m.slot AND r.status = 'running'
       AND (r.owner IS NULL OR r.expires_at <= n.ms)
-    RETURNING r.slot, r.attempt
+    RETURNING r.slot, r.attempt, r.instance_id IS NULL AS own_row
 ),
 marked_rows AS (
     UPDATE {attempts} a
     SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
     FROM marked m, n
-    WHERE a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
-      AND a.status = 'running'
+    WHERE m.own_row AND a.job = $1 AND a.slot = m.slot AND a.attempt = m.attempt
+      AND NOT a.manual AND a.status = 'running'
 ),
 fence AS (
-    INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned)
-    SELECT $1, 1, ins.started_at, {first_count} FROM ins
+    INSERT INTO {jobs} AS j (job, fence, registered_at, unpruned, keys_added)
+    SELECT $1, 1, ins.started_at, {first_count}, 1 FROM ins
     WHERE (SELECT count(*) FROM marked) >= 0
-    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1, unpruned = {count}
+    ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1, unpruned = {count},
+        keys_added = coalesce(j.keys_added, 0)
+                     + CASE WHEN (SELECT newest FROM newest) THEN 1 ELSE 0 END
     WHERE NOT $7 OR j.fence = (SELECT fence FROM snap)
     RETURNING j.fence, j.unpruned
-),
-row_ins AS (
-    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
-                            status, fence, started_at)
-    SELECT $1, ins.slot, false, 1, $4, $3, $8, 'running', fence.fence, ins.started_at
-    FROM ins, fence
 )
 SELECT n.ms,
        n.ms > $6 AS late,
@@ -559,6 +620,8 @@ SELECT n.ms,
        CASE
            WHEN EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fence)
                THEN {retry}('another claim of the job committed first')
+           WHEN (SELECT fence FROM ins) IS DISTINCT FROM (SELECT fence FROM fence)
+               THEN {retry}('the fence of the job moved during the claim')
            WHEN (SELECT count(*) FROM marked) <> (SELECT count(*) FROM to_mark)
                THEN {retry}('an ended lease was renewed meanwhile')
        END AS retry
@@ -569,8 +632,9 @@ FROM n",
 }
 
 /// The `finish` statement: conditional on (job, slot, attempt, owner) and status `running`,
-/// the run and its attempt's history row get the status, `finished_at` and error. It does
-/// not prune: it answers whether the job is due to (a TTL is set, the job's count of claims
+/// the run's row (which holds its current attempt's history; for a run claimed by an older
+/// version, also the attempt's own history row) gets the status, `finished_at` and error.
+/// It does not prune: it answers whether the job is due to (a TTL is set, the job's count of claims
 /// since pruning is above [`finish_slack`], or the run lies below the job's cut, see
 /// [`below_cut`]) and then sets that count to 0; the store prunes the due jobs after the
 /// batch committed (see [`prune_sql`]).
@@ -587,7 +651,7 @@ fn finish_sql(names: &Names) -> String {
     format!(
         "WITH n AS (SELECT {now} AS ms),
 chk AS (
-    SELECT r.slot FROM {runs} r
+    SELECT r.slot, r.instance_id IS NULL AS own_row FROM {runs} r
     WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
       AND r.status = 'running'
 ),
@@ -599,8 +663,8 @@ due AS (
 ),
 reset AS (UPDATE {jobs} j SET unpruned = 0 WHERE j.job = $1 AND EXISTS (SELECT 1 FROM due)),
 f AS (
-    UPDATE {runs} r SET status = $5, owner = NULL
-    FROM chk
+    UPDATE {runs} r SET status = $5, owner = NULL, finished_at = n.ms, error = $6
+    FROM chk, n
     WHERE r.job = $1 AND r.slot = chk.slot AND r.attempt = $3 AND r.owner = $4
       AND r.status = 'running'
     RETURNING r.slot
@@ -608,7 +672,8 @@ f AS (
 h AS (
     UPDATE {attempts} a SET status = $5, finished_at = n.ms, error = $6
     FROM chk, n
-    WHERE a.job = $1 AND a.slot = chk.slot AND a.attempt = $3 AND NOT a.manual
+    WHERE chk.own_row AND a.job = $1 AND a.slot = chk.slot AND a.attempt = $3
+      AND NOT a.manual
 )
 SELECT EXISTS (SELECT 1 FROM chk) AS done,
        EXISTS (SELECT 1 FROM due) AS due,
@@ -649,7 +714,7 @@ fn fenced_check_sql(names: &Names, commit: bool) -> String {
         WHEN r.job IS NULL THEN 'missing'
         WHEN r.status <> 'running' THEN 'finished:' || r.status
         WHEN r.attempt <> $3 OR (r.owner IS NOT NULL AND r.owner <> $4)
-             OR a.fence IS DISTINCT FROM $5 THEN 'superseded'
+             OR coalesce(r.fence, a.fence) IS DISTINCT FROM $5 THEN 'superseded'
         WHEN r.owner IS NULL THEN 'released'
         WHEN $6 AND r.expires_at <= n.ms THEN 'lease ended'
     END";
@@ -663,7 +728,9 @@ fn fenced_check_sql(names: &Names, commit: bool) -> String {
     format!(
         "WITH n AS (SELECT {now} AS ms),
 r AS (
-    SELECT r.job, r.status, r.attempt, r.owner, r.expires_at FROM {runs} r
+    SELECT r.job, r.status, r.attempt, r.owner, r.expires_at,
+           CASE WHEN r.instance_id IS NOT NULL THEN r.fence END AS fence
+    FROM {runs} r
     WHERE r.job = $1 AND r.slot = $2{lock}
 )
 SELECT {answer}
@@ -672,7 +739,8 @@ FROM (
     FROM n LEFT JOIN r ON true
     LEFT JOIN LATERAL (
         SELECT a.fence FROM {attempts} a
-        WHERE a.job = $1 AND a.slot = $2 AND a.attempt = $3 AND NOT a.manual
+        WHERE r.fence IS NULL AND a.job = $1 AND a.slot = $2 AND a.attempt = $3
+          AND NOT a.manual
         LIMIT 1
     ) a ON true
 ) x"
@@ -680,8 +748,9 @@ FROM (
 }
 
 /// Records attempt `$3` of owner `$4` `succeeded` in a fenced transaction, after
-/// [`fenced_check_sql`]'s check before `COMMIT` locked the run: the run row and the
-/// attempt's history row as `LeaseStore::finish` writes them (status, no owner,
+/// [`fenced_check_sql`]'s check before `COMMIT` locked the run: the run row (and the
+/// attempt's own history row, for a run claimed by an older version) as
+/// `LeaseStore::finish` writes them (status, no owner,
 /// `finished_at` on the database clock, no error). It does not prune: the next claims of
 /// the job do (see [`PRUNE_EVERY`]). Fails (a cast error) when the run row was not
 /// written, so the pipelined `COMMIT` rolls back. (The failing cast reads the clock: a
@@ -693,70 +762,22 @@ fn fenced_finish_sql(names: &Names) -> String {
     format!(
         "WITH n AS (SELECT {now} AS ms),
 f AS (
-    UPDATE {runs} r SET status = 'succeeded', owner = NULL
+    UPDATE {runs} r SET status = 'succeeded', owner = NULL, finished_at = n.ms, error = NULL
+    FROM n
     WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
       AND r.status = 'running'
-    RETURNING r.slot
+    RETURNING r.slot, r.instance_id IS NULL AS own_row
 ),
 h AS (
     UPDATE {attempts} a SET status = 'succeeded', finished_at = n.ms, error = NULL
     FROM n, f
-    WHERE a.job = $1 AND a.slot = f.slot AND a.attempt = $3 AND NOT a.manual
+    WHERE f.own_row AND a.job = $1 AND a.slot = f.slot AND a.attempt = $3 AND NOT a.manual
     RETURNING a.slot
 )
 SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM f)
             THEN CAST('{FENCED_LOSS}superseded' || substr(n.ms::text, 1, 0) AS int8) END,
        (SELECT count(*) FROM h)
 FROM n"
-    )
-}
-
-/// The deleting CTEs of [`prune_sql`], over `pcand`, the rows of each job that lie below
-/// its cut or past its TTL (one row per attempt, keyed by job).
-///
-/// - `kept`: a boolean SQL expression over a candidate row `p` that is true when the
-///   candidate belongs to a run that stays running, which pruning always keeps.
-///
-/// Defines `pdrop`, `pdrop_runs` and `del_a`.
-///
-/// A candidate row carries its `ctid`, so `del_a` deletes it by a TID scan (one page read)
-/// rather than a second index lookup: `ctid = ANY (ARRAY(...))` is a TID scan whatever the
-/// planner estimates, where a join of the candidates to the table by `ctid` was planned as
-/// a hash join over a sequential scan of the whole history table once the table had grown
-/// (see [`prune_sql`]). The statement reads the candidates on its own snapshot, so each
-/// `ctid` names the row version it read. No other writer changes such a row meanwhile: a
-/// candidate belongs to a run that was not running on that snapshot, and the rows of a
-/// finished run are never written again (finishes, releases and takeovers write only the
-/// rows of running runs); only a manual run's row may be upserted at the same moment, and one
-/// below the cut goes whichever version it is. So the delete does not depend on whether the
-/// server rechecks a TID condition against a newer version of a row (not every release's
-/// TID scan does). A run is deleted once none of its scheduled rows is left: for a job pruned to its cut alone that holds whenever one of
-/// its rows is dropped (its rows share their key, so they lie below the cut together, and
-/// `kept` holds for all of them or none), so only a job with a TTL, whose rows leave one by
-/// one, looks for the run's other rows. Both together: a prune of 128 jobs (1,600 rows) read
-/// 35 % fewer buffers (auto_explain, 3 x 10,000 `every 1s` with full histories).
-fn prune_drop_ctes(names: &Names, kept: &str) -> String {
-    let Names { attempts, .. } = names;
-    format!(
-        "pdrop AS (
-    SELECT p.job, p.slot, p.manual, p.attempt, p.instance_id, p.tid
-    FROM pcand p
-    WHERE p.manual OR NOT ({kept})
-),
-pdrop_runs AS (
-    SELECT DISTINCT d.job, d.slot FROM pdrop d
-    WHERE NOT d.manual AND (
-        d.job NOT IN (SELECT q.job FROM pq q WHERE q.ttl IS NOT NULL)
-        OR NOT EXISTS (
-            SELECT 1 FROM {attempts} a
-            WHERE a.job = d.job AND a.slot = d.slot AND NOT a.manual
-              AND (a.job, a.slot, a.attempt) NOT IN (SELECT e.job, e.slot, e.attempt
-                                                     FROM pdrop e WHERE NOT e.manual)
-            OFFSET 0))
-),
-del_a AS (
-    DELETE FROM {attempts} a WHERE a.ctid = ANY (ARRAY(SELECT d.tid FROM pdrop d))
-),"
     )
 }
 
@@ -808,9 +829,11 @@ ON CONFLICT (job) DO UPDATE SET fence = j.fence WHERE false"
 /// [`lock_jobs_sql`] in the same transaction. Each claim is judged by the single claim's
 /// rules (see `LeaseStore::claim`): late on the database clock against its `not_after`;
 /// taken when its run exists; else earlier runs of its job that are running with an ended
-/// lease become `interrupted` (and their running history rows); overlap when `skip` and an
-/// earlier run of the job holds a live lease; else its run, the job's next fence and its
-/// first history row are written. A won claim whose `prune` flag is set sets its job's count
+/// lease become `interrupted` (their rows hold that, and the running history rows of runs an
+/// older version claimed); overlap when `skip` and an earlier run of the job holds a live
+/// lease; else its run, which holds its first attempt's history and the job's next fence
+/// (read from the job's row, which the batch holds locked), and the job's fence are
+/// written. A won claim whose `prune` flag is set sets its job's count
 /// of claims since pruning to 0 (else adds 1); the store prunes its job after the batch
 /// committed (see [`PRUNE_EVERY`], [`prune_sql`]). One answer row per claim, by `ord`.
 ///
@@ -893,49 +916,48 @@ to_mark AS (
 ),
 ins AS (
     INSERT INTO {runs} (job, slot, status, attempt, counted_starts, owner, expires_at,
-                        scheduled_at, started_at)
-    SELECT d.job, d.slot, 'running', 1, 1, d.owner, d.ms + d.lease_ms, d.scheduled_at, d.ms
+                        scheduled_at, started_at, instance_id, reason, fence)
+    SELECT d.job, d.slot, 'running', 1, 1, d.owner, d.ms + d.lease_ms, d.scheduled_at, d.ms,
+           d.owner, d.reason, (SELECT j.fence + 1 FROM {jobs} j WHERE j.job = d.job)
     FROM d WHERE NOT d.existed AND d.live_slot IS NULL
     ORDER BY d.job, d.slot
     ON CONFLICT (job, slot) DO NOTHING
-    RETURNING job, slot, expires_at, started_at
+    RETURNING job, slot, expires_at, started_at, fence
 ),
 marked AS (
-    UPDATE {runs} r SET status = 'interrupted', owner = NULL
+    UPDATE {runs} r SET status = 'interrupted', owner = NULL, finished_at = n.ms,
+                        error = 'replaced by the next slot'
     FROM to_mark m, n
     WHERE r.job = m.job AND r.slot = m.slot AND r.status = m.running
       AND (r.owner IS NULL OR r.expires_at <= n.ms)
-    RETURNING r.job, r.slot, r.attempt
+    RETURNING r.job, r.slot, r.attempt, r.instance_id IS NULL AS own_row
 ),
 marked_rows AS (
     UPDATE {attempts} a
     SET status = 'interrupted', finished_at = n.ms, error = 'replaced by the next slot'
     FROM marked m, n
-    WHERE a.job = m.job AND a.slot = m.slot AND a.attempt = m.attempt AND NOT a.manual
-      AND a.status = 'running'
+    WHERE m.own_row AND a.job = m.job AND a.slot = m.slot AND a.attempt = m.attempt
+      AND NOT a.manual AND a.status = 'running'
 ),
 fence AS (
     UPDATE {jobs} j
     SET fence = j.fence + 1,
-        unpruned = CASE WHEN d.prune THEN 0 ELSE j.unpruned + 1 END
+        unpruned = CASE WHEN d.prune THEN 0 ELSE j.unpruned + 1 END,
+        keys_added = coalesce(j.keys_added, 0) + CASE WHEN NOT EXISTS (
+            SELECT 1 FROM {runs} r WHERE r.job = d.job AND r.slot > d.slot) THEN 1 ELSE 0 END
     FROM d
     WHERE j.job = d.job
       AND NOT (d.job NOT IN (SELECT i.job FROM ins i))
       AND (SELECT count(*) FROM marked) >= 0
-    RETURNING j.job, j.fence, j.unpruned, d.slot, d.ms AS started_at, d.owner,
-              d.scheduled_at, d.reason
-),
-row_ins AS (
-    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
-                            status, fence, started_at)
-    SELECT f.job, f.slot, false, 1, f.owner, f.scheduled_at, f.reason, 'running', f.fence,
-           f.started_at
-    FROM fence f
+    RETURNING j.job, j.fence, j.unpruned
 ),
 chk AS (
     SELECT CASE
         WHEN (SELECT count(*) FROM ins) <> (SELECT count(*) FROM fence)
             THEN {retry}('a claimed job has no fence row')
+        WHEN EXISTS (SELECT 1 FROM ins i
+                     WHERE (i.job, i.fence) NOT IN (SELECT f.job, f.fence FROM fence f))
+            THEN {retry}('the fence of a job moved during the claim')
         WHEN (SELECT count(*) FROM marked) <> (SELECT count(*) FROM to_mark)
             THEN {retry}('an ended lease was renewed meanwhile')
     END AS retry
@@ -957,9 +979,9 @@ ORDER BY b.ord"
 /// The set-based finish: one statement for a batch of results in which each job appears at
 /// most once (the store splits other batches into such rounds), run after
 /// [`lock_jobs_sql`] in the same transaction. Each result is written by the single finish's
-/// rules: conditional on (job, slot, attempt, owner) and status `running`, the run and its
-/// attempt's history row get the status, `finished_at` and error, and the job is pruned to
-/// the result's retention; a stale owner's result writes nothing. One answer row per
+/// rules: conditional on (job, slot, attempt, owner) and status `running`, the run's row
+/// (and the attempt's own history row, for a run an older version claimed) gets the status,
+/// `finished_at` and error, and the job is pruned to the result's retention; a stale owner's result writes nothing. One answer row per
 /// result, by `ord`.
 fn finish_set_sql(names: &Names) -> String {
     let Names {
@@ -980,10 +1002,12 @@ b AS (
         WITH ORDINALITY AS b(job, slot, attempt, owner, status, error, size, ttl, ord)
 ),
 chk AS (
-    SELECT b.*, 'running'::text AS running FROM b
-    WHERE EXISTS (SELECT 1 FROM {runs} r
-                  WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt
-                    AND r.owner = b.owner AND r.status = 'running')
+    SELECT b.*, 'running'::text AS running, x.own_row FROM b CROSS JOIN LATERAL (
+        SELECT r.instance_id IS NULL AS own_row FROM {runs} r
+        WHERE r.job = b.job AND r.slot = b.slot AND r.attempt = b.attempt
+          AND r.owner = b.owner AND r.status = 'running'
+        OFFSET 0
+    ) x
 ),
 pj AS (
     SELECT c.job, c.ord FROM chk c JOIN {jobs} j ON j.job = c.job
@@ -991,8 +1015,8 @@ pj AS (
 ),
 reset AS (UPDATE {jobs} j SET unpruned = 0 FROM pj WHERE j.job = pj.job),
 f AS (
-    UPDATE {runs} r SET status = c.status, owner = NULL
-    FROM chk c
+    UPDATE {runs} r SET status = c.status, owner = NULL, finished_at = n.ms, error = c.error
+    FROM chk c, n
     WHERE r.job = c.job AND r.slot = c.slot AND r.attempt = c.attempt AND r.owner = c.owner
       AND r.status = c.running
     RETURNING r.job, r.slot
@@ -1000,7 +1024,8 @@ f AS (
 h AS (
     UPDATE {attempts} a SET status = c.status, finished_at = n.ms, error = c.error
     FROM chk c, n
-    WHERE a.job = c.job AND a.slot = c.slot AND a.attempt = c.attempt AND NOT a.manual
+    WHERE c.own_row AND a.job = c.job AND a.slot = c.slot AND a.attempt = c.attempt
+      AND NOT a.manual
 ),
 verdict AS (
     SELECT CASE
@@ -1023,13 +1048,16 @@ ORDER BY b.ord",
 /// upwards from the run's key, of at most `size` keys: in the common case the finished run
 /// is the newest or next-newest key and the scan reads one or two entries.
 fn below_cut(names: &Names, job: &str, slot: &str, size: &str) -> String {
-    let Names { attempts, .. } = names;
+    let Names { runs, attempts, .. } = names;
     format!(
         "(SELECT count(*) FROM (
-        SELECT DISTINCT a.slot, a.manual FROM {attempts} a
-        WHERE a.job = {job} AND (a.slot, a.manual) > ({slot}, false)
+        SELECT r.slot FROM {runs} r WHERE r.job = {job} AND r.slot > {slot}
         LIMIT greatest({size}, 1)
-    ) x) >= greatest({size}, 1)"
+    ) x) + (SELECT count(*) FROM (
+        SELECT DISTINCT a.slot FROM {attempts} a
+        WHERE a.job = {job} AND a.manual AND a.slot >= {slot}
+        LIMIT greatest({size}, 1)
+    ) y) >= greatest({size}, 1)"
     )
 }
 
@@ -1069,7 +1097,8 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     job text PRIMARY KEY,
     fence bigint NOT NULL DEFAULT 0,
     registered_at bigint NOT NULL,
-    unpruned integer NOT NULL DEFAULT 0
+    unpruned integer NOT NULL DEFAULT 0,
+    keys_added bigint
 ) WITH (fillfactor = {HOT_FILLFACTOR});
 -- Each job's remembered cut (see the prune): written by prunes only, so that a prune's lock
 -- on it never makes a claim or a result wait. NULL: the next prune reads it from the top.
@@ -1080,7 +1109,8 @@ CREATE TABLE IF NOT EXISTS {cuts} (
     cut_at bigint,
     cut_fence bigint,
     cut_size bigint,
-    fast_prunes integer NOT NULL DEFAULT 0
+    fast_prunes integer NOT NULL DEFAULT 0,
+    cut_added bigint
 ) WITH (fillfactor = {HOT_FILLFACTOR});
 CREATE TABLE IF NOT EXISTS {runs} (
     job text NOT NULL,
@@ -1092,6 +1122,11 @@ CREATE TABLE IF NOT EXISTS {runs} (
     expires_at bigint NOT NULL,
     scheduled_at bigint NOT NULL,
     started_at bigint NOT NULL,
+    instance_id text,
+    reason text,
+    fence bigint,
+    finished_at bigint,
+    error text,
     PRIMARY KEY (job, slot)
 );
 CREATE INDEX IF NOT EXISTS \"{table}_running\" ON {runs} (job, slot) WHERE status = 'running';
@@ -1129,8 +1164,8 @@ BEGIN
         USING ERRCODE = 'serialization_failure';
 END
 $fn$;
-COMMENT ON TABLE {runs} IS 'anarchon: state and lease of each run (job, slot)';
-COMMENT ON TABLE {attempts} IS 'anarchon: history, one row per attempt';
+COMMENT ON TABLE {runs} IS 'anarchon: state and lease of each run (job, slot), and the history of its current attempt';
+COMMENT ON TABLE {attempts} IS 'anarchon: history of attempts the run row no longer holds, and of manual runs';
 COMMENT ON TABLE {jobs} IS 'anarchon: known jobs and their fencing counter';
 COMMENT ON TABLE {meta} IS 'anarchon: schema version';
 INSERT INTO {meta} (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')
@@ -1144,11 +1179,25 @@ SELECT j, 0, {now} FROM unnest($1::text[]) AS j
 ON CONFLICT (job) DO NOTHING"
         );
         let known_jobs = format!("SELECT job FROM {jobs}");
+        // The history rows, and each run whose row holds its current attempt's history
+        // (claimed by version 4 or later, and no row of that attempt written since).
         let history = format!(
-            "SELECT job, slot, scheduled_at, instance_id, manual, attempt, reason, status, fence,
-       started_at, finished_at, error
-FROM {attempts} WHERE job = $1
-ORDER BY started_at DESC, attempt DESC, slot DESC
+            "SELECT h.job, h.slot, h.scheduled_at, h.instance_id, h.manual, h.attempt, h.reason,
+       h.status, h.fence, h.started_at, h.finished_at, h.error
+FROM (
+    SELECT a.job, a.slot, a.scheduled_at, a.instance_id, a.manual, a.attempt, a.reason,
+           a.status, a.fence, a.started_at, a.finished_at, a.error
+    FROM {attempts} a WHERE a.job = $1
+    UNION ALL
+    SELECT r.job, r.slot, r.scheduled_at, r.instance_id, false, r.attempt, r.reason, r.status,
+           r.fence, r.started_at, r.finished_at, r.error
+    FROM {runs} r
+    WHERE r.job = $1 AND r.instance_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {attempts} a
+                      WHERE a.job = r.job AND a.slot = r.slot AND a.attempt = r.attempt
+                        AND NOT a.manual)
+) h
+ORDER BY h.started_at DESC, h.attempt DESC, h.slot DESC
 LIMIT $2"
         );
         let record_manual = format!(
@@ -1195,13 +1244,22 @@ u AS (
     FROM n
     WHERE r.job = $1 AND r.slot = $2 AND r.attempt = $3 AND r.owner = $4
       AND r.status = 'running'
-    RETURNING r.slot
+    RETURNING r.slot, r.instance_id, r.reason, r.fence, r.scheduled_at, r.started_at
 ),
 h AS (
     UPDATE {attempts} a SET status = 'interrupted', finished_at = n.ms, error = 'handed over'
     FROM u, n
-    WHERE a.job = $1 AND a.slot = $2 AND a.attempt = $3 AND NOT a.manual
-      AND a.status = 'running'
+    WHERE u.instance_id IS NULL AND a.job = $1 AND a.slot = $2 AND a.attempt = $3
+      AND NOT a.manual AND a.status = 'running'
+),
+-- The run's row held the attempt's history: it is written as a row of its own, since the
+-- run's row moves on to the next attempt.
+h_new AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at, finished_at, error)
+    SELECT $1, $2, false, $3, u.instance_id, u.scheduled_at, u.reason, 'interrupted',
+           u.fence, u.started_at, n.ms, 'handed over'
+    FROM u, n WHERE u.instance_id IS NOT NULL
 ),
 note AS (SELECT pg_notify($5, $6) FROM u)
 SELECT EXISTS (SELECT 1 FROM u) AS done, (SELECT count(*) FROM note) AS notified"
@@ -1213,7 +1271,9 @@ SELECT EXISTS (SELECT 1 FROM u) AS done, (SELECT count(*) FROM note) AS notified
         let take_over = format!(
             "WITH n AS (SELECT {now} AS ms),
 d AS (
-    SELECT r.status, r.scheduled_at, n.ms,
+    SELECT r.status, r.scheduled_at, n.ms, r.owner, r.instance_id, r.reason,
+           r.fence AS old_fence, r.started_at,
+           coalesce((SELECT j.fence FROM {jobs} j WHERE j.job = $1), 0) + 1 AS next_fence,
            CASE WHEN r.owner IS NULL THEN r.counted_starts ELSE r.counted_starts + 1 END
                AS counted,
            CASE
@@ -1239,7 +1299,13 @@ u AS (
         attempt = CASE WHEN d.outcome = 'won' THEN r.attempt + 1 ELSE r.attempt END,
         counted_starts = CASE WHEN d.outcome = 'won' THEN d.counted ELSE r.counted_starts END,
         owner = CASE WHEN d.outcome = 'won' THEN $4 ELSE r.owner END,
-        expires_at = CASE WHEN d.outcome = 'won' THEN d.ms + $7 ELSE r.expires_at END
+        expires_at = CASE WHEN d.outcome = 'won' THEN d.ms + $7 ELSE r.expires_at END,
+        instance_id = CASE WHEN d.outcome = 'won' THEN $4 ELSE r.instance_id END,
+        reason = CASE WHEN d.outcome = 'won' THEN 'takeover' ELSE r.reason END,
+        fence = CASE WHEN d.outcome = 'won' THEN d.next_fence ELSE r.fence END,
+        started_at = CASE WHEN d.outcome = 'won' THEN d.ms ELSE r.started_at END,
+        finished_at = CASE WHEN d.outcome = 'won' THEN NULL ELSE d.ms END,
+        error = CASE WHEN d.outcome = 'won' THEN NULL ELSE 'lease expired' END
     FROM d
     WHERE r.job = $1 AND r.slot = $2 AND d.outcome IN ('interrupted', 'exhausted', 'won')
       AND r.status = 'running' AND r.attempt = $3
@@ -1249,26 +1315,31 @@ u AS (
 old_row AS (
     UPDATE {attempts} a SET status = 'interrupted', finished_at = d.ms, error = 'lease expired'
     FROM d, u
-    WHERE a.job = $1 AND a.slot = $2 AND a.attempt = $3 AND NOT a.manual
-      AND a.status = 'running'
+    WHERE d.instance_id IS NULL AND a.job = $1 AND a.slot = $2 AND a.attempt = $3
+      AND NOT a.manual AND a.status = 'running'
+),
+-- The ended attempt's history was the run's row, which now moves on: it gets a row of its
+-- own. (A run handed over has one already, written by its release.)
+old_new AS (
+    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
+                            status, fence, started_at, finished_at, error)
+    SELECT $1, $2, false, $3, d.instance_id, d.scheduled_at, d.reason, 'interrupted',
+           d.old_fence, d.started_at, d.ms, 'lease expired'
+    FROM d, u
+    WHERE d.instance_id IS NOT NULL AND d.owner IS NOT NULL
 ),
 fence AS (
     INSERT INTO {jobs} AS j (job, fence, registered_at)
     SELECT $1, 1, d.ms FROM d, u WHERE d.outcome = 'won'
     ON CONFLICT (job) DO UPDATE SET fence = j.fence + 1
     RETURNING j.fence
-),
-new_row AS (
-    INSERT INTO {attempts} (job, slot, manual, attempt, instance_id, scheduled_at, reason,
-                            status, fence, started_at)
-    SELECT $1, $2, false, u.attempt, $4, d.scheduled_at, 'takeover', 'running', fence.fence,
-           d.ms
-    FROM d, u, fence
 )
 SELECT CASE WHEN n.ms > $8 THEN 'late' ELSE d.outcome END, d.status, u.attempt,
        u.expires_at, fence.fence, d.scheduled_at, n.ms,
        CASE WHEN d.outcome IN ('interrupted', 'exhausted', 'won') AND u.attempt IS NULL
-            THEN {retry}('the run changed during the takeover') END AS retry
+            THEN {retry}('the run changed during the takeover')
+            WHEN d.outcome = 'won' AND fence.fence IS DISTINCT FROM d.next_fence
+            THEN {retry}('the fence of the job moved during the takeover') END AS retry
 FROM n LEFT JOIN d ON true LEFT JOIN u ON true LEFT JOIN fence ON true"
         );
 

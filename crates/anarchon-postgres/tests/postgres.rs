@@ -271,6 +271,146 @@ async fn b14_takeover_after_expiry_then_exhausted() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// The history table's rows of job `j`.
+async fn history_rows(url: &str, store: &PostgresStore, j: &JobName) -> i64 {
+    let sql = format!(
+        "SELECT count(*) FROM \"{}\".anarchon_runs_attempts WHERE job = $1",
+        store.schema()
+    );
+    rows_for(url, &sql, j.as_str()).await[0].get(0)
+}
+
+/// [B-37] A run's row is the history of its current attempt (schema version 4): a won claim
+/// and its result write no history row; a release writes the row of the attempt handed over
+/// and a takeover the row of the attempt whose lease ended, before the run's row moves on
+/// to the next attempt. The history shows each attempt once, as it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b37_a_won_claim_and_its_result_write_no_history_row() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("onerow");
+    let now = store.now().await.unwrap();
+    let done = |status, error: Option<&str>| Finish {
+        status,
+        error: error.map(str::to_owned),
+        retention: Retention::default(),
+    };
+    // Claim and result: the run's row alone.
+    let first = won(store
+        .claim(&claim(&j, now - 10_000, "a", now))
+        .await
+        .unwrap());
+    assert_eq!(history_rows(&url, &store, &j).await, 0);
+    let failed = done(RunStatus::Failed, Some("boom"));
+    assert_eq!(
+        store.finish(&first, &failed).await.unwrap(),
+        OwnerWrite::Done
+    );
+    assert_eq!(history_rows(&url, &store, &j).await, 0);
+    // Released, then taken over: one row, the attempt handed over.
+    let second = won(store
+        .claim(&claim(&j, now - 5_000, "a", now))
+        .await
+        .unwrap());
+    assert_eq!(store.release(&second).await.unwrap(), OwnerWrite::Done);
+    assert_eq!(history_rows(&url, &store, &j).await, 1);
+    let take = |attempt, instance: &str| Takeover {
+        run: RunKey::new(j.clone(), now - 5_000),
+        seen_attempt: attempt,
+        instance_id: instance.into(),
+        lease_ms: 50,
+        max_attempts: 5,
+        superseded: false,
+        not_after: i64::MAX,
+    };
+    let TakeoverOutcome::Won(b) = store.take_over(&take(1, "b")).await.unwrap() else {
+        panic!("the run handed over is taken")
+    };
+    assert_eq!(
+        history_rows(&url, &store, &j).await,
+        1,
+        "written at the release"
+    );
+    // Its lease ends: the next takeover writes the row of attempt 2.
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let TakeoverOutcome::Won(c) = store.take_over(&take(2, "c")).await.unwrap() else {
+        panic!("the ended lease is taken over")
+    };
+    assert_eq!(history_rows(&url, &store, &j).await, 2);
+    assert_eq!(
+        store
+            .finish(&c, &done(RunStatus::Succeeded, None))
+            .await
+            .unwrap(),
+        OwnerWrite::Done
+    );
+    assert_eq!(history_rows(&url, &store, &j).await, 2);
+    assert_eq!(store.finish(&b, &failed).await.unwrap(), OwnerWrite::Lost);
+    let h = store.history(&j, 10).await.unwrap();
+    let seen: Vec<_> = h
+        .iter()
+        .map(|r| {
+            (
+                r.slot - now,
+                r.attempt,
+                r.instance_id.as_str(),
+                r.reason,
+                r.status,
+                r.error.as_deref(),
+                r.fence,
+                r.finished_at.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                -5_000,
+                3,
+                "c",
+                Reason::Takeover,
+                RunStatus::Succeeded,
+                None,
+                c.fence,
+                true
+            ),
+            (
+                -5_000,
+                2,
+                "b",
+                Reason::Takeover,
+                RunStatus::Interrupted,
+                Some("lease expired"),
+                b.fence,
+                true
+            ),
+            (
+                -5_000,
+                1,
+                "a",
+                Reason::Scheduled,
+                RunStatus::Interrupted,
+                Some("handed over"),
+                second.fence,
+                true
+            ),
+            (
+                -10_000,
+                1,
+                "a",
+                Reason::Scheduled,
+                RunStatus::Failed,
+                Some("boom"),
+                first.fence,
+                true
+            ),
+        ]
+    );
+    assert!(h[0].started_at >= h[1].started_at && h[1].started_at >= h[2].started_at);
+    common::drop_schema(&url, store.schema()).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn b17_release_hands_over_without_counting_and_notifies() {
     let Some(url) = common::url() else { return };
@@ -591,12 +731,15 @@ async fn rows_for(url: &str, sql: &str, param: &str) -> Vec<tokio_postgres::Row>
     rows
 }
 
-/// The job's history keys as (slot, manual), newest first, read from the table.
+/// The job's history keys as (slot, manual), newest first, read from the tables: its runs
+/// and its manual runs.
 async fn keys(url: &str, store: &PostgresStore, j: &JobName) -> Vec<(i64, bool)> {
+    let schema = store.schema();
     let sql = format!(
-        "SELECT DISTINCT slot, manual FROM \"{}\".anarchon_runs_attempts WHERE job = $1
-         ORDER BY slot DESC, manual DESC",
-        store.schema()
+        "SELECT slot, false FROM \"{schema}\".anarchon_runs WHERE job = $1
+         UNION
+         SELECT slot, true FROM \"{schema}\".anarchon_runs_attempts WHERE job = $1 AND manual
+         ORDER BY 1 DESC, 2 DESC"
     );
     let rows = rows_for(url, &sql, j.as_str()).await;
     rows.iter().map(|r| (r.get(0), r.get(1))).collect()
@@ -686,6 +829,38 @@ async fn b37_prunes_find_the_cut_upwards_and_keep_the_newest_keys() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-37] Only a claim of the job's newest run counts as a key added above the remembered
+/// cut: claims of older slots (a catch-up of slots long past) land below it, and counting
+/// them would move the next cut up past keys that must stay (here one of the five newest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b37_a_claim_of_an_older_slot_is_not_counted_above_the_cut() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("older");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let keep = Retention {
+        size: 5,
+        ttl_ms: None,
+    };
+    let now = store.now().await.unwrap();
+    let slot = |i: i64| now - 1_000_000 + i * 1000;
+    for i in (0..20).step_by(2) {
+        run_once(&store, &j, slot(i), keep).await;
+    }
+    assert!(
+        fast_prunes(&url, &store, &j).await.unwrap_or(0) > 0,
+        "the cut is found upwards"
+    );
+    // Three slots below the cut, each claimed and finished (and pruned again).
+    for i in [1, 3, 5] {
+        run_once(&store, &j, slot(i), keep).await;
+    }
+    let newest: Vec<(i64, bool)> = [18, 16, 14, 12, 10].map(|i| (slot(i), false)).to_vec();
+    let kept = keys(&url, &store, &j).await;
+    assert_eq!(&kept[..5.min(kept.len())], &newest[..], "{kept:?}");
+    common::drop_schema(&url, store.schema()).await;
+}
+
 /// [B-37] A prune of an older release neither reads nor moves the remembered cut; it can
 /// only delete keys above it by deleting the cut's own key. A prune that finds its
 /// remembered cut gone reads the cut from the top: here the remembered cut is set back to a
@@ -715,8 +890,9 @@ async fn b37_a_remembered_cut_that_is_gone_is_read_from_the_top() {
         (15..25).rev().map(|i| (slot(i), false)).collect::<Vec<_>>()[..]
     );
     // As if the cut had been remembered at key 10 once keys 0..=19 existed (10 keys at or
-    // above it), and a prune of an older release had then deleted keys 0..=14, key 10 among
-    // them, as its cut (key 15) allowed once keys 20..=24 came.
+    // above it, 20 claimed as their job's newest run), and a prune of an older release had
+    // then deleted keys 0..=14, key 10 among them, as its cut (key 15) allowed once keys
+    // 20..=24 came.
     let schema = store.schema();
     common::exec(
         &url,
@@ -724,11 +900,10 @@ async fn b37_a_remembered_cut_that_is_gone_is_read_from_the_top() {
             "DELETE FROM \"{schema}\".anarchon_runs_attempts WHERE job = '{j}' AND slot < {s};
              DELETE FROM \"{schema}\".anarchon_runs WHERE job = '{j}' AND slot < {s};
              UPDATE \"{schema}\".anarchon_runs_cuts SET cut_slot = {cut}, cut_manual = false,
-                 cut_at = {at}, cut_fence = {fence}, fast_prunes = 0 WHERE job = '{j}'",
+                 cut_at = {at}, cut_added = 20, fast_prunes = 0 WHERE job = '{j}'",
             s = slot(15),
             cut = slot(10),
             at = started[19].0,
-            fence = started[19].1
         ),
     )
     .await
@@ -1412,7 +1587,7 @@ async fn b42_newer_schema_is_refused_and_left_untouched() {
     match &err {
         Error::SchemaTooNew {
             found, supported, ..
-        } => assert_eq!((*found, *supported), (99, 3)),
+        } => assert_eq!((*found, *supported), (99, 4)),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
     assert!(err.to_string().contains("nothing was changed"), "{err}");
@@ -1422,7 +1597,9 @@ async fn b42_newer_schema_is_refused_and_left_untouched() {
 }
 
 /// [B-42] What version `from` left behind is migrated in place: 1 lacks the jobs' count of
-/// claims since pruning and the table of remembered cuts, 2 lacks the table.
+/// claims since pruning and the table of remembered cuts, 2 lacks the table, 3 the history
+/// of a run's current attempt in the run's row (an older version wrote a history row for
+/// every attempt, and the running run below has one).
 async fn schema_is_migrated_in_place(from: u32) {
     let Some(url) = common::url() else { return };
     let store = common::fresh_store(&url).await;
@@ -1437,11 +1614,25 @@ async fn schema_is_migrated_in_place(from: u32) {
     } else {
         String::new()
     };
+    let cuts = if from < 3 {
+        format!("DROP TABLE \"{schema}\".anarchon_runs_cuts;")
+    } else {
+        format!("ALTER TABLE \"{schema}\".anarchon_runs_cuts DROP COLUMN cut_added;")
+    };
     common::exec(
         &url,
         &format!(
             "{unpruned_column}
-             DROP TABLE \"{schema}\".anarchon_runs_cuts;
+             {cuts}
+             INSERT INTO \"{schema}\".anarchon_runs_attempts
+                 (job, slot, manual, attempt, instance_id, scheduled_at, reason, status, fence,
+                  started_at)
+                 SELECT job, slot, false, attempt, instance_id, scheduled_at, reason, status,
+                        fence, started_at
+                 FROM \"{schema}\".anarchon_runs;
+             ALTER TABLE \"{schema}\".anarchon_runs DROP COLUMN instance_id, DROP COLUMN reason,
+                 DROP COLUMN fence, DROP COLUMN finished_at, DROP COLUMN error;
+             ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN keys_added;
              UPDATE \"{schema}\".anarchon_runs_meta SET value = '{from}'
                  WHERE key = 'schema_version'"
         ),
@@ -1461,6 +1652,13 @@ async fn schema_is_migrated_in_place(from: u32) {
         retention: Retention::default(),
     };
     assert_eq!(newer.finish(&l, &f).await.unwrap(), OwnerWrite::Done);
+    // The older version's running attempt is finished in its own history row, read once.
+    let h = newer.history(&j, 10).await.unwrap();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(
+        (h[0].attempt, h[0].status, h[0].finished_at.is_some()),
+        (1, RunStatus::Succeeded, true)
+    );
     let l2 = won(newer.claim(&claim(&j, now, "a", now)).await.unwrap());
     assert!(l2.fence > l.fence);
     assert_eq!(unpruned(&url, &newer, &j).await, 0, "a first claim prunes");
@@ -1480,7 +1678,17 @@ async fn schema_is_migrated_in_place(from: u32) {
         "schema_version",
     )
     .await;
-    assert_eq!(version[0].get::<_, String>(0), "3");
+    assert_eq!(version[0].get::<_, String>(0), "4");
+    // The new claims' attempts are their runs' rows: three attempts in the history, one
+    // history row (the older version's).
+    assert_eq!(newer.history(&j, 10).await.unwrap().len(), 3);
+    let rows = rows_for(
+        &url,
+        &format!("SELECT count(*) FROM \"{schema}\".anarchon_runs_attempts WHERE job = $1"),
+        j.as_str(),
+    )
+    .await;
+    assert_eq!(rows[0].get::<_, i64>(0), 1);
     common::drop_schema(&url, &schema).await;
 }
 
@@ -1492,6 +1700,11 @@ async fn b42_version_1_schema_is_migrated_in_place() {
 #[tokio::test(flavor = "multi_thread")]
 async fn b42_version_2_schema_is_migrated_in_place() {
     schema_is_migrated_in_place(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn b42_version_3_schema_is_migrated_in_place() {
+    schema_is_migrated_in_place(3).await;
 }
 
 /// The fill factor of each of the store's five tables (`None`: the server's default).

@@ -123,12 +123,20 @@ impl RowLocks {
         Self::hold(url, &sql, jobs).await
     }
 
-    /// Every history row of `jobs`, as a prune deleting them holds them.
+    /// Every history row of `jobs`, as a prune deleting them holds them: the history
+    /// table's rows and the rows of the runs that ended (a run's row holds the history of
+    /// its current attempt).
     pub async fn history(url: &str, schema: &str, jobs: &[&str]) -> RowLocks {
         let sql = format!(
             "SELECT 1 FROM \"{schema}\".anarchon_runs_attempts WHERE job = ANY($1) FOR UPDATE"
         );
-        Self::hold(url, &sql, jobs).await
+        let locks = Self::hold(url, &sql, jobs).await;
+        let runs = format!(
+            "SELECT 1 FROM \"{schema}\".anarchon_runs WHERE job = ANY($1) AND status <> 'running' \
+             FOR UPDATE"
+        );
+        locks.client.execute(&runs, &[&jobs]).await.unwrap();
+        locks
     }
 
     async fn hold(url: &str, sql: &str, jobs: &[&str]) -> RowLocks {
