@@ -861,6 +861,75 @@ async fn b37_a_claim_of_an_older_slot_is_not_counted_above_the_cut() {
     common::drop_schema(&url, store.schema()).await;
 }
 
+/// [B-37] A prune reads a job's runs below its cut from the lowest slot one could still
+/// have (the cut, or a run kept below it because it was running), not from the job's first
+/// slot ever: the pages of the runs it deleted before stay in the index until a vacuum.
+/// The runs it must still find there: one that was running when the cut passed it and
+/// finished since, and one claimed since for a slot below the cut (a catch-up), which
+/// makes the next prune read the whole range again. Each fails without its rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b37_a_prune_finds_what_lies_below_its_last_cut() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh_store(&url).await;
+    let j = job("floor");
+    store.prepare(&prep(&[&j])).await.unwrap();
+    let keep = Retention {
+        size: 3,
+        ttl_ms: None,
+    };
+    let now = store.now().await.unwrap();
+    let slot = |i: i64| now - 1_000_000 + i * 1000;
+    let done = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep,
+    };
+    let claim_at = |i: i64| {
+        let mut c = claim(&j, slot(i), "a", now);
+        c.retention = keep;
+        c.overlap = Overlap::Allow;
+        c
+    };
+    let run = |i: i64| {
+        let store = store.clone();
+        let c = claim_at(i);
+        let done = done.clone();
+        async move {
+            let l = won(store.claim(&c).await.unwrap());
+            assert_eq!(store.finish(&l, &done).await.unwrap(), OwnerWrite::Done);
+            store.pruning_settled().await;
+        }
+    };
+    for i in 0..9 {
+        run(i).await;
+    }
+    // Slot 9 runs on while the cut passes it.
+    let long = won(store.claim(&claim_at(9)).await.unwrap());
+    for i in 10..15 {
+        run(i).await;
+    }
+    let newest: Vec<(i64, bool)> = [14, 13, 12].map(|i| (slot(i), false)).to_vec();
+    assert_eq!(
+        keys(&url, &store, &j).await,
+        [newest.clone(), vec![(slot(9), false)]].concat()
+    );
+    assert_eq!(store.finish(&long, &done).await.unwrap(), OwnerWrite::Done);
+    store.pruning_settled().await;
+    assert_eq!(
+        keys(&url, &store, &j).await,
+        newest,
+        "the run kept while running"
+    );
+    // A slot far below the cut, claimed and finished now.
+    run(2).await;
+    assert_eq!(
+        keys(&url, &store, &j).await,
+        newest,
+        "the slot claimed below the cut"
+    );
+    common::drop_schema(&url, store.schema()).await;
+}
+
 /// [B-37] A prune of an older release neither reads nor moves the remembered cut; it can
 /// only delete keys above it by deleting the cut's own key. A prune that finds its
 /// remembered cut gone reads the cut from the top: here the remembered cut is set back to a
