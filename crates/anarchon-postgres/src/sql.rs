@@ -58,7 +58,8 @@ pub(crate) const PRUNE_EVERY: i32 = 16;
 /// The fill factor of the history and jobs tables: half of each page is left free when rows
 /// are inserted, so that the update a row gets soon after (a job's fence; a history row's
 /// result, when schema version 3 and older wrote a history row at every claim) fits beside
-/// it on the same page and is a heap-only tuple (HOT) update, which writes no index entry. At PostgreSQL's default of 100 a history row's page is full
+/// it on the same page and is a heap-only tuple (HOT) update, which writes no index entry.
+/// At PostgreSQL's default of 100 a history row's page is full
 /// milliseconds after the insert (hundreds of rows a second go to the table's end), so
 /// 98.7 % of the results were written as a new row version elsewhere plus an entry in each
 /// of the table's two indexes (`pg_stat_user_tables`, 3 x 10,000 `every 1s`). The runs
@@ -523,6 +524,8 @@ remember AS (
     UPDATE {cuts} k
     SET cut_slot = c.slot, cut_manual = c.manual,
         cut_at = n.ms,
+        -- Read only by the prunes of version 3, which count upwards from it by fences:
+        -- NULL has them read the cut from the top.
         cut_fence = NULL,
         cut_added = (SELECT p.keys_added FROM pq p WHERE p.job = k.job),
         cut_older = (SELECT p.keys_older FROM pq p WHERE p.job = k.job),
@@ -1011,8 +1014,8 @@ ORDER BY b.ord"
 /// [`lock_jobs_sql`] in the same transaction. Each result is written by the single finish's
 /// rules: conditional on (job, slot, attempt, owner) and status `running`, the run's row
 /// (and the attempt's own history row, for a run an older version claimed) gets the status,
-/// `finished_at` and error, and the job is pruned to the result's retention; a stale owner's result writes nothing. One answer row per
-/// result, by `ord`.
+/// `finished_at` and error, and the job is pruned to the result's retention; a stale
+/// owner's result writes nothing. One answer row per result, by `ord`.
 fn finish_set_sql(names: &Names) -> String {
     let Names {
         runs,

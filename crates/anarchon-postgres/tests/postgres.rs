@@ -1686,7 +1686,10 @@ async fn schema_is_migrated_in_place(from: u32) {
     let cuts = if from < 3 {
         format!("DROP TABLE \"{schema}\".anarchon_runs_cuts;")
     } else {
-        format!("ALTER TABLE \"{schema}\".anarchon_runs_cuts DROP COLUMN cut_added;")
+        format!(
+            "ALTER TABLE \"{schema}\".anarchon_runs_cuts DROP COLUMN cut_added,
+                 DROP COLUMN cut_older, DROP COLUMN cut_floor;"
+        )
     };
     common::exec(
         &url,
@@ -1701,7 +1704,8 @@ async fn schema_is_migrated_in_place(from: u32) {
                  FROM \"{schema}\".anarchon_runs;
              ALTER TABLE \"{schema}\".anarchon_runs DROP COLUMN instance_id, DROP COLUMN reason,
                  DROP COLUMN fence, DROP COLUMN finished_at, DROP COLUMN error;
-             ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN keys_added;
+             ALTER TABLE \"{schema}\".anarchon_runs_jobs DROP COLUMN keys_added,
+                 DROP COLUMN keys_older;
              UPDATE \"{schema}\".anarchon_runs_meta SET value = '{from}'
                  WHERE key = 'schema_version'"
         ),
