@@ -283,7 +283,7 @@ async fn history_rows(url: &str, store: &PostgresStore, j: &JobName) -> i64 {
 /// [B-37] A run's row is the history of its current attempt (schema version 4): a won claim
 /// and its result write no history row; a release writes the row of the attempt handed over
 /// and a takeover the row of the attempt whose lease ended, before the run's row moves on
-/// to the next attempt. The history shows each attempt once, as it ended.
+/// to the next attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b37_a_won_claim_and_its_result_write_no_history_row() {
     let Some(url) = common::url() else { return };
@@ -346,68 +346,9 @@ async fn b37_a_won_claim_and_its_result_write_no_history_row() {
     );
     assert_eq!(history_rows(&url, &store, &j).await, 2);
     assert_eq!(store.finish(&b, &failed).await.unwrap(), OwnerWrite::Lost);
-    let h = store.history(&j, 10).await.unwrap();
-    let seen: Vec<_> = h
-        .iter()
-        .map(|r| {
-            (
-                r.slot - now,
-                r.attempt,
-                r.instance_id.as_str(),
-                r.reason,
-                r.status,
-                r.error.as_deref(),
-                r.fence,
-                r.finished_at.is_some(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        seen,
-        vec![
-            (
-                -5_000,
-                3,
-                "c",
-                Reason::Takeover,
-                RunStatus::Succeeded,
-                None,
-                c.fence,
-                true
-            ),
-            (
-                -5_000,
-                2,
-                "b",
-                Reason::Takeover,
-                RunStatus::Interrupted,
-                Some("lease expired"),
-                b.fence,
-                true
-            ),
-            (
-                -5_000,
-                1,
-                "a",
-                Reason::Scheduled,
-                RunStatus::Interrupted,
-                Some("handed over"),
-                second.fence,
-                true
-            ),
-            (
-                -10_000,
-                1,
-                "a",
-                Reason::Scheduled,
-                RunStatus::Failed,
-                Some("boom"),
-                first.fence,
-                true
-            ),
-        ]
-    );
-    assert!(h[0].started_at >= h[1].started_at && h[1].started_at >= h[2].started_at);
+    // Each attempt once, as it ended: the kit's
+    // `b36_history_shows_each_attempt_once_as_it_ended` checks every field.
+    assert_eq!(store.history(&j, 10).await.unwrap().len(), 4);
     common::drop_schema(&url, store.schema()).await;
 }
 

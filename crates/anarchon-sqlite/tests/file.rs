@@ -999,7 +999,7 @@ fn history_rows(path: &Path) -> i64 {
 /// release or a takeover moves the row on, and the history reads both, each attempt once.
 #[tokio::test(flavor = "multi_thread")]
 async fn b37_a_won_claim_and_its_result_write_no_history_row() {
-    use anarchon_core::store::{Finish, Reason, Retention, Takeover, TakeoverOutcome};
+    use anarchon_core::store::{Finish, Retention, Takeover, TakeoverOutcome};
     let t = TempStore::new().await;
     let store = &t.store;
     let j = unique_job("inline");
@@ -1059,58 +1059,9 @@ async fn b37_a_won_claim_and_its_result_write_no_history_row() {
         "the takeover or its result wrote a row"
     );
 
-    let h = store.history(&j, 10).await.unwrap();
-    let seen: Vec<_> = h
-        .iter()
-        .map(|r| {
-            (
-                r.slot,
-                r.attempt,
-                r.instance_id.as_str(),
-                r.reason,
-                r.status,
-                r.error.as_deref(),
-                r.fence,
-                r.finished_at.is_some(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        seen,
-        [
-            (
-                2_000,
-                2,
-                "i2",
-                Reason::Takeover,
-                RunStatus::Succeeded,
-                None,
-                retry.fence,
-                true
-            ),
-            (
-                2_000,
-                1,
-                "i1",
-                Reason::Scheduled,
-                RunStatus::Interrupted,
-                Some("handed over"),
-                second.fence,
-                true
-            ),
-            (
-                1_000,
-                1,
-                "i1",
-                Reason::Scheduled,
-                RunStatus::Failed,
-                Some("boom"),
-                first.fence,
-                true
-            ),
-        ]
-    );
-    assert_eq!(h[2].started_at, first.started_at);
+    // Each attempt once, as it ended: the kit's
+    // `b36_history_shows_each_attempt_once_as_it_ended` checks every field.
+    assert_eq!(store.history(&j, 10).await.unwrap().len(), 3);
     // A finished run's view has no owner, although its row keeps the last one.
     let views = store.runs(std::slice::from_ref(&first.run)).await.unwrap();
     assert_eq!(

@@ -46,6 +46,7 @@ macro_rules! __lease_store_tests {
             b14_newest_unfinished_runs_lists_each_jobs_newest_and_every_run_handed_over,
             b20_store_clock_is_sane,
             b36_history_is_newest_first_with_every_field,
+            b36_history_shows_each_attempt_once_as_it_ended,
             b37_retention_prunes_runs_beyond_history_size,
             b37_retention_prunes_runs_older_than_ttl,
             s11_fence_strictly_increases_per_job,
@@ -1079,6 +1080,89 @@ pub async fn b36_history_is_newest_first_with_every_field(store: Arc<dyn LeaseSt
             .unwrap()
             .is_empty()
     );
+}
+
+/// [B-36] Every attempt of a run is in the history once, as it ended, whichever row a store
+/// keeps it in (a store may keep the current attempt's record in the run's own row and
+/// write a record of its own only when a release or a takeover moves the run on): a run
+/// that failed; then a run handed over, taken over, its lease ended and taken over again,
+/// and finished, with the stale owner's result lost.
+pub async fn b36_history_shows_each_attempt_once_as_it_ended(store: Arc<dyn LeaseStore>) {
+    let job = unique_job("each");
+    prepared(&store, &[&job]).await;
+    let t = now(&store).await;
+    let done = |status, error: Option<&str>| Finish {
+        status,
+        error: error.map(str::to_owned),
+        retention: Retention::default(),
+    };
+    let first = won(&store, &claim(&job, t - 2000, "a", t)).await;
+    let failed = done(RunStatus::Failed, Some("boom"));
+    assert_eq!(
+        store.finish(&first, &failed).await.unwrap(),
+        OwnerWrite::Done
+    );
+    let second = won(&store, &claim(&job, t - 1000, "a", t)).await;
+    assert_eq!(store.release(&second).await.unwrap(), OwnerWrite::Done);
+    let TakeoverOutcome::Won(b) = store.take_over(&takeover(&second, "b", 5)).await.unwrap() else {
+        panic!("the run handed over is taken")
+    };
+    sleep_ms(PAST_LEASE_MS).await;
+    let TakeoverOutcome::Won(c) = store.take_over(&takeover(&b, "c", 5)).await.unwrap() else {
+        panic!("the ended lease is taken over")
+    };
+    let ok = done(RunStatus::Succeeded, None);
+    assert_eq!(store.finish(&c, &ok).await.unwrap(), OwnerWrite::Done);
+    assert_eq!(store.finish(&b, &failed).await.unwrap(), OwnerWrite::Lost);
+    let h = store.history(&job, 10).await.unwrap();
+    let seen: Vec<_> = h
+        .iter()
+        .map(|r| {
+            let ended = r.finished_at.is_some();
+            let what = (
+                r.instance_id.as_str(),
+                r.reason,
+                r.status,
+                r.error.as_deref(),
+            );
+            (r.slot - t, r.attempt, what, r.fence, ended)
+        })
+        .collect();
+    let interrupted = |who, reason, why| (who, reason, RunStatus::Interrupted, Some(why));
+    assert_eq!(
+        seen,
+        vec![
+            (
+                -1000,
+                3,
+                ("c", Reason::Takeover, RunStatus::Succeeded, None),
+                c.fence,
+                true
+            ),
+            (
+                -1000,
+                2,
+                interrupted("b", Reason::Takeover, "lease expired"),
+                b.fence,
+                true
+            ),
+            (
+                -1000,
+                1,
+                interrupted("a", Reason::Scheduled, "handed over"),
+                second.fence,
+                true
+            ),
+            (
+                -2000,
+                1,
+                ("a", Reason::Scheduled, RunStatus::Failed, Some("boom")),
+                first.fence,
+                true
+            ),
+        ]
+    );
+    assert!(h.windows(2).all(|w| w[0].started_at >= w[1].started_at));
 }
 
 /// A job's history once the store's pruning has caught up: a store may prune after its
