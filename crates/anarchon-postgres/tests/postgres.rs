@@ -1484,7 +1484,13 @@ async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
                     s, s * 1000, s * 1000 + 5, NULL
              FROM generate_series(1, 150) s, generate_series(0, 1999) j;
              INSERT INTO \"{schema}\".anarchon_runs_cuts (job)
-             SELECT 'many' || j FROM generate_series(0, 19999) j;"
+             SELECT 'many' || j FROM generate_series(0, 19999) j;
+             INSERT INTO \"{schema}\".anarchon_runs
+                 (job, slot, status, attempt, counted_starts, owner, expires_at,
+                  scheduled_at, started_at, instance_id, reason, fence)
+             SELECT 'busy' || j, 1000, 'running', 1, 1, 'b', 9000000000000, 1000, 1000,
+                    'b', 'scheduled', 1
+             FROM generate_series(0, 9999) j;"
         ))
         .await
         .unwrap();
@@ -1527,6 +1533,17 @@ async fn b37_a_prune_reads_only_the_jobs_it_prunes() {
         assert!(
             cuts <= 128 * 4,
             "analyzed {analyzed}: the prune read {cuts} rows of the cuts: {read:?}"
+        );
+        // Whether a cut's own run is running: by its key, not by reading every running
+        // run (10,000 of other jobs here, as many as a large deployment has in flight).
+        let running: u64 = read
+            .iter()
+            .filter(|(source, _)| source == "anarchon_runs_running")
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            running <= 128 * 4,
+            "analyzed {analyzed}: the prune read {running} running runs: {read:?}"
         );
         // Per job: its 100 newest keys from the top, the 50 rows below the cut, their
         // runs, and both deleted by `ctid`: 350; each table holds 300,000 rows.
