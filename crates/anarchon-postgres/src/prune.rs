@@ -7,6 +7,19 @@
 //! results it had committed were reported as unknown), and a store never has more than one
 //! such statement on the server.
 //!
+//! **The window.** The task waits for the next multiple of the store's prune window
+//! (`PostgresOptions::prune_window`, 16 s by default) on the wall clock before it prunes,
+//! and then prunes every waiting job in job order. Every instance so prunes at the same
+//! moments, and a job is found due every few won claims (see `sql::PRUNE_EVERY`), so at a
+//! window's end nearly every job claimed every second is pruned, each of the rows of the
+//! same slots: rows that the claims wrote side by side, into the same table pages, and that
+//! a prune of jobs one by one as each was found due read and wrote page by page, each page
+//! once for each of its rows' jobs. 3 x 10,000 `every 1s` jobs on 2 cores, PostgreSQL with
+//! autovacuum, minutes 6 to 10: 7,430 prune statements and 132 s of the server's time
+//! without the window, 1,360 statements and 70 s with it (`pg_stat_statements`). A store
+//! dropped or closed meanwhile ends the wait, and with it the task; `pruning_settled`
+//! (tests) ends it too.
+//!
 //! Pruning is never needed for correctness, only to keep a job's history bounded, so a
 //! prune that fails (a timeout, a deadlock with another instance's prune of the same job) is
 //! logged and left to the job's next prune, which removes everything below the job's cut,
@@ -16,9 +29,10 @@
 //! claim batch leaves them out (its claims must not wait), and its jobs are pruned by
 //! their next results or due claims.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anarchon_core::store::{Result, Retention};
 use tokio_postgres::types::Type;
@@ -34,10 +48,11 @@ pub(crate) const PRUNED_PER_STATEMENT: usize = 128;
 /// The most jobs waiting for the background prune of one store.
 pub(crate) const PENDING_JOBS: usize = 65_536;
 
-/// The jobs waiting for the background prune, with the retention each is pruned to.
+/// The jobs waiting for the background prune, with the retention each is pruned to, in job
+/// order.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    jobs: HashMap<String, Retention>,
+    jobs: BTreeMap<String, Retention>,
     /// True while the background task runs (it ends when no job waits).
     running: bool,
 }
@@ -110,8 +125,24 @@ impl Inner {
         }
         if !pending.running && !pending.jobs.is_empty() {
             pending.running = true;
-            let inner = Arc::clone(self);
-            tokio::spawn(async move { inner.prune_pending().await });
+            // The task holds the store only once the window ends, so a store dropped
+            // meanwhile is not kept (with its pool) for up to a window.
+            let store: Weak<Inner> = Arc::downgrade(self);
+            let wait = until_window_ends(self.prune_window, SystemTime::now());
+            let wake = Arc::clone(&self.prune_wake);
+            let shutdown = self.shutdown.clone();
+            tokio::spawn(async move {
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = wake.notified() => {}
+                        () = shutdown.cancelled() => {}
+                    }
+                }
+                if let Some(inner) = store.upgrade() {
+                    inner.prune_pending().await;
+                }
+            });
         }
         left_out
     }
@@ -155,9 +186,11 @@ impl Inner {
         }
     }
 
-    /// Waits until no job waits for the background prune and the task is idle.
+    /// Waits until no job waits for the background prune and the task is idle, waking the
+    /// task if it waits for its window.
     pub(crate) async fn pruning_settled(&self) {
         loop {
+            self.prune_wake.notify_one();
             {
                 let pending = self
                     .pending_prunes
@@ -215,14 +248,62 @@ impl Inner {
     }
 }
 
+/// How long a background prune started at `now` waits: until the next multiple of `window`
+/// since the Unix epoch (a whole window at a multiple itself); zero for a zero window or a
+/// clock before the epoch.
+pub(crate) fn until_window_ends(window: Duration, now: SystemTime) -> Duration {
+    let Ok(since) = now.duration_since(UNIX_EPOCH) else {
+        return Duration::ZERO;
+    };
+    let window_ns = window.as_nanos();
+    if window_ns == 0 {
+        return Duration::ZERO;
+    }
+    let into = since.as_nanos() % window_ns;
+    // Below `window`, at most an hour: fits.
+    Duration::from_nanos(u64::try_from(window_ns - into).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn a_background_prune_waits_for_the_next_multiple_of_its_window() {
+        let w = Duration::from_secs(16);
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        assert_eq!(until_window_ends(w, at(1_600_000)), w);
+        assert_eq!(
+            until_window_ends(w, at(1_600_001)),
+            Duration::from_millis(15_999)
+        );
+        assert_eq!(
+            until_window_ends(w, at(1_615_999)),
+            Duration::from_millis(1)
+        );
+        // Every instance ends its windows at the same moments, whenever it starts to wait.
+        for start in [1_600_100, 1_607_000, 1_615_500] {
+            assert_eq!(at(start) + until_window_ends(w, at(start)), at(1_616_000));
+        }
+        // The extremes: no window, the longest, a clock before the epoch, a far future.
+        assert_eq!(until_window_ends(Duration::ZERO, at(1_234)), Duration::ZERO);
+        let hour = crate::MAX_PRUNE_WINDOW;
+        assert_eq!(
+            until_window_ends(hour, at(3_600_000 * 5 + 1)),
+            hour - Duration::from_millis(1)
+        );
+        assert_eq!(
+            until_window_ends(w, UNIX_EPOCH - Duration::from_secs(1)),
+            Duration::ZERO
+        );
+        let far = UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX) * 64);
+        assert!(until_window_ends(hour, far) <= hour);
+    }
+
+    #[test]
     fn a_background_prune_that_panics_leaves_the_next_one_free_to_start() {
         let pending = Mutex::new(Pending {
-            jobs: HashMap::new(),
+            jobs: BTreeMap::new(),
             running: true,
         });
         let unwound = std::panic::catch_unwind(|| {
@@ -240,7 +321,7 @@ mod tests {
     fn a_background_prune_that_ends_on_its_own_leaves_the_flag_to_the_task() {
         // Disarmed where the task cleared the flag itself: a task started meanwhile keeps it.
         let pending = Mutex::new(Pending {
-            jobs: HashMap::new(),
+            jobs: BTreeMap::new(),
             running: true,
         });
         drop(RunningGuard {

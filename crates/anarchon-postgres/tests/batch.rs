@@ -29,12 +29,19 @@ fn claim(job: &JobName, slot: EpochMs, instance: &str, not_after: EpochMs) -> Le
 
 /// A prepared store on a fresh schema with `pool` connections.
 async fn store(url: &str, schema: &str, pool: usize, jobs: &[JobName]) -> PostgresStore {
-    let store = PostgresStore::connect_with(
+    store_with(
         url,
         PostgresOptions::default().schema(schema).pool_size(pool),
+        jobs,
     )
     .await
-    .expect("connect");
+}
+
+/// A prepared store with `options`.
+async fn store_with(url: &str, options: PostgresOptions, jobs: &[JobName]) -> PostgresStore {
+    let store = PostgresStore::connect_with(url, options)
+        .await
+        .expect("connect");
     store
         .prepare(&Prepare {
             jobs: jobs.to_vec(),
@@ -392,6 +399,117 @@ async fn concurrent_result_batches_over_the_same_jobs_in_other_orders_finish_eac
     common::drop_schema(&url, &schema).await;
 }
 
+/// Sleeps until `after` past the next multiple of `window` on the wall clock.
+async fn sleep_past_window_end(window: Duration, after: Duration) {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let into = since.as_nanos() % window.as_nanos();
+    let left = Duration::from_nanos(u64::try_from(window.as_nanos() - into).unwrap());
+    tokio::time::sleep(left + after).await;
+}
+
+/// [B-37] The jobs that batches find due to prune wait for the end of the store's prune
+/// window (the next multiple of it on the wall clock, the same moment on every instance)
+/// and are then pruned together, in one statement, with no call waiting for it; a caller
+/// that waits for pruning to settle (tests) ends the wait.
+#[tokio::test]
+async fn b37_due_jobs_wait_for_the_prune_window_and_are_pruned_together() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..2).map(|_| unique_job("window")).collect();
+    let window = Duration::from_secs(4);
+    let options = |window| {
+        PostgresOptions::default()
+            .schema(&schema)
+            .pool_size(2)
+            .prune_window(window)
+    };
+    let s = store_with(&url, options(window), &jobs).await;
+    let keep_two = Retention {
+        size: 2,
+        ttl_ms: None,
+    };
+    let result = Finish {
+        status: RunStatus::Succeeded,
+        error: None,
+        retention: keep_two,
+    };
+    // Five runs of each job, claimed and finished in batches, from just after a window's
+    // end: every result after the second finds its job due.
+    let five_each = |s: &PostgresStore, t: EpochMs| {
+        let claims: Vec<LeaseClaim> = jobs
+            .iter()
+            .flat_map(|job| {
+                (0..5).map(move |slot| LeaseClaim {
+                    retention: keep_two,
+                    overlap: Overlap::Allow,
+                    ..claim(job, t + slot * 1_000, "a", t + 60_000)
+                })
+            })
+            .collect();
+        let s = s.clone();
+        let result = result.clone();
+        async move {
+            let held: Vec<Lease> = s
+                .claim_many(&claims)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|o| match o {
+                    ClaimOutcome::Won(l) => l,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let batch: Vec<(Lease, Finish)> =
+                held.iter().map(|l| (l.clone(), result.clone())).collect();
+            assert_eq!(
+                s.finish_many(&batch).await.unwrap(),
+                vec![OwnerWrite::Done; 10]
+            );
+        }
+    };
+    sleep_past_window_end(window, Duration::from_millis(50)).await;
+    let t = s.now().await.unwrap();
+    five_each(&s, t).await;
+    let prunes = s.prunes();
+    tokio::time::sleep(window / 4).await;
+    for job in &jobs {
+        assert_eq!(
+            s.history(job, 10).await.unwrap().len(),
+            5,
+            "pruned before the window ended"
+        );
+    }
+    assert_eq!(s.prunes(), prunes, "a prune before the window ended");
+    // The window ends: both jobs are pruned to their two newest runs, in one statement.
+    sleep_past_window_end(window, Duration::from_millis(1_500)).await;
+    for job in &jobs {
+        let slots: Vec<EpochMs> = s
+            .history(job, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.slot)
+            .collect();
+        assert_eq!(slots, vec![t + 4_000, t + 3_000], "{job}");
+    }
+    assert_eq!(s.prunes() - prunes, 1, "both jobs in one statement");
+    s.close().await.unwrap();
+    // The longest window: waiting for pruning to settle ends it.
+    let long = store_with(&url, options(anarchon_postgres::MAX_PRUNE_WINDOW), &jobs).await;
+    let t = long.now().await.unwrap() + 10_000;
+    five_each(&long, t).await;
+    tokio::time::timeout(Duration::from_secs(5), long.pruning_settled())
+        .await
+        .expect("pruning_settled waited for the window");
+    for job in &jobs {
+        assert_eq!(long.history(job, 10).await.unwrap().len(), 2, "{job}");
+    }
+    long.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
+}
+
 /// [B-37] Claims and results due to prune do not prune in their batch, which holds their
 /// jobs' locks: the store prunes their jobs after the batch committed, in the background,
 /// in a statement of its own that takes no job lock. Here another transaction holds every
@@ -405,7 +523,14 @@ async fn b37_claims_and_results_prune_after_their_batch_without_its_job_locks() 
     let Some(url) = common::url() else { return };
     let schema = common::fresh_schema();
     let job = unique_job("after");
-    let s = store(&url, &schema, 4, std::slice::from_ref(&job)).await;
+    // Pruned as soon as found due: the test waits for the prunes to begin.
+    let at_once = |pool| {
+        PostgresOptions::default()
+            .schema(&schema)
+            .pool_size(pool)
+            .prune_window(Duration::ZERO)
+    };
+    let s = store_with(&url, at_once(4), std::slice::from_ref(&job)).await;
     let keep = Retention {
         size: 2,
         ttl_ms: None,
@@ -434,7 +559,7 @@ async fn b37_claims_and_results_prune_after_their_batch_without_its_job_locks() 
     assert_eq!(slots(s.history(&job, 10).await.unwrap()), vec![3, 2]);
     let rows = common::RowLocks::history(&url, &schema, &[job.as_str()]).await;
     // A claim due to prune: a store that has not seen the job's count yet sends it so.
-    let fresh = store(&url, &schema, 2, std::slice::from_ref(&job)).await;
+    let fresh = store_with(&url, at_once(2), std::slice::from_ref(&job)).await;
     let now = fresh.now().await.unwrap();
     let statements = fresh.statements();
     let ClaimOutcome::Won(fourth) = fresh.claim(&at(4, now + 2_000)).await.unwrap() else {

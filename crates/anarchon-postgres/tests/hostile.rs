@@ -14,7 +14,8 @@ use anarchon_core::store::{
 use anarchon_core::testkit::lease::claim;
 use anarchon_core::{Error, Reason, RunStatus};
 use anarchon_postgres::{
-    MAX_CONNECT_TIMEOUT, MAX_POOL_SIZE, MAX_TIMEOUT, MIN_TIMEOUT, PostgresOptions, PostgresStore,
+    MAX_CONNECT_TIMEOUT, MAX_POOL_SIZE, MAX_PRUNE_WINDOW, MAX_TIMEOUT, MIN_TIMEOUT,
+    PostgresOptions, PostgresStore,
 };
 use proptest::prelude::*;
 
@@ -171,6 +172,40 @@ fn b42_each_extreme_of_each_option() {
     }
     for n in sizes() {
         build_both(&url, typical, typical, n);
+    }
+}
+
+/// `prune_window` from zero (prune at once) to an hour is accepted; longer is refused by
+/// name, before anything is sent.
+#[tokio::test]
+async fn b42_a_prune_window_past_an_hour_is_refused_by_name() {
+    let Some(url) = common::url() else { return };
+    let mut windows = durations();
+    windows.extend([MAX_PRUNE_WINDOW, MAX_PRUNE_WINDOW + Duration::from_nanos(1)]);
+    for window in windows {
+        let built =
+            PostgresStore::connect_with(&url, PostgresOptions::default().prune_window(window))
+                .await;
+        if window <= MAX_PRUNE_WINDOW {
+            built
+                .unwrap_or_else(|e| panic!("{window:?}: {e}"))
+                .close()
+                .await
+                .unwrap();
+        } else {
+            let err = built.expect_err("refused");
+            assert!(
+                matches!(
+                    err,
+                    Error::OutOfRange {
+                        option: "prune_window",
+                        ..
+                    }
+                ),
+                "{window:?}: {err:?}"
+            );
+            assert!(err.to_string().contains("prune_window"), "{err}");
+        }
     }
 }
 

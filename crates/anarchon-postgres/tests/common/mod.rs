@@ -23,9 +23,19 @@ pub fn fresh_schema() -> String {
 
 /// A store on a fresh schema (not yet prepared, not yet connected: the lazily connecting
 /// constructor, so tests can build one without an async context).
+///
+/// Its jobs are pruned as soon as they are found due (no prune window): the conformance
+/// kit's retention tests wait up to 10 s for a prune, less than the default window.
+/// `tests/batch.rs` tests the window.
 pub fn store_on(url: &str, schema: &str) -> PostgresStore {
-    PostgresStore::unconnected(url, PostgresOptions::default().schema(schema).pool_size(4))
-        .expect("valid options")
+    PostgresStore::unconnected(
+        url,
+        PostgresOptions::default()
+            .schema(schema)
+            .pool_size(4)
+            .prune_window(Duration::ZERO),
+    )
+    .expect("valid options")
 }
 
 /// A `prepare` of no jobs, as the tests' instance `test`.
