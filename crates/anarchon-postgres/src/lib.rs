@@ -287,9 +287,9 @@ impl PostgresOptions {
     /// job order: every instance prunes at the same moments, so the jobs claimed in the
     /// same seconds have the rows of the same slots deleted together, from the same table
     /// pages, in few full statements instead of many small ones (3 x 10,000 `every 1s`
-    /// jobs, autovacuum on: the prunes' server time cut by 36-47 %). A job then holds up to one window's worth of
-    /// runs more between prunes; pruning is never needed for correctness. Zero prunes each
-    /// job as soon as it is found due.
+    /// jobs, autovacuum on: the prunes' server time cut by 36-47 %). A job then holds up to
+    /// one window's worth of runs more between prunes; pruning is never needed for
+    /// correctness. Zero prunes each job as soon as it is found due.
     ///
     /// ```
     /// use std::time::Duration;

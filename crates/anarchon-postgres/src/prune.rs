@@ -18,9 +18,9 @@
 //! autovacuum, minutes 6 to 10: 7,430 prune statements and 132 s of the server's time
 //! without the window, 1,360 statements and 70 s with it, 1,298 and 84 s in a second run
 //! (`pg_stat_statements`; the share of slots started in their second did not move beyond the
-//! runs' noise, and with autovacuum off the window saved nothing). A store
-//! dropped or closed meanwhile ends the wait, and with it the task; `pruning_settled`
-//! (tests) ends it too.
+//! runs' noise, and with autovacuum off the window saved nothing). A store dropped or
+//! closed meanwhile ends the wait, and with it the task; `pruning_settled` (tests) ends it
+//! too.
 //!
 //! Pruning is never needed for correctness, only to keep a job's history bounded, so a
 //! prune that fails (a timeout, a deadlock with another instance's prune of the same job) is
@@ -55,7 +55,8 @@ pub(crate) const PENDING_JOBS: usize = 65_536;
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
     jobs: BTreeMap<String, Retention>,
-    /// True while the background task runs (it ends when no job waits).
+    /// True from the background task's start, through its wait for the window, until it
+    /// finds no job waiting and ends.
     running: bool,
 }
 
