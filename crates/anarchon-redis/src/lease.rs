@@ -205,8 +205,9 @@ const RUNS_PER_CALL: usize = 512;
 /// call near a millisecond.
 const JOBS_PER_CALL: usize = 512;
 
-/// How often a claim prunes its job (`claim.lua`, which writes it as 16): on one won claim in
-/// this many, at the job's phase (`anarchon_core::history::prunes_at`).
+/// How often a claim prunes its job (`claim.lua`, which writes it as 16; a test in
+/// `scripts.rs` holds the two together): on one won claim in this many, at the job's phase
+/// (`anarchon_core::history::prunes_at`).
 const CLAIM_PRUNE_EVERY: u64 = MAX_PRUNE_PERIOD;
 
 impl RedisStore {

@@ -62,3 +62,19 @@ pub(crate) fn lease_scripts() -> [&'static Script; 11] {
 pub(crate) fn claim_scripts() -> [&'static Script; 3] {
     [&HISTORY, &PUT_ROW, &SLOT_CLAIM]
 }
+
+#[cfg(test)]
+mod tests {
+    use anarchon_core::history::MAX_PRUNE_PERIOD;
+
+    /// `claim.lua` prunes on one fence in 16 at the residue the store sends
+    /// (`pruning_fence_residue(job, MAX_PRUNE_PERIOD)`): the literal in the script must be
+    /// that period, or the residues the store computes would miss (never prune) or repeat.
+    #[test]
+    fn the_claim_script_prunes_on_the_period_the_store_computes_its_phase_for() {
+        let script = include_str!("lua/claim.lua");
+        let rule = format!("if fence % {MAX_PRUNE_PERIOD} == tonumber(ARGV[a + 10]) then");
+        assert!(script.contains(&rule), "claim.lua no longer holds `{rule}`");
+        assert_eq!(script.matches("fence %").count(), 1, "one pruning rule");
+    }
+}
