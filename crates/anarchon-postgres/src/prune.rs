@@ -7,8 +7,8 @@
 //! results it had committed were reported as unknown), and a store never has more than one
 //! such statement on the server.
 //!
-//! **The window.** The task waits for the next multiple of the store's prune window
-//! (`PostgresOptions::prune_window`, 16 s by default) on the wall clock before it prunes,
+//! **The window** (opt-in). With a prune window (`PostgresOptions::prune_window`, zero by
+//! default) the task waits for the next multiple of it on the wall clock before it prunes,
 //! and then prunes every waiting job in job order. Every instance so prunes at the same
 //! moments, and a job is found due every few won claims (see `sql::PRUNE_EVERY`), so at a
 //! window's end nearly every job claimed every second is pruned, each of the rows of the
@@ -18,7 +18,8 @@
 //! autovacuum, minutes 6 to 10: 7,430 prune statements and 132 s of the server's time
 //! without the window, 1,360 statements and 70 s with it, 1,298 and 84 s in a second run
 //! (`pg_stat_statements`; the share of slots started in their second did not move beyond the
-//! runs' noise, and with autovacuum off the window saved nothing). A store dropped or
+//! runs' noise, and with autovacuum off the window saved nothing; hence off by default). A
+//! store dropped or
 //! closed meanwhile ends the wait, and with it the task; `pruning_settled` (tests) ends it
 //! too.
 //!

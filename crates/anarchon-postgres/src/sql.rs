@@ -47,9 +47,9 @@ pub(crate) const SCHEMA_VERSION: i64 = 4;
 /// behind such batches). The store prunes the due jobs after the batch committed, with
 /// [`prune_sql`], which takes no job lock, in the background (see `crate::prune`): once
 /// the prune after a finish is done the job holds at most `size + size / 8` runs besides
-/// its running ones (exactly `size` below 8); that prune comes at the end of the store's
-/// prune window (`PostgresOptions::prune_window`), so until then the job holds up to a
-/// window's worth of runs more. Between finishes, for runs that never finish
+/// its running ones (exactly `size` below 8); with a prune window
+/// (`PostgresOptions::prune_window`) that prune comes at the window's end, so until then
+/// the job holds up to a window's worth of runs more. Between finishes, for runs that never finish
 /// (taken over until exhausted, interrupted by the next slot) and for runs a fenced
 /// transaction finished (which does not prune, see [`fenced_finish_sql`]), a job holds
 /// about `size + PRUNE_EVERY` runs at most (plus any older run still running, which

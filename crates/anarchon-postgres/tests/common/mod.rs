@@ -24,9 +24,9 @@ pub fn fresh_schema() -> String {
 /// A store on a fresh schema (not yet prepared, not yet connected: the lazily connecting
 /// constructor, so tests can build one without an async context).
 ///
-/// Its jobs are pruned as soon as they are found due (no prune window): the conformance
-/// kit's retention tests wait up to 10 s for a prune, less than the default window.
-/// `tests/batch.rs` tests the window.
+/// Its jobs are pruned as soon as they are found due (no prune window, the default, set
+/// here so that a changed default cannot make the conformance kit's retention tests, which
+/// wait up to 10 s for a prune, wait for a window). `tests/batch.rs` tests the window.
 pub fn store_on(url: &str, schema: &str) -> PostgresStore {
     PostgresStore::unconnected(
         url,
