@@ -219,14 +219,16 @@ async fn b14_takeover_after_expiry_then_exhausted() {
     let j = job("take");
     let now = store.now().await.unwrap();
     let mut c = claim(&j, now, "a", now);
-    c.lease_ms = 50;
+    // Leases of 1 s: the takeover right after the claim must find it live even on a
+    // loaded CI machine (50 ms leases expired before it there).
+    c.lease_ms = 1_000;
     let a = won(store.claim(&c).await.unwrap());
     let key = RunKey::new(j.clone(), now);
     let t = |attempt, instance: &str| Takeover {
         run: key.clone(),
         seen_attempt: attempt,
         instance_id: instance.into(),
-        lease_ms: 50,
+        lease_ms: 1_000,
         max_attempts: 2,
         superseded: false,
         not_after: i64::MAX,
@@ -235,7 +237,7 @@ async fn b14_takeover_after_expiry_then_exhausted() {
         store.take_over(&t(1, "b")).await.unwrap(),
         TakeoverOutcome::Live
     );
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let b = match store.take_over(&t(1, "b")).await.unwrap() {
         TakeoverOutcome::Won(l) => l,
         other => panic!("{other:?}"),
@@ -253,7 +255,7 @@ async fn b14_takeover_after_expiry_then_exhausted() {
         store.take_over(&t(1, "c")).await.unwrap(),
         TakeoverOutcome::Live
     );
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(
         store.take_over(&t(2, "c")).await.unwrap(),
         TakeoverOutcome::Exhausted
