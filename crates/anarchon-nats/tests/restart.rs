@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anarchon_core::{Event, Scheduler};
+use anarchon_core::store::{Prepare, Store};
+use anarchon_core::{Event, JobName, Scheduler};
 use anarchon_nats::{NatsOptions, NatsStore};
 use anarchon_test_support::OwnNats;
 
@@ -22,6 +23,25 @@ async fn b29_broker_restart_next_slots_are_claimed_again() {
         .prefix(format!("restart-{:08x}", rand::random::<u32>()))
         .operation_timeout(Duration::from_millis(800))
         .connect_timeout(Duration::from_secs(2));
+    // The first prepare creates the store's stream on the fresh server; on a loaded machine
+    // (CI) that once outlasted the 800 ms operation timeout the outage below needs. Created
+    // here first with a longer one, the schedulers' prepares find it.
+    let first = NatsStore::connect_with(
+        &server.url(),
+        opts.clone().operation_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    first
+        .prepare(&Prepare {
+            jobs: vec![JobName::new("tick").unwrap()],
+            instance_id: "first".into(),
+            call_timeout: Duration::from_secs(10),
+        })
+        .await
+        .unwrap();
+    first.close().await.unwrap();
+
     // slot -> instances that started it.
     let starts: Arc<Mutex<BTreeMap<i64, Vec<String>>>> = Arc::default();
     let mut schedulers = Vec::new();
