@@ -19,9 +19,8 @@
 //! without the window, 1,360 statements and 70 s with it, 1,298 and 84 s in a second run
 //! (`pg_stat_statements`; the share of slots started in their second did not move beyond the
 //! runs' noise, and with autovacuum off the window saved nothing; hence off by default). A
-//! store dropped or
-//! closed meanwhile ends the wait, and with it the task; `pruning_settled` (tests) ends it
-//! too.
+//! store dropped or closed meanwhile ends the wait, and with it the task; `pruning_settled`
+//! (tests) ends it too.
 //!
 //! Pruning is never needed for correctness, only to keep a job's history bounded, so a
 //! prune that fails (a timeout, a deadlock with another instance's prune of the same job) is

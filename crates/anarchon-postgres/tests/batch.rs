@@ -123,7 +123,7 @@ async fn concurrent_batches_over_the_same_jobs_in_other_orders_win_each_slot_onc
 /// instances' orders of claims coincide) wait for each other's job locks; one wins each
 /// slot, the others find its run.
 #[tokio::test]
-async fn concurrent_twin_batches_in_one_order_win_each_slot_once() {
+async fn b11_concurrent_twin_batches_in_one_order_win_each_slot_once() {
     race_three_batches(true).await;
 }
 
