@@ -263,6 +263,25 @@ fn rounds<'j>(jobs: impl Iterator<Item = &'j str>) -> Vec<Vec<usize>> {
     rounds
 }
 
+/// The indexes `picked` sorted by their runs `run(i)` (job name bytewise, then slot).
+///
+/// Heartbeats and result batches send their runs in this order. Both update run rows, and
+/// a heartbeat takes no job lock; PostgreSQL locks each row as the `UPDATE` reaches it,
+/// which in the plans it makes for a large runs table is the order of the arrays sent (a
+/// loop over them that looks each run up by key) or the key order of an index it reads
+/// them from; the key order is this order under the `C` collation and close to it under
+/// others. Sent in any other order, a heartbeat and a result batch could each hold a row
+/// the other waits for: a deadlock, which PostgreSQL ends only after `deadlock_timeout`
+/// (1 s by default) by aborting one of them, while the result batch holds the job locks of
+/// up to [`BATCH_FINISHES`] jobs and the claims of those jobs wait behind it.
+fn in_run_order<'r>(run: impl Fn(usize) -> &'r RunKey, mut picked: Vec<usize>) -> Vec<usize> {
+    picked.sort_by(|&a, &b| {
+        let (a, b) = (run(a), run(b));
+        (a.job.as_str(), a.slot).cmp(&(b.job.as_str(), b.slot))
+    });
+    picked
+}
+
 /// The bound arrays of one round of the set-based claim statement.
 struct ClaimArrays<'c> {
     job: Vec<&'c str>,
@@ -840,7 +859,12 @@ impl Inner {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
-        let rounds = rounds(writes.iter().map(|(l, _)| l.run.job.as_str()));
+        // Each round in run order, so its statement locks the run rows in the order a
+        // heartbeat locks them (see `in_run_order`).
+        let rounds: Vec<Vec<usize>> = rounds(writes.iter().map(|(l, _)| l.run.job.as_str()))
+            .into_iter()
+            .map(|round| in_run_order(|i| &writes[i].0.run, round))
+            .collect();
         // A round of one result sends the single finish's statement (see `claim_batch`).
         let params: Vec<Either<FinishParams<'_>, FinishArrays<'_>>> = rounds
             .iter()
@@ -1241,10 +1265,14 @@ impl LeaseStore for PostgresStore {
         }
         check_instances(leases.iter().map(|l| l.instance_id.as_str()))?;
         let inner = &self.inner;
-        let jobs: Vec<&str> = leases.iter().map(|l| l.run.job.as_str()).collect();
-        let slots: Vec<i64> = leases.iter().map(|l| l.run.slot).collect();
-        let attempts: Vec<i32> = leases.iter().map(|l| int4(l.attempt)).collect();
-        let owners: Vec<&str> = leases.iter().map(|l| l.instance_id.as_str()).collect();
+        // Sent in run order, so the statement locks the run rows in the order a result
+        // batch locks them (see `in_run_order`); `ord` is a position in `order`.
+        let order = in_run_order(|i| &leases[i].run, (0..leases.len()).collect());
+        let pick = |i: &usize| &leases[*i];
+        let jobs: Vec<&str> = order.iter().map(|i| pick(i).run.job.as_str()).collect();
+        let slots: Vec<i64> = order.iter().map(|i| pick(i).run.slot).collect();
+        let attempts: Vec<i32> = order.iter().map(|i| int4(pick(i).attempt)).collect();
+        let owners: Vec<&str> = order.iter().map(|i| pick(i).instance_id.as_str()).collect();
         let rows = inner
             .query(
                 "heartbeat",
@@ -1264,7 +1292,10 @@ impl LeaseStore for PostgresStore {
             let ord: i64 = row.get(0);
             let expires_at: Option<i64> = row.get(1);
             if let (Some(slot), Some(expires_at)) = (
-                usize::try_from(ord - 1).ok().and_then(|i| out.get_mut(i)),
+                usize::try_from(ord - 1)
+                    .ok()
+                    .and_then(|i| order.get(i))
+                    .and_then(|&i| out.get_mut(i)),
                 expires_at,
             ) {
                 *slot = Renewal::Renewed { expires_at };

@@ -834,3 +834,146 @@ async fn b15_a_taken_claim_leaves_an_ended_lease_to_the_next_slots_claim() {
     s.close().await.unwrap();
     common::drop_schema(&url, &schema).await;
 }
+
+/// How many backends wait for a lock that the backend `holder` holds, directly or behind
+/// one other waiter, seen from `observer`, a connection outside `holder`'s transaction (a
+/// transaction sees `pg_stat_activity` as it was at its first look). A pipelined batch's
+/// waiting statement may show as its last one, `COMMIT`, so the waiters are found by whom
+/// they wait for.
+async fn lock_waiters(observer: &tokio_postgres::Client, holder: i32) -> i64 {
+    observer
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock' AND ( \
+                 $1 = ANY (pg_blocking_pids(a.pid)) \
+                 OR EXISTS (SELECT 1 FROM pg_stat_activity b \
+                            WHERE b.pid = ANY (pg_blocking_pids(a.pid)) \
+                              AND $1 = ANY (pg_blocking_pids(b.pid))))",
+            &[&holder],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until `n` backends wait for a lock `holder` holds (at most 10 s).
+async fn until_lock_waiters(observer: &tokio_postgres::Client, holder: i32, n: i64) {
+    for _ in 0..1_000 {
+        if lock_waiters(observer, holder).await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} statements never waited for the test's lock");
+}
+
+/// A heartbeat and a result batch over the same runs, given in opposite orders, lock the
+/// run rows in one order (job, slot): neither can hold a row the other holds while waiting
+/// for one the other holds, so neither is aborted as a deadlock and run again (a deadlock
+/// holds a result batch's job locks, and the claims behind them, for `deadlock_timeout`).
+#[tokio::test(flavor = "multi_thread")]
+async fn b16_a_heartbeat_and_a_result_batch_in_opposite_orders_do_not_deadlock() {
+    let Some(url) = common::url() else { return };
+    heartbeat_then_results(&url, Reversed::Results).await;
+}
+
+/// As above, with the heartbeat's leases in reverse order.
+#[tokio::test(flavor = "multi_thread")]
+async fn b16_a_reversed_heartbeat_and_a_result_batch_do_not_deadlock() {
+    let Some(url) = common::url() else { return };
+    heartbeat_then_results(&url, Reversed::Heartbeat).await;
+}
+
+/// Which of the two statements gets its runs in reverse job order.
+#[derive(Clone, Copy, PartialEq)]
+enum Reversed {
+    Heartbeat,
+    Results,
+}
+
+/// A heartbeat, then a result batch, over the same 40 runs, one of them in reverse job
+/// order, the other in job order. A transaction of the test's own holds the middle run, so
+/// that both statements are under way and waiting when it lets go; the heartbeat waits
+/// first, so it renews every lease and the results are written after it. Neither may be
+/// run again after a deadlock.
+async fn heartbeat_then_results(url: &str, reversed: Reversed) {
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..40).map(|_| unique_job("dl")).collect();
+    let options = PostgresOptions::default()
+        .schema(&schema)
+        .pool_size(4)
+        .timeout(Duration::from_secs(30));
+    let s = Arc::new(store_with(url, options, &jobs).await);
+    let t = s.now().await.unwrap();
+    let mut held = leases(&s, &jobs, t).await;
+    held.sort_by(|a, b| a.run.job.as_str().cmp(b.run.job.as_str()));
+    let middle = held[held.len() / 2].run.clone();
+    let (client, conn_task) = common::connect(url).await;
+    // The runs in flight of a large service (here 20,000 running runs of other jobs), so
+    // that the server plans both statements as in service: a loop over the arrays that
+    // looks up each run by key, locking the rows in the order sent. (With a few runs it may
+    // hash the arrays and read the runs in key order, or scan the table and lock in the
+    // rows' physical order; then this test would not tell a wrong order sent.)
+    client
+        .batch_execute(&format!(
+            "INSERT INTO \"{schema}\".anarchon_runs (job, slot, status, attempt, \
+             counted_starts, owner, expires_at, scheduled_at, started_at) \
+             SELECT 'filler-' || (n % 200), n, 'running', 1, 1, 'other', n, n, n \
+             FROM generate_series(1, 20000) AS n; \
+             ANALYZE \"{schema}\".anarchon_runs"
+        ))
+        .await
+        .unwrap();
+    let (observer, observer_task) = common::connect(url).await;
+    let holder: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    client.batch_execute("BEGIN").await.unwrap();
+    let locked = client
+        .execute(
+            &format!(
+                "SELECT 1 FROM \"{schema}\".anarchon_runs WHERE job = $1 AND slot = $2 FOR UPDATE"
+            ),
+            &[&middle.job.as_str(), &middle.slot],
+        )
+        .await
+        .unwrap();
+    assert_eq!(locked, 1, "the middle run is held");
+    let in_order = |reverse: bool| -> Vec<Lease> {
+        let mut leases = held.clone();
+        if reverse {
+            leases.reverse();
+        }
+        leases
+    };
+    let heartbeat = tokio::spawn({
+        let (s, leases) = (s.clone(), in_order(reversed == Reversed::Heartbeat));
+        async move { s.heartbeat(&leases, 30_000).await }
+    });
+    until_lock_waiters(&observer, holder, 1).await;
+    let results = tokio::spawn({
+        let s = s.clone();
+        let writes: Vec<(Lease, Finish)> = in_order(reversed == Reversed::Results)
+            .into_iter()
+            .map(|l| (l, result(0)))
+            .collect();
+        async move { s.finish_many(&writes).await }
+    });
+    until_lock_waiters(&observer, holder, 2).await;
+    client.batch_execute("COMMIT").await.unwrap();
+    let renewals = heartbeat.await.unwrap().expect("heartbeat");
+    let written = results.await.unwrap().expect("results");
+    assert_eq!(s.retries(), 0, "a statement was run again after a deadlock");
+    assert!(
+        renewals
+            .iter()
+            .all(|r| matches!(r, anarchon_core::store::Renewal::Renewed { .. })),
+        "the heartbeat went first: {renewals:?}"
+    );
+    assert_eq!(written, vec![OwnerWrite::Done; held.len()]);
+    drop((client, observer));
+    let _ = (conn_task.await, observer_task.await);
+    s.close().await.unwrap();
+    common::drop_schema(url, &schema).await;
+}
