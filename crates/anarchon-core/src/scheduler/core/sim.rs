@@ -1565,13 +1565,15 @@ impl Sim {
             abort_grace: Duration::from_secs(5),
             lease_store: self.lease_store,
             store_kind: "memory",
+            // The store's limits as the scheduler derives them, with the sim's bound on
+            // claims in flight.
             limits: Limits {
-                claims: limit,
-                takeovers: limit,
-                finishes: limit,
                 claims_in_flight: self.claims_in_flight,
-                gather_batches: self.gather_batches,
-                gather_results: self.gather_batches || self.gather_results,
+                ..Limits::of(Some(crate::store::BatchLimits {
+                    gather_batches: self.gather_batches,
+                    gather_results: self.gather_results,
+                    ..crate::store::BatchLimits::all(limit)
+                }))
             },
             seed: (node as u64 + 1) ^ self.world.as_ref().map_or(0, |w| w.seed << 8),
             standby_delay: self.standby_delay,
