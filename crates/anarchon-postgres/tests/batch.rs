@@ -871,14 +871,14 @@ async fn until_lock_waiters(observer: &tokio_postgres::Client, holder: i32, n: i
 /// for one the other holds, so neither is aborted as a deadlock and run again (a deadlock
 /// holds a result batch's job locks, and the claims behind them, for `deadlock_timeout`).
 #[tokio::test(flavor = "multi_thread")]
-async fn b16_a_heartbeat_and_a_result_batch_in_opposite_orders_do_not_deadlock() {
+async fn a_heartbeat_and_a_result_batch_in_opposite_orders_do_not_deadlock() {
     let Some(url) = common::url() else { return };
     heartbeat_then_results(&url, Reversed::Results).await;
 }
 
 /// As above, with the heartbeat's leases in reverse order.
 #[tokio::test(flavor = "multi_thread")]
-async fn b16_a_reversed_heartbeat_and_a_result_batch_do_not_deadlock() {
+async fn a_reversed_heartbeat_and_a_result_batch_do_not_deadlock() {
     let Some(url) = common::url() else { return };
     heartbeat_then_results(&url, Reversed::Heartbeat).await;
 }
