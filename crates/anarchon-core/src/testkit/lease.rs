@@ -216,7 +216,7 @@ pub async fn b13_batched_heartbeat_renews_only_current_owners(store: Arc<dyn Lea
     forged.instance_id = "intruder".into();
     sleep_ms(100).await;
     let r = store
-        .heartbeat(&[l1.clone(), forged, l2.clone()], 5_000)
+        .heartbeat(&[l1.clone(), forged.clone(), l2.clone()], 5_000)
         .await
         .unwrap();
     assert_eq!(r.len(), 3);
@@ -229,6 +229,22 @@ pub async fn b13_batched_heartbeat_renews_only_current_owners(store: Arc<dyn Lea
     );
     assert_eq!(r[1], Renewal::Lost);
     assert!(matches!(r[2], Renewal::Renewed { .. }));
+    // Answered in the order given, whatever order the store writes in (PostgreSQL sorts).
+    let r = store
+        .heartbeat(&[l2.clone(), forged, l1.clone()], 5_000)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            r[..],
+            [
+                Renewal::Renewed { .. },
+                Renewal::Lost,
+                Renewal::Renewed { .. }
+            ]
+        ),
+        "{r:?}"
+    );
     // Renewed past the original lease: not takeable after it.
     sleep_ms(PAST_LEASE_MS).await;
     assert_eq!(
