@@ -1,6 +1,7 @@
 //! Claim and result batches on PostgreSQL: one round trip per batch, answers that stand when
 //! a claim batch reached its deadline, concurrent batches over the same jobs in different
-//! orders, and results fenced like single finishes.
+//! orders, results fenced like single finishes, and heartbeats and result batches that lock
+//! run rows in one order.
 
 mod common;
 
