@@ -275,9 +275,9 @@ fn rounds<'j>(jobs: impl Iterator<Item = &'j str>) -> Vec<Vec<usize>> {
 /// (1 s by default) by aborting one of them, while the result batch holds the job locks of
 /// up to [`BATCH_FINISHES`] jobs and the claims of those jobs wait behind it.
 fn in_run_order<'r>(run: impl Fn(usize) -> &'r RunKey, mut picked: Vec<usize>) -> Vec<usize> {
-    picked.sort_by(|&a, &b| {
-        let (a, b) = (run(a), run(b));
-        (a.job.as_str(), a.slot).cmp(&(b.job.as_str(), b.slot))
+    picked.sort_by_key(|&i| {
+        let r = run(i);
+        (r.job.as_str(), r.slot)
     });
     picked
 }
@@ -1268,11 +1268,11 @@ impl LeaseStore for PostgresStore {
         // Sent in run order, so the statement locks the run rows in the order a result
         // batch locks them (see `in_run_order`); `ord` is a position in `order`.
         let order = in_run_order(|i| &leases[i].run, (0..leases.len()).collect());
-        let pick = |i: &usize| &leases[*i];
-        let jobs: Vec<&str> = order.iter().map(|i| pick(i).run.job.as_str()).collect();
-        let slots: Vec<i64> = order.iter().map(|i| pick(i).run.slot).collect();
-        let attempts: Vec<i32> = order.iter().map(|i| int4(pick(i).attempt)).collect();
-        let owners: Vec<&str> = order.iter().map(|i| pick(i).instance_id.as_str()).collect();
+        let sorted: Vec<&Lease> = order.iter().map(|&i| &leases[i]).collect();
+        let jobs: Vec<&str> = sorted.iter().map(|l| l.run.job.as_str()).collect();
+        let slots: Vec<i64> = sorted.iter().map(|l| l.run.slot).collect();
+        let attempts: Vec<i32> = sorted.iter().map(|l| int4(l.attempt)).collect();
+        let owners: Vec<&str> = sorted.iter().map(|l| l.instance_id.as_str()).collect();
         let rows = inner
             .query(
                 "heartbeat",
