@@ -17,9 +17,9 @@
 //! again on a fresh snapshot.
 //!
 //! Lock order, to keep deadlocks away: the batch's job rows first (sorted), then run and
-//! history rows. Heartbeats lock no job row; they and result batches send their runs
-//! sorted by (job, slot), so that both lock run rows in one order (see the store's
-//! `in_run_order`).
+//! history rows. Heartbeats lock no job row; they, result batches and takeover batches
+//! send their runs sorted by (job, slot), so that all lock run rows in one order (see the
+//! store's `in_run_order`).
 
 /// The database clock in epoch milliseconds. `clock_timestamp()` is volatile, so a CTE that
 /// computes it is evaluated once per statement and every use sees the same instant.

@@ -265,15 +265,17 @@ fn rounds<'j>(jobs: impl Iterator<Item = &'j str>) -> Vec<Vec<usize>> {
 
 /// The indexes `picked` sorted by their runs `run(i)` (job name bytewise, then slot).
 ///
-/// Heartbeats and result batches send their runs in this order. Both update run rows, and
-/// a heartbeat takes no job lock; PostgreSQL locks each row as the `UPDATE` reaches it,
-/// which in the plans it makes for a large runs table is the order of the arrays sent (a
-/// loop over them that looks each run up by key) or the key order of an index it reads
-/// them from; the key order is this order under the `C` collation and close to it under
-/// others. Sent in any other order, a heartbeat and a result batch could each hold a row
-/// the other waits for: a deadlock, which PostgreSQL ends only after `deadlock_timeout`
-/// (1 s by default) by aborting one of them, while the result batch holds the job locks of
-/// up to [`BATCH_FINISHES`] jobs and the claims of those jobs wait behind it.
+/// Heartbeats, result batches and takeover batches send their runs in this order. All
+/// update run rows, and a heartbeat takes no job lock; PostgreSQL locks each row as the
+/// `UPDATE` reaches it, which in the plans it makes for a large runs table is the order of
+/// the arrays sent (a loop over them that looks each run up by key; a takeover batch sends
+/// one statement per run) or the key order of an index it reads them from; the key order
+/// is this order under the `C` collation and close to it under others. Sent in any other order, a heartbeat and a result or takeover batch could each
+/// hold a row the other waits for: a deadlock, which PostgreSQL ends only after
+/// `deadlock_timeout` (1 s by default) by aborting one of them, while the batch holds the
+/// job locks of up to 256 jobs ([`BATCH_FINISHES`], [`BATCH_TAKEOVERS`]) and the claims of
+/// those jobs wait behind it. (A result batch and a takeover batch take their jobs' locks
+/// first, so they never wait for each other's run rows.)
 fn in_run_order<'r>(run: impl Fn(usize) -> &'r RunKey, mut picked: Vec<usize>) -> Vec<usize> {
     picked.sort_by_key(|&i| {
         let r = run(i);
@@ -944,16 +946,18 @@ impl Inner {
     }
 
     /// At most [`BATCH_TAKEOVERS`] takeovers in one transaction: the lock of their jobs,
-    /// then the single takeover's statement for each, in the order given, pipelined in one
-    /// round trip, and the deadline guard.
+    /// then the single takeover's statement for each, in run order (see [`in_run_order`];
+    /// the answers in the order given), pipelined in one round trip, and the deadline guard.
     async fn take_over_batch(&self, takeovers: &[Takeover]) -> Result<Vec<TakeoverOutcome>> {
         check_instances(takeovers.iter().map(|t| t.instance_id.as_str()))?;
         if takeovers.is_empty() {
             return Ok(Vec::new());
         }
-        let params: Vec<TakeoverParams<'_>> = takeovers
+        let order = in_run_order(|i| &takeovers[i].run, (0..takeovers.len()).collect());
+        let params: Vec<TakeoverParams<'_>> = order
             .iter()
-            .map(|t| {
+            .map(|&i| {
+                let t = &takeovers[i];
                 let key = self.names.run_lock_key(t.run.job.as_str(), t.run.slot);
                 TakeoverParams::new(t, key)
             })
@@ -987,12 +991,12 @@ impl Inner {
             }
             Batch::LockWaitEnded => return Err(self.lock_wait_ended("take_over")),
         };
-        let mut out = Vec::with_capacity(takeovers.len());
-        for (t, rows) in takeovers.iter().zip(&rows) {
+        let mut out = vec![TakeoverOutcome::Late; takeovers.len()];
+        for (&i, rows) in order.iter().zip(&rows) {
             let row = rows
                 .first()
                 .ok_or_else(|| Error::store(KIND, "take_over", "no result row"))?;
-            out.push(takeover_outcome(t, row)?);
+            out[i] = takeover_outcome(&takeovers[i], row)?;
         }
         if !committed && out.iter().any(|o| matches!(o, TakeoverOutcome::Won(_))) {
             return Err(Error::Timeout {

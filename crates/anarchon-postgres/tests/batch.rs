@@ -1,7 +1,7 @@
 //! Claim and result batches on PostgreSQL: one round trip per batch, answers that stand when
 //! a claim batch reached its deadline, concurrent batches over the same jobs in different
-//! orders, results fenced like single finishes, and heartbeats and result batches that lock
-//! run rows in one order.
+//! orders, results fenced like single finishes, and heartbeats, result batches and takeover
+//! batches that lock run rows in one order.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anarchon_core::store::{
     ClaimOutcome, EpochMs, Finish, HistoryStore, JobName, Lease, LeaseClaim, LeaseStore, Overlap,
-    OwnerWrite, Prepare, Reason, Retention, RunStatus, Store,
+    OwnerWrite, Prepare, Reason, Retention, RunStatus, Store, Takeover, TakeoverOutcome,
 };
 use anarchon_core::testkit::{key, unique_job};
 use anarchon_postgres::{PostgresOptions, PostgresStore};
@@ -867,6 +867,73 @@ async fn until_lock_waiters(observer: &tokio_postgres::Client, holder: i32, n: i
     panic!("{n} statements never waited for the test's lock");
 }
 
+/// A transaction of the test's own that holds one run's row locked, on a runs table that
+/// also holds the runs in flight of a large service (20,000 running runs of other jobs), so
+/// that the server plans the statements that queue behind it as in service: a loop that
+/// looks up each run by key, locking the rows in the order sent. (With a few runs it may
+/// hash the arrays and read the runs in key order, or scan the table and lock in the rows'
+/// physical order; then these tests would not tell a wrong order sent.)
+struct RunHeld {
+    client: tokio_postgres::Client,
+    observer: tokio_postgres::Client,
+    holder: i32,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>>,
+}
+
+impl RunHeld {
+    async fn new(url: &str, schema: &str, run: &anarchon_core::store::RunKey) -> Self {
+        let (client, conn_task) = common::connect(url).await;
+        client
+            .batch_execute(&format!(
+                "INSERT INTO \"{schema}\".anarchon_runs (job, slot, status, attempt, \
+                 counted_starts, owner, expires_at, scheduled_at, started_at) \
+                 SELECT 'filler-' || (n % 200), n, 'running', 1, 1, 'other', n, n, n \
+                 FROM generate_series(1, 20000) AS n; \
+                 ANALYZE \"{schema}\".anarchon_runs"
+            ))
+            .await
+            .unwrap();
+        let (observer, observer_task) = common::connect(url).await;
+        let holder: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        client.batch_execute("BEGIN").await.unwrap();
+        let locked = client
+            .execute(
+                &format!(
+                    "SELECT 1 FROM \"{schema}\".anarchon_runs WHERE job = $1 AND slot = $2 \
+                     FOR UPDATE"
+                ),
+                &[&run.job.as_str(), &run.slot],
+            )
+            .await
+            .unwrap();
+        assert_eq!(locked, 1, "the run is held");
+        Self {
+            client,
+            observer,
+            holder,
+            tasks: vec![conn_task, observer_task],
+        }
+    }
+
+    /// Waits until `n` statements wait for the held row (directly or behind one that does).
+    async fn until_waiters(&self, n: i64) {
+        until_lock_waiters(&self.observer, self.holder, n).await;
+    }
+
+    /// Commits the transaction, freeing the row, and closes both connections.
+    async fn release(self) {
+        self.client.batch_execute("COMMIT").await.unwrap();
+        drop((self.client, self.observer));
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
 /// A heartbeat and a result batch over the same runs, given in opposite orders, lock the
 /// run rows in one order (job, slot): neither can hold a row the other holds while waiting
 /// for one the other holds, so neither is aborted as a deadlock and run again (a deadlock
@@ -908,39 +975,7 @@ async fn heartbeat_then_results(url: &str, reversed: Reversed) {
     let mut held = leases(&s, &jobs, t).await;
     held.sort_by(|a, b| a.run.job.as_str().cmp(b.run.job.as_str()));
     let middle = held[held.len() / 2].run.clone();
-    let (client, conn_task) = common::connect(url).await;
-    // The runs in flight of a large service (here 20,000 running runs of other jobs), so
-    // that the server plans both statements as in service: a loop over the arrays that
-    // looks up each run by key, locking the rows in the order sent. (With a few runs it may
-    // hash the arrays and read the runs in key order, or scan the table and lock in the
-    // rows' physical order; then this test would not tell a wrong order sent.)
-    client
-        .batch_execute(&format!(
-            "INSERT INTO \"{schema}\".anarchon_runs (job, slot, status, attempt, \
-             counted_starts, owner, expires_at, scheduled_at, started_at) \
-             SELECT 'filler-' || (n % 200), n, 'running', 1, 1, 'other', n, n, n \
-             FROM generate_series(1, 20000) AS n; \
-             ANALYZE \"{schema}\".anarchon_runs"
-        ))
-        .await
-        .unwrap();
-    let (observer, observer_task) = common::connect(url).await;
-    let holder: i32 = client
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    client.batch_execute("BEGIN").await.unwrap();
-    let locked = client
-        .execute(
-            &format!(
-                "SELECT 1 FROM \"{schema}\".anarchon_runs WHERE job = $1 AND slot = $2 FOR UPDATE"
-            ),
-            &[&middle.job.as_str(), &middle.slot],
-        )
-        .await
-        .unwrap();
-    assert_eq!(locked, 1, "the middle run is held");
+    let hold = RunHeld::new(url, &schema, &middle).await;
     let in_order = |reverse: bool| -> Vec<Lease> {
         let mut leases = held.clone();
         if reverse {
@@ -952,7 +987,7 @@ async fn heartbeat_then_results(url: &str, reversed: Reversed) {
         let (s, leases) = (s.clone(), in_order(reversed == Reversed::Heartbeat));
         async move { s.heartbeat(&leases, 30_000).await }
     });
-    until_lock_waiters(&observer, holder, 1).await;
+    hold.until_waiters(1).await;
     let results = tokio::spawn({
         let s = s.clone();
         let writes: Vec<(Lease, Finish)> = in_order(reversed == Reversed::Results)
@@ -961,8 +996,8 @@ async fn heartbeat_then_results(url: &str, reversed: Reversed) {
             .collect();
         async move { s.finish_many(&writes).await }
     });
-    until_lock_waiters(&observer, holder, 2).await;
-    client.batch_execute("COMMIT").await.unwrap();
+    hold.until_waiters(2).await;
+    hold.release().await;
     let renewals = heartbeat.await.unwrap().expect("heartbeat");
     let written = results.await.unwrap().expect("results");
     assert_eq!(s.retries(), 0, "a statement was run again after a deadlock");
@@ -973,8 +1008,85 @@ async fn heartbeat_then_results(url: &str, reversed: Reversed) {
         "the heartbeat went first: {renewals:?}"
     );
     assert_eq!(written, vec![OwnerWrite::Done; held.len()]);
-    drop((client, observer));
-    let _ = (conn_task.await, observer_task.await);
     s.close().await.unwrap();
     common::drop_schema(url, &schema).await;
+}
+
+/// A takeover batch sends its runs in run order, as heartbeats do, so a heartbeat of the late
+/// owner (which takes no job lock) and a takeover batch given the runs in reverse order
+/// cannot deadlock. A transaction of the test's own holds the middle one of 40 runs whose
+/// leases ended; the takeovers wait for it first, the heartbeat behind them. The takeovers'
+/// store ends a deadlock after 200 ms, the owner's after 20 s, so that a deadlock would
+/// always abort the takeovers: the heartbeat would renew every lease and the takeovers, run
+/// again, find them live. In run order the takeovers win every run and the heartbeat
+/// renews none.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reversed_takeover_batch_and_the_owners_heartbeat_do_not_deadlock() {
+    let Some(url) = common::url() else { return };
+    let schema = common::fresh_schema();
+    let jobs: Vec<JobName> = (0..40).map(|_| unique_job("tkhb")).collect();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let with_deadlock_timeout = |t: &str| format!("{url}{sep}options=-c%20deadlock_timeout%3D{t}");
+    let options = || {
+        PostgresOptions::default()
+            .schema(&schema)
+            .pool_size(2)
+            .timeout(Duration::from_secs(30))
+    };
+    let owner = Arc::new(store_with(&with_deadlock_timeout("20s"), options(), &jobs).await);
+    let backup = Arc::new(store_with(&with_deadlock_timeout("200ms"), options(), &jobs).await);
+    let t = owner.now().await.unwrap();
+    let claims: Vec<LeaseClaim> = jobs
+        .iter()
+        .map(|j| LeaseClaim {
+            lease_ms: 300,
+            ..claim(j, t, "a", t + 60_000)
+        })
+        .collect();
+    let mut held = anarchon_core::testkit::lease::won_all(owner.as_ref(), &claims).await;
+    held.sort_by(|a, b| a.run.job.as_str().cmp(b.run.job.as_str()));
+    let middle = held[held.len() / 2].run.clone();
+    tokio::time::sleep(Duration::from_millis(
+        anarchon_core::testkit::lease::PAST_LEASE_MS,
+    ))
+    .await;
+    let hold = RunHeld::new(&url, &schema, &middle).await;
+    let not_after = backup.now().await.unwrap() + 60_000;
+    let takeovers = tokio::spawn({
+        let backup = backup.clone();
+        let batch: Vec<Takeover> = held
+            .iter()
+            .rev()
+            .map(|l| Takeover {
+                run: l.run.clone(),
+                seen_attempt: l.attempt,
+                instance_id: "b".into(),
+                lease_ms: 30_000,
+                max_attempts: 3,
+                superseded: false,
+                not_after,
+            })
+            .collect();
+        async move { backup.take_over_many(&batch).await }
+    });
+    hold.until_waiters(1).await;
+    let heartbeat = tokio::spawn({
+        let (owner, leases) = (owner.clone(), held.clone());
+        async move { owner.heartbeat(&leases, 30_000).await }
+    });
+    hold.until_waiters(2).await;
+    hold.release().await;
+    let taken = takeovers.await.unwrap().expect("takeovers");
+    let renewals = heartbeat.await.unwrap().expect("heartbeat");
+    assert!(
+        taken.iter().all(|o| matches!(o, TakeoverOutcome::Won(_))),
+        "the takeovers were aborted as a deadlock: {taken:?}"
+    );
+    assert_eq!(
+        renewals,
+        vec![anarchon_core::store::Renewal::Lost; held.len()]
+    );
+    owner.close().await.unwrap();
+    backup.close().await.unwrap();
+    common::drop_schema(&url, &schema).await;
 }

@@ -531,8 +531,9 @@ pub async fn b14_take_over_many_answers_each_takeover_as_take_over_would(
 }
 
 /// [B-14] A batch of takeovers longer than the store's [`BatchLimits::takeovers`] is still
-/// answered whole and in order; taking the same runs over again finds each one live (the
-/// first batch's leases hold them).
+/// answered whole and in the order given (here the reverse of the runs' order, which a store
+/// that sends them sorted must undo); taking the same runs over again finds each one live
+/// (the first batch's leases hold them).
 pub async fn b14_take_over_many_takes_a_batch_larger_than_its_limit(store: Arc<dyn LeaseStore>) {
     let limit = store.limits().takeovers;
     assert!(limit >= 1);
@@ -542,8 +543,10 @@ pub async fn b14_take_over_many_takes_a_batch_larger_than_its_limit(store: Arc<d
     prepared(&store, &refs).await;
     let t = now(&store).await;
     let claims: Vec<LeaseClaim> = jobs.iter().map(|j| claim(j, t, "a", t)).collect();
-    let leases = won_all(store.as_ref(), &claims).await;
+    let mut leases = won_all(store.as_ref(), &claims).await;
     sleep_ms(PAST_LEASE_MS).await;
+    // In reverse run order: a store that sends them sorted must map its answers back.
+    leases.sort_by(|a, b| (b.run.job.as_str(), b.run.slot).cmp(&(a.run.job.as_str(), a.run.slot)));
     let batch: Vec<Takeover> = leases.iter().map(|l| takeover(l, "b", 3)).collect();
     let out = store.take_over_many(&batch).await.unwrap();
     assert_eq!(out.len(), n);
