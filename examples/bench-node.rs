@@ -1126,11 +1126,12 @@ async fn slot_floor(args: &Args) -> Result<()> {
         format!("\"{ns}\".\"floor_jobs\""),
     );
     // Full histories: `history` finished runs per job, slots 0 .. history-1 (in seconds),
-    // about 400,000 rows a statement: each must end within the store's statement timeout
-    // (4,096 jobs a statement at a history of 1,000 were 4 million rows and timed out).
+    // about 100,000 rows a statement: each must end within the store's statement timeout
+    // (4,096 jobs a statement at a history of 1,000 were 4 million rows and timed out; on a
+    // slower machine with autovacuum on, 400,000 rows timed out too).
     {
         let client = store.pool().get().await?;
-        let per_statement = (400_000 / history as usize).max(1);
+        let per_statement = (100_000 / history as usize).max(1);
         for chunk in names
             .iter()
             .flatten()
